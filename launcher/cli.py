@@ -1,0 +1,232 @@
+"""`launch`: the command line. The only module that prints or exits.
+
+    launch --cluster cluster.json [--dry-run [--json]] [-- COMMAND ...]
+    launch --local 3 [-- python train.py ...]
+    launch schema
+
+A LaunchError becomes its message and exit code (2 for anything the user can fix); never a
+traceback. Signals become an exception on the main thread; shutdown runs in `finally`.
+This module (and the whole launcher) never imports TensorFlow.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import re
+import signal
+import sys
+from pathlib import Path
+from types import FrameType
+from typing import Any, Sequence
+
+from launcher.errors import LaunchError, UsageError
+from launcher.gang import GroupState
+from launcher.masking import mask_env
+from launcher.plan import LaunchPlan, PlanInputs, TaskLaunch, build_plan
+from launcher.policy import RestartPolicy
+from launcher.ports import check_local_ports, choose_free_ports, port_is_free
+from launcher.report import failure_text, success_text, write_summary
+from launcher.spec import BuiltinTraining, ClusterSpec, FunctionTraining, json_schema, load_spec, parse_spec
+from launcher.supervisor import Supervisor
+from launcher.transport.local import LocalTransport
+
+log = logging.getLogger(__name__)
+_ATTEMPT_DIR = re.compile(r"^attempt-(\d+)$")
+
+
+class _ArgumentParser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # argparse would exit 2 with usage; keep one path
+        raise UsageError(f"{message}\n{self.format_usage().strip()}")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _ArgumentParser(
+        prog="launch",
+        description="Start a TensorFlow MultiWorkerMirroredStrategy job from a cluster spec and supervise it as one gang.",
+        epilog="Subcommands: 'launch schema' prints the JSON Schema of the cluster spec. "
+               "Everything after '--' is a command run as every task instead of the spec's training.",
+    )
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--cluster", metavar="FILE", help="cluster spec (JSON)")
+    source.add_argument("--local", metavar="N", type=int, help="simulate N workers on this machine without a spec file")
+    parser.add_argument("--name", help="run name (default: the spec's; 'local' for --local)")
+    parser.add_argument("--run-root", metavar="DIR", help="override the spec's run_root")
+    parser.add_argument("--dry-run", action="store_true", help="print every task's TF_CONFIG, environment and command; start nothing")
+    parser.add_argument("--json", action="store_true", help="with --dry-run: print the plan as JSON")
+    parser.add_argument("--quiet", action="store_true", help="do not echo task output (it is still logged per task)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log the launcher's own decisions")
+    return parser
+
+
+def _split_command(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    argv = list(argv)
+    if "--" in argv:
+        cut = argv.index("--")
+        return argv[:cut], argv[cut + 1:]
+    return argv, []
+
+
+def _load(args: argparse.Namespace, command: list[str]) -> ClusterSpec:
+    if args.local is not None:
+        if not 1 <= args.local <= 256:
+            raise UsageError(f"Got --local {args.local}: give between 1 and 256 workers.")
+        data: dict[str, Any] = {"name": args.name or "local", "hosts": [{"address": "localhost", "workers": args.local}]}
+        spec = parse_spec(data, "--local")
+    elif args.cluster:
+        spec = load_spec(Path(args.cluster))
+    else:
+        raise UsageError("Give --cluster FILE or --local N (see 'launch --help').")
+    updates: dict[str, Any] = {}
+    if command:
+        updates["training"] = {"kind": "command", "argv": command}
+    if args.name and args.cluster:
+        updates["name"] = args.name
+    if args.run_root:
+        updates["run_root"] = args.run_root
+    if updates:  # re-validate: overrides obey the same rules as the file
+        spec = parse_spec({**spec.model_dump(mode="json", exclude_unset=True), **updates}, args.cluster or "--local")
+    return spec
+
+
+def _next_attempt(run_dir: Path) -> int:
+    """Attempts of earlier launches of the same run keep their logs: number after them."""
+    if not run_dir.is_dir():
+        return 0
+    numbers = [int(m.group(1)) for p in run_dir.iterdir() if (m := _ATTEMPT_DIR.match(p.name))]
+    return max(numbers, default=-1) + 1
+
+
+def _planner(spec: ClusterSpec, run_dir: Path, first_attempt: int) -> Any:
+    ports = choose_free_ports(spec)
+
+    def plan(attempt: int) -> LaunchPlan:
+        if attempt > 0:  # same ports if still free; a port-0 task whose port was taken gets another
+            for name, port in list(ports.items()):
+                if not port_is_free(port):
+                    ports.update({name: free for n, free in choose_free_ports(spec).items() if n == name})
+        inputs = PlanInputs(str(run_dir), first_attempt + attempt, sys.executable, os.getcwd(), dict(ports))
+        result = build_plan(spec, inputs)
+        check_local_ports(result)
+        return result
+
+    return plan
+
+
+def _print_dry_run(plan: LaunchPlan, as_json: bool) -> None:
+    if as_json:
+        data = plan.to_json()
+        for task in data["tasks"]:
+            task["env"] = mask_env(task["env"])
+        print(json.dumps(data, indent=2))
+        return
+    print(f"run {plan.run_name}: {len(plan.tasks)} task(s), run dir {plan.run_dir}, checkpoints {plan.checkpoint_dir}")
+    for task in plan.tasks:
+        print(f"\n[{task.label}] on {task.host} ({'local' if task.is_local else 'ssh'}), port {task.port}")
+        print(f"  TF_CONFIG={json.dumps(task.tf_config, sort_keys=True)}")
+        for key, value in sorted(mask_env(task.env).items()):
+            if key != "TF_CONFIG":
+                print(f"  {key}={value}")
+        print(f"  cwd: {task.cwd}")
+        print(f"  command: {' '.join(task.argv)}")
+        print(f"  log: {task.log_path}")
+
+
+class _Console:
+    """Echo task output with its task's name; the launcher's own notices go to stderr."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet
+
+    def output(self, launch: TaskLaunch, line: str) -> None:
+        if not self.quiet:
+            sys.stdout.write(f"[{launch.label}] {line}\n")
+            sys.stdout.flush()
+
+    def notice(self, text: str) -> None:
+        sys.stderr.write(f"[launch] {text}\n")
+        sys.stderr.flush()
+
+
+def _install_signals(supervisor: Supervisor) -> None:
+    from launcher.errors import InterruptedLaunchError
+
+    state = {"stopping": False}
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        if state["stopping"]:
+            supervisor.hurry = True  # a second signal: skip the grace period
+            return
+        state["stopping"] = True
+        raise InterruptedLaunchError(signum)
+
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, handler)
+
+
+def run_launch(spec: ClusterSpec, quiet: bool = False) -> int:
+    run_dir = Path(spec.run_root).resolve() / spec.name
+    first = _next_attempt(run_dir)
+    planner = _planner(spec, run_dir, first)
+    console = _Console(quiet)
+    reports_progress = isinstance(spec.training, (BuiltinTraining, FunctionTraining))
+    supervisor = Supervisor(
+        planner=lambda attempt: planner(attempt),
+        transport=LocalTransport(),
+        policy=RestartPolicy(spec.restart),
+        reports_progress=reports_progress,
+        on_output=console.output,
+        on_notice=console.notice,
+    )
+    planner(0)  # validate ports before anything starts (raises PortInUseError)
+    console.notice(f"run {spec.name}: starting {sum(h.task_count for h in spec.hosts)} task(s); logs in {run_dir}")
+    _install_signals(supervisor)
+    try:
+        result = supervisor.run()
+    finally:
+        if supervisor.result is not None:
+            supervisor.result.state = supervisor.state if supervisor.state.is_terminal else GroupState.INTERRUPTED
+            path = write_summary(supervisor.result)
+            console.notice(f"summary: {path}")
+    if result.state is GroupState.SUCCEEDED:
+        console.notice(success_text(result))
+        return 0
+    console.notice(failure_text(result))
+    return 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    own, command = _split_command(argv)
+    try:
+        if own[:1] == ["schema"]:
+            print(json.dumps(json_schema(), indent=2))
+            return 0
+        args = _parser().parse_args(own)
+        logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                            format="[launch] %(levelname)s %(name)s: %(message)s")
+        if args.json and not args.dry_run:
+            raise UsageError("--json goes with --dry-run.")
+        spec = _load(args, command)
+        if args.dry_run:
+            run_dir = Path(spec.run_root).resolve() / spec.name
+            _print_dry_run(_planner(spec, run_dir, _next_attempt(run_dir))(0), args.json)
+            return 0
+        return run_launch(spec, quiet=args.quiet)
+    except LaunchError as error:
+        print(f"launch: {error}", file=sys.stderr)
+        return error.exit_code
+    except KeyboardInterrupt:
+        return 130
+
+
+def entry() -> None:
+    try:
+        code = main()
+        sys.stdout.flush()
+    except BrokenPipeError:  # `launch ... | head`: the reader left; not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = 0
+    raise SystemExit(code)

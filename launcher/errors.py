@@ -1,0 +1,85 @@
+"""Every error the launcher raises on purpose.
+
+One base class, `LaunchError`; the CLI catches it, prints its message and exits with its
+`exit_code`. Subclasses carry the fields a user needs to fix the problem. Nothing here ever
+starts or stops a process.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+USAGE_EXIT_CODE = 2
+FAILURE_EXIT_CODE = 1
+
+
+class LaunchError(Exception):
+    """Base for every error the launcher reports to a user (never shown as a traceback)."""
+
+    exit_code: int = FAILURE_EXIT_CODE
+
+
+@dataclass(frozen=True)
+class SpecProblem:
+    """One problem in a cluster spec: where (JSON path), what, and how to fix it."""
+
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}"
+
+
+class SpecError(LaunchError):
+    """The cluster spec is unusable. Lists every problem at once, each with its JSON path."""
+
+    exit_code = USAGE_EXIT_CODE
+
+    def __init__(self, source: str, problems: list[SpecProblem]) -> None:
+        self.source = source
+        self.problems = problems
+        count = len(problems)
+        lines = [f"{source}: {count} problem{'s' if count != 1 else ''} in the cluster spec:"]
+        lines += [f"  - {problem}" for problem in problems]
+        lines.append("Nothing was started.")
+        super().__init__("\n".join(lines))
+
+
+class UsageError(LaunchError):
+    """The command line is unusable (conflicting flags, missing file, bad --inject)."""
+
+    exit_code = USAGE_EXIT_CODE
+
+
+class PortInUseError(LaunchError):
+    """A task's TF port is already taken on its host, found before anything was started."""
+
+    exit_code = USAGE_EXIT_CODE
+
+    def __init__(self, task: str, host: str, port: int) -> None:
+        self.task, self.host, self.port = task, host, port
+        super().__init__(
+            f"Port {port} on {host} (for {task}) is already in use. Free it, pick another port "
+            f"in the spec, or set the port to 0 to let the launcher choose a free one. "
+            f"Nothing was started."
+        )
+
+
+class GangFailedError(LaunchError):
+    """The gang did not finish: carries the report that names the first failure."""
+
+    def __init__(self, report: str) -> None:
+        super().__init__(report)
+
+
+class InterruptedLaunchError(LaunchError):
+    """The launcher received SIGINT/SIGTERM/SIGHUP; raised on the main thread."""
+
+    exit_code = 130
+
+    def __init__(self, signum: int) -> None:
+        import signal
+
+        self.signum = signum
+        self.exit_code = 128 + signum
+        super().__init__(f"Stopped by {signal.Signals(signum).name}; every task was stopped.")

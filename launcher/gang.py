@@ -1,0 +1,122 @@
+"""What the supervisor knows about the gang: lifecycle states, status snapshots, outcomes.
+
+Plain data only. Snapshots are frozen so a policy can be tested against hand-made ones; results
+are values (task, host, pid, exit, error file, times), never exceptions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from launcher.transport.base import TaskExit
+
+
+class GroupState(str, Enum):
+    """Lifecycle of one launch. Terminal states end the run."""
+
+    STARTING = "starting"  # tasks started, not all joined yet
+    RUNNING = "running"  # every task joined (or does not report joining)
+    RESTARTING = "restarting"  # stopping the gang to start the next attempt
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"  # the user (or a signal) stopped the launcher
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in (GroupState.SUCCEEDED, GroupState.FAILED, GroupState.INTERRUPTED)
+
+
+@dataclass(frozen=True)
+class TaskStatus:
+    """One task at one instant. Times named *_at are wall clock; `last_progress` is monotonic."""
+
+    name: str
+    host: str
+    pid: int | None
+    joined: bool
+    step: int | None
+    exit: TaskExit | None
+    started_mono: float
+    last_progress: float
+
+    @property
+    def running(self) -> bool:
+        return self.exit is None
+
+    @property
+    def failed(self) -> bool:
+        return self.exit is not None and not self.exit.ok
+
+
+@dataclass(frozen=True)
+class GangStatus:
+    """The whole gang at one instant (`now` is monotonic)."""
+
+    attempt: int
+    restarts: int
+    preemptions: int
+    now: float
+    reports_progress: bool
+    tasks: tuple[TaskStatus, ...]
+
+    @property
+    def all_succeeded(self) -> bool:
+        return all(t.exit is not None and t.exit.ok for t in self.tasks)
+
+    @property
+    def failures(self) -> list[TaskStatus]:
+        """Failed tasks, earliest exit first."""
+        return sorted((t for t in self.tasks if t.failed), key=lambda t: t.exit.time if t.exit else 0.0)
+
+    @property
+    def unjoined(self) -> list[TaskStatus]:
+        return [t for t in self.tasks if not t.joined]
+
+
+@dataclass(frozen=True)
+class TaskResult:
+    """How one task of one attempt ended."""
+
+    name: str
+    host: str
+    pid: int | None
+    exit_code: int | None
+    signal: int | None
+    started_at: float
+    ended_at: float | None
+    joined: bool
+    step: int | None
+    log_path: str
+    error: dict[str, Any] | None = None
+    result: dict[str, Any] | None = None
+
+    @property
+    def describe_exit(self) -> str:
+        if self.exit_code is None and self.signal is None:
+            return "did not exit"
+        return TaskExit(self.exit_code, self.signal).describe()
+
+
+@dataclass(frozen=True)
+class AttemptResult:
+    attempt: int
+    reason: str
+    cause: str | None
+    kind: str
+    tasks: tuple[TaskResult, ...]
+    started_at: float
+    ended_at: float
+
+
+@dataclass
+class RunResult:
+    """The outcome of the whole launch, filled in as attempts finish."""
+
+    run_name: str
+    run_dir: str
+    state: GroupState = GroupState.STARTING
+    attempts: list[AttemptResult] = field(default_factory=list)
+    final_step: int | None = None
+    message: str = ""

@@ -1,0 +1,59 @@
+"""Choose free ports for `port: 0` tasks and check that local ports are free before starting.
+
+TF's gRPC server binds every interface, so the checks bind the wildcard address too.
+SO_REUSEADDR lets a port whose old connections linger in TIME_WAIT count as free (the restarted
+gang can reuse it), while a port someone still listens on counts as taken.
+"""
+
+from __future__ import annotations
+
+import errno
+import socket
+
+from launcher.errors import PortInUseError
+from launcher.plan import LaunchPlan, task_slots
+from launcher.spec import ClusterSpec
+
+
+def _bind(port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(("", port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def choose_free_ports(spec: ClusterSpec) -> dict[str, int]:
+    """A distinct free port for every local task that asked for port 0."""
+    held: list[socket.socket] = []
+    chosen: dict[str, int] = {}
+    try:
+        for slot in task_slots(spec):
+            if slot.requested_port == 0 and slot.host.is_local:
+                sock = _bind(0)
+                held.append(sock)  # keep it bound so the next pick differs
+                chosen[slot.name] = sock.getsockname()[1]
+    finally:
+        for sock in held:
+            sock.close()
+    return chosen
+
+
+def port_is_free(port: int) -> bool:
+    try:
+        _bind(port).close()
+    except OSError as error:
+        if error.errno in (errno.EADDRINUSE, errno.EACCES):
+            return False
+        raise
+    return True
+
+
+def check_local_ports(plan: LaunchPlan) -> None:
+    """Raise PortInUseError for the first local task whose port is taken."""
+    for task in plan.tasks:
+        if task.is_local and not port_is_free(task.port):
+            raise PortInUseError(task.name, task.host, task.port)

@@ -1,0 +1,146 @@
+"""Turn a RunResult into summary.json and into the text the CLI shows at the end.
+
+Reads only the files the run wrote (logs, error and result files); never touches processes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import deque
+from dataclasses import asdict
+from typing import Any
+
+from launcher.gang import GroupState, RunResult, TaskResult
+
+LOG_TAIL_LINES = 15
+
+
+def log_tail(path: str, lines: int = LOG_TAIL_LINES) -> list[str]:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return [line.rstrip("\n") for line in deque(handle, maxlen=lines)]
+    except OSError:  # never written: the task did not get that far
+        return []
+
+
+def _failure_time(task: TaskResult) -> float:
+    if task.error and isinstance(task.error.get("time"), (int, float)):
+        return float(task.error["time"])
+    return task.ended_at or float("inf")
+
+
+def failures(result: RunResult) -> list[tuple[int, TaskResult]]:
+    """Every failed task of every attempt, earliest first (error-file time, else exit time)."""
+    found = [
+        (attempt.attempt, task)
+        for attempt in result.attempts
+        for task in attempt.tasks
+        if task.exit_code not in (0, None) or task.signal is not None
+    ]
+    return sorted(found, key=lambda pair: (pair[0], _failure_time(pair[1])))
+
+
+def final_step(result: RunResult) -> int | None:
+    if not result.attempts:
+        return None
+    steps = [
+        (t.result or {}).get("step") if isinstance((t.result or {}).get("step"), int) else t.step
+        for t in result.attempts[-1].tasks
+    ]
+    known = [s for s in steps if isinstance(s, int)]
+    return max(known) if known else None
+
+
+def _task_json(task: TaskResult) -> dict[str, Any]:
+    data = asdict(task)
+    data["exit"] = task.describe_exit
+    if task.result:
+        data["fingerprint"] = task.result.get("fingerprint")
+    return data
+
+
+def summary(result: RunResult) -> dict[str, Any]:
+    ordered = failures(result)
+    first = None
+    if ordered:
+        attempt, task = ordered[0]
+        first = {"attempt": attempt, "task": task.name, "host": task.host, "exit": task.describe_exit,
+                 "exit_code": task.exit_code, "signal": task.signal, "error": task.error, "log": task.log_path}
+    return {
+        "run_name": result.run_name,
+        "run_dir": result.run_dir,
+        "state": result.state.value,
+        "final_step": final_step(result),
+        "restarts": sum(1 for a in result.attempts[:-1] if a.kind != "preempted"),
+        "preemptions": sum(1 for a in result.attempts[:-1] if a.kind == "preempted"),
+        "first_failure": first,
+        "attempts": [
+            {"attempt": a.attempt, "reason": a.reason, "kind": a.kind, "cause": a.cause,
+             "started_at": a.started_at, "ended_at": a.ended_at, "tasks": [_task_json(t) for t in a.tasks]}
+            for a in result.attempts
+        ],
+    }
+
+
+def write_summary(result: RunResult) -> str:
+    path = os.path.join(result.run_dir, "summary.json")
+    os.makedirs(result.run_dir, exist_ok=True)
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as handle:
+        json.dump(summary(result), handle, indent=2, default=str)
+    os.replace(tmp, path)
+    return path
+
+
+def failure_text(result: RunResult) -> str:
+    """Name the first failure as the root cause, with its error and log tail; list the rest."""
+    ordered = failures(result)
+    last = result.attempts[-1] if result.attempts else None
+    lines = [f"launch {result.state.value}: {last.reason if last else 'nothing ran'}"]
+    if ordered:
+        attempt, task = ordered[0]
+        lines.append(f"root cause: {task.name} on {task.host} (pid {task.pid}) {task.describe_exit} in attempt {attempt}")
+        if task.error:
+            lines.append(f"  {task.error.get('type')}: {task.error.get('message')}")
+            trace = str(task.error.get("traceback", "")).rstrip().splitlines()[-6:]
+            lines += [f"    {line}" for line in trace]
+        tail = log_tail(task.log_path)
+        if tail:
+            lines.append(f"  last lines of {task.log_path}:")
+            lines += [f"    | {line}" for line in tail]
+        others = [f"{t.name} {t.describe_exit} (attempt {a})" for a, t in ordered[1:]]
+        if others:
+            lines.append("other failures: " + "; ".join(others[:12]) + (" ..." if len(others) > 12 else ""))
+    elif last is not None and last.cause:
+        task = next((t for t in last.tasks if t.name == last.cause), None)
+        if task is not None:
+            tail = log_tail(task.log_path)
+            if tail:
+                lines.append(f"  last lines of {task.log_path}:")
+                lines += [f"    | {line}" for line in tail]
+    if len(result.attempts) > 1:
+        lines.append("attempts:")
+        lines += [f"  {a.attempt}: {a.reason}" for a in result.attempts]
+    return "\n".join(lines)
+
+
+def success_text(result: RunResult) -> str:
+    attempts = len(result.attempts)
+    step = final_step(result)
+    prints = {(t.result or {}).get("fingerprint") for t in result.attempts[-1].tasks} if result.attempts else set()
+    prints.discard(None)
+    text = f"launch succeeded: {result.run_name} finished"
+    if step is not None:
+        text += f" at step {step}"
+    if attempts > 1:
+        text += f" after {attempts} attempts"
+    if len(prints) == 1:
+        text += f"; every replica has weights {prints.pop()}"
+    elif len(prints) > 1:
+        text += f"; WARNING: replicas disagree on final weights ({', '.join(sorted(prints))})"
+    return text
+
+
+def is_success(result: RunResult) -> bool:
+    return result.state is GroupState.SUCCEEDED

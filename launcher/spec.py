@@ -1,0 +1,304 @@
+"""The cluster spec: what a user writes in cluster.json, parsed and validated.
+
+This step only reads and checks. It never opens a socket, starts a process or touches the
+environment. Every model is frozen and rejects unknown keys; cross-field rules live in model
+validators and report every problem with its JSON path at once (see `load_spec`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from launcher.errors import SpecError, SpecProblem
+
+ENV_PREFIX = "TFLAUNCH_"
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "ip6-localhost"})
+PREEMPTION_EXIT_CODE = 42
+
+_HOST_PATTERN = r"^(?:[A-Za-z0-9](?:[A-Za-z0-9.\-]{0,251}[A-Za-z0-9])?|[0-9A-Fa-f:]{2,39})$"
+_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._\-]{0,63}$"
+_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_TARGET_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$"
+
+Port = Annotated[int, Field(ge=0, le=65535)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class CrossFieldProblems(ValueError):
+    """Raised by model validators: several problems, each with a path relative to the model."""
+
+    def __init__(self, problems: list[tuple[str, str]]) -> None:
+        self.problems = problems
+        super().__init__("; ".join(f"{path}: {message}" for path, message in problems))
+
+
+def _check_env(env: dict[str, str], where: str) -> list[tuple[str, str]]:
+    problems = []
+    for key in env:
+        if not _ENV_KEY.match(key):
+            problems.append((f"{where}.{key}", "an environment variable name is letters, digits and _ and does not start with a digit"))
+        elif key == "TF_CONFIG" or key.startswith(ENV_PREFIX):
+            problems.append((f"{where}.{key}", f"TF_CONFIG and {ENV_PREFIX}* are set by the launcher for each task; remove this key"))
+    return problems
+
+
+class SshSpec(_Strict):
+    """How to reach a remote host. Unset fields fall back to ~/.ssh/config, then to defaults."""
+
+    user: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_.\-]{0,31}$", description="SSH user name (default: ~/.ssh/config, then the local user).")
+    port: int | None = Field(None, ge=1, le=65535, description="SSH port (default: ~/.ssh/config, then 22).")
+    identity_file: str | None = Field(None, min_length=1, description="Private key file (default: ~/.ssh/config, the SSH agent, ~/.ssh/id_*).")
+    known_hosts: str | None = Field(None, min_length=1, description="known_hosts file to trust (default: ~/.ssh/known_hosts).")
+    connect_timeout_s: float = Field(10.0, gt=0, le=300, description="Seconds to wait for the TCP connection and SSH handshake.")
+    accept_unknown_host_keys: bool = Field(False, description="Trust and record host keys never seen before. Off by default: unknown keys are rejected.")
+
+
+class TaskSpec(_Strict):
+    """One task written out explicitly (the alternative to a host's `workers` count)."""
+
+    type: Literal["chief", "worker"] = Field(description="Task type: 'chief' (at most one) or 'worker'.")
+    index: int = Field(ge=0, le=4095, description="Task index within its type; indices of a type run 0..n-1 across all hosts.")
+    port: Port = Field(0, description="TF gRPC port of this task; 0 picks a free port at launch (local hosts only).")
+
+
+class HostSpec(_Strict):
+    """One machine and the tasks it runs."""
+
+    address: str = Field(pattern=_HOST_PATTERN, description="Host name or IP address that every other host can reach this host by.")
+    transport: Literal["auto", "local", "ssh"] = Field("auto", description="'local' starts tasks on this machine, 'ssh' over SSH; 'auto' is local for localhost/127.0.0.1/::1.")
+    workers: int | None = Field(None, ge=0, le=256, description="Number of worker tasks on this host (default 1). Indices are given in host order.")
+    chief: bool = Field(False, description="Run the chief task on this host (in addition to its workers).")
+    ports: list[Port] | None = Field(None, max_length=257, description="TF port per task on this host, chief first; 0 picks a free port (local hosts only). Default: all 0.")
+    tasks: list[TaskSpec] | None = Field(None, min_length=1, max_length=257, description="Explicit tasks with type, index and port, instead of workers/chief/ports.")
+    gpus: list[Annotated[int, Field(ge=0, le=255)]] | None = Field(None, max_length=256, description="GPU ids this host's tasks may use; split evenly across its tasks as CUDA_VISIBLE_DEVICES.")
+    env: dict[str, str] = Field(default_factory=dict, description="Environment variables for this host's tasks (override the cluster's).")
+    python: str | None = Field(None, min_length=1, description="Python executable on this host (default: the cluster's).")
+    workdir: str | None = Field(None, min_length=1, description="Working directory on this host (default: the cluster's).")
+    ssh: SshSpec | None = Field(None, description="SSH settings for a remote host.")
+
+    @model_validator(mode="after")
+    def _check(self) -> HostSpec:
+        problems: list[tuple[str, str]] = []
+        if self.tasks is not None:
+            for key in ("workers", "ports"):
+                if getattr(self, key) is not None:
+                    problems.append((key, "give either 'tasks' or 'workers'/'chief'/'ports', not both"))
+            if self.chief:
+                problems.append(("chief", "with 'tasks', declare the chief as a task of type 'chief'"))
+        elif self.ports is not None and len(self.ports) != self.task_count:
+            problems.append(("ports", f"has {len(self.ports)} entries but this host runs {self.task_count} task(s) (chief first, then workers); give one port per task"))
+        if self.tasks is None and self.task_count == 0:
+            problems.append(("workers", "this host runs no task; set workers >= 1 or chief: true, or remove the host"))
+        if self.gpus is not None and len(set(self.gpus)) != len(self.gpus):
+            problems.append(("gpus", "lists a GPU id twice"))
+        problems += _check_env(self.env, "env")
+        if problems:
+            raise CrossFieldProblems(problems)
+        return self
+
+    @property
+    def task_count(self) -> int:
+        if self.tasks is not None:
+            return len(self.tasks)
+        return (1 if self.workers is None else self.workers) + (1 if self.chief else 0)
+
+    @property
+    def is_local(self) -> bool:
+        if self.transport == "auto":
+            return self.address.lower() in LOOPBACK_NAMES
+        return self.transport == "local"
+
+
+class BuiltinTraining(_Strict):
+    """The built-in example: a small Keras 3 model on a synthetic, learnable data set."""
+
+    kind: Literal["builtin"] = Field("builtin", description="Train the built-in example model.")
+    steps: int = Field(200, ge=1, le=10_000_000, description="Train until this global step.")
+    batch_per_replica: int = Field(32, ge=1, le=65536, description="Examples per replica per step; the global batch is this times the replicas in sync.")
+    learning_rate: float = Field(0.01, gt=0, le=10, description="Optimizer learning rate.")
+    optimizer: Literal["adam", "sgd"] = Field("adam", description="Optimizer: 'adam' or plain 'sgd'.")
+    checkpoint_every: int = Field(50, ge=1, le=10_000_000, description="Save a checkpoint every this many steps (and always at the end).")
+    seed: int = Field(0, ge=0, le=2**31 - 1, description="Seed for the initial weights and the synthetic data.")
+    features: int = Field(16, ge=1, le=65536, description="Input features of the synthetic data set.")
+    hidden_units: int = Field(64, ge=1, le=65536, description="Width of each hidden layer of the example model.")
+    log_every: int = Field(10, ge=1, le=10_000_000, description="Log the loss every this many steps.")
+
+
+class FunctionTraining(_Strict):
+    """A user function `module:function`, called by the worker runtime with a WorkerContext."""
+
+    kind: Literal["function"] = Field(description="Call a user function inside the worker runtime.")
+    target: str = Field(pattern=_TARGET_PATTERN, description="'package.module:function'; it receives a worker.WorkerContext after the strategy is built.")
+    steps: int = Field(200, ge=1, le=10_000_000, description="Passed to the function as context.steps.")
+    checkpoint_every: int = Field(50, ge=1, le=10_000_000, description="Passed to the function as context.checkpoint_every.")
+
+
+class CommandTraining(_Strict):
+    """A user command run as every task, e.g. ["python", "train.py"]; it reads TF_CONFIG itself."""
+
+    kind: Literal["command"] = Field(description="Run a user command as every task.")
+    argv: list[Annotated[str, Field(min_length=1)]] = Field(min_length=1, description="Command and arguments; a bare 'python' means this host's python.")
+
+
+TrainingSpec = Annotated[Union[BuiltinTraining, FunctionTraining, CommandTraining], Field(discriminator="kind")]
+
+
+class RestartSpec(_Strict):
+    """How the supervisor reacts when a task ends badly or the gang stalls."""
+
+    max_restarts: int = Field(3, ge=0, le=1000, description="Restarts of the whole gang before giving up (0: never restart).")
+    backoff_s: float = Field(1.0, ge=0, le=3600, description="Seconds to wait before the first restart; doubles each time.")
+    max_backoff_s: float = Field(30.0, ge=0, le=3600, description="Upper bound of the restart wait.")
+    preemption_exit_code: int = Field(PREEMPTION_EXIT_CODE, ge=1, le=255, description="Exit code of a worker that checkpointed and left because it was preempted; restarted without counting as a failure.")
+    fatal_exit_codes: list[Annotated[int, Field(ge=1, le=255)]] = Field(default_factory=lambda: [2], description="Exit codes that mean 'do not retry' (e.g. usage errors).")
+    grace_period_s: float = Field(10.0, ge=0, le=3600, description="Seconds between SIGTERM and SIGKILL when stopping tasks.")
+    start_timeout_s: float = Field(300.0, gt=0, le=86400, description="Every task must join (build its strategy) within this many seconds of being started.")
+    stall_timeout_s: float | None = Field(None, gt=0, le=86400, description="Restart the gang when no task makes progress for this many seconds (None: off).")
+
+    @model_validator(mode="after")
+    def _check(self) -> RestartSpec:
+        if self.preemption_exit_code in self.fatal_exit_codes:
+            raise CrossFieldProblems([("fatal_exit_codes", f"contains the preemption exit code {self.preemption_exit_code}; a code is either fatal or preemption")])
+        return self
+
+
+class ClusterSpec(_Strict):
+    """A whole training job: where its tasks run and what they run."""
+
+    name: str = Field(pattern=_NAME_PATTERN, description="Run name: letters, digits, '.', '_', '-'; names the run directory.")
+    hosts: list[HostSpec] = Field(min_length=1, max_length=4096, description="Machines and the tasks each runs.")
+    run_root: str = Field("runs", min_length=1, description="Local directory under which <run_root>/<name> holds logs, results and the summary.")
+    checkpoint_dir: str | None = Field(None, min_length=1, description="Shared checkpoint directory every host can read and write (default: <run dir>/checkpoints).")
+    workdir: str | None = Field(None, min_length=1, description="Working directory of every task (default: the launcher's working directory for local hosts, the SSH home for remote ones).")
+    python: str | None = Field(None, min_length=1, description="Python executable of the tasks (default: the launcher's own for local hosts, 'python3' for remote ones).")
+    env: dict[str, str] = Field(default_factory=dict, description="Environment variables for every task.")
+    training: TrainingSpec = Field(default_factory=BuiltinTraining, description="What every task runs.")
+    restart: RestartSpec = Field(default_factory=RestartSpec, description="Supervision settings.")
+
+    @model_validator(mode="after")
+    def _check(self) -> ClusterSpec:
+        problems: list[tuple[str, str]] = _check_env(self.env, "env")
+        explicit = [h.tasks is not None for h in self.hosts]
+        if any(explicit) and not all(explicit):
+            problems.append(("hosts", "mix of hosts with 'tasks' and hosts with 'workers'; use one form on every host"))
+        chiefs = [i for i, h in enumerate(self.hosts) for t in self.task_entries(h) if t.type == "chief"]
+        if len(chiefs) > 1:
+            problems.append((f"hosts[{chiefs[1]}]", f"a second chief (hosts[{chiefs[0]}] already has one); a cluster has at most one chief"))
+        if all(explicit):
+            for kind in ("chief", "worker"):
+                indices = sorted(t.index for h in self.hosts for t in h.tasks or [] if t.type == kind)
+                if indices and indices != list(range(len(indices))):
+                    problems.append(("hosts", f"{kind} indices are {indices}; they must be 0..{len(indices) - 1}, each once"))
+        workers = sum(1 for h in self.hosts for t in self.task_entries(h) if t.type == "worker")
+        if workers == 0:
+            problems.append(("hosts", "no worker task; MultiWorkerMirroredStrategy needs at least one worker"))
+        seen: dict[tuple[str, int], int] = {}
+        for i, host in enumerate(self.hosts):
+            for j, task in enumerate(self.task_entries(host)):
+                if task.port == 0:
+                    if not host.is_local:
+                        problems.append((f"hosts[{i}].ports", f"port 0 (pick a free one) only works for local hosts; give {host.address} explicit ports"))
+                        break
+                    continue
+                key = (host.address.lower(), task.port)
+                if key in seen:
+                    problems.append((f"hosts[{i}]", f"{host.address}:{task.port} is used twice (also in hosts[{seen[key]}]); every task needs its own host:port"))
+                seen[key] = i
+        addresses = {h.address.lower() for h in self.hosts}
+        if len(addresses) > 1:
+            for i, host in enumerate(self.hosts):
+                if host.address.lower() in LOOPBACK_NAMES:
+                    problems.append((f"hosts[{i}].address", f"'{host.address}' cannot be reached from the other hosts of a multi-host cluster; use this machine's name or network address"))
+        if problems:
+            raise CrossFieldProblems(problems)
+        return self
+
+    @staticmethod
+    def task_entries(host: HostSpec) -> list[TaskSpec]:
+        """The tasks of one host; count-form hosts get index -1 (assigned in host order by plan)."""
+        if host.tasks is not None:
+            return list(host.tasks)
+        ports = host.ports or [0] * host.task_count
+        types = (["chief"] if host.chief else []) + ["worker"] * (host.task_count - (1 if host.chief else 0))
+        return [TaskSpec.model_construct(type=t, index=-1, port=p) for t, p in zip(types, ports)]
+
+    @property
+    def is_multi_host(self) -> bool:
+        return len({h.address.lower() for h in self.hosts}) > 1
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of cluster.json, generated from the models."""
+    return ClusterSpec.model_json_schema()
+
+
+def _json_path(loc: tuple[int | str, ...]) -> str:
+    path = "$"
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif part in ("builtin", "function", "command") and path.endswith("training"):
+            continue  # pydantic inserts the union tag; users never write it
+        else:
+            path += f".{part}"
+    return path
+
+
+def _problems(error: ValidationError) -> list[SpecProblem]:
+    problems: list[SpecProblem] = []
+    for item in error.errors():
+        loc = tuple(item["loc"])
+        cause = (item.get("ctx") or {}).get("error")
+        if isinstance(cause, CrossFieldProblems):
+            for sub_path, message in cause.problems:
+                sub = tuple(int(p) if p.isdigit() else p for p in re.split(r"[.\[\]]+", sub_path) if p)
+                problems.append(SpecProblem(_json_path(loc + sub), message))
+            continue
+        problems.append(SpecProblem(_json_path(loc), _message(item)))
+    return problems
+
+
+def _message(item: Any) -> str:
+    kind = item["type"]
+    value = item.get("input")
+    if kind == "extra_forbidden":
+        return "unknown key; remove it or check its spelling (`launch schema` lists every key)"
+    if kind == "missing":
+        return "is required"
+    if kind == "union_tag_invalid":
+        return f"got kind {value!r}; use 'builtin', 'function' or 'command'"
+    if kind == "string_pattern_mismatch" and isinstance(value, str):
+        return f"got {value!r}, which is not allowed here (letters, digits, '.', '-', no spaces or shell characters)"
+    shown = json.dumps(value) if isinstance(value, (str, int, float, bool)) or value is None else type(value).__name__
+    return f"got {shown}: {item['msg']}"
+
+
+def parse_spec(data: Any, source: str = "cluster spec") -> ClusterSpec:
+    """Validate already-decoded JSON; raise SpecError listing every problem."""
+    if not isinstance(data, dict):
+        raise SpecError(source, [SpecProblem("$", f"the spec must be a JSON object, got {type(data).__name__}")])
+    try:
+        return ClusterSpec.model_validate(data)
+    except ValidationError as error:
+        raise SpecError(source, _problems(error)) from None
+
+
+def load_spec(path: Path) -> ClusterSpec:
+    """Read and validate a cluster.json file; raise SpecError (exit 2) on any problem."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise SpecError(str(path), [SpecProblem("$", f"cannot read the file ({error.strerror}); check the --cluster path")]) from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise SpecError(str(path), [SpecProblem("$", f"not valid JSON at line {error.lineno} column {error.colno}: {error.msg}")]) from None
+    return parse_spec(data, str(path))

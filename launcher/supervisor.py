@@ -1,0 +1,282 @@
+"""Run the gang: start every task, watch one event queue, decide, act; repeat per attempt.
+
+`step()` is one observe-decide-act iteration and can be driven by tests against a fake
+transport. Stopping is always: SIGTERM to every task's group, one monotonic deadline, SIGKILL,
+wait until the groups are empty. `shutdown()` runs in `finally` and leaves no task behind.
+The supervisor never asks which transport it holds and never prints: output goes to callbacks.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from launcher.gang import AttemptResult, GangStatus, GroupState, RunResult, TaskResult, TaskStatus
+from launcher.plan import LaunchPlan, TaskLaunch
+from launcher.policy import Action, Decision, FailureKind, RestartPolicy
+from launcher.transport.base import Event, OutputLine, TaskExit, TaskExited, TaskProcess, Tick, Transport, WorkerReport
+
+log = logging.getLogger(__name__)
+
+OutputCallback = Callable[[TaskLaunch, str], None]
+NoticeCallback = Callable[[str], None]
+_KILL_WAIT_S = 10.0
+
+
+@dataclass
+class _Task:
+    """Mutable bookkeeping for one task of the current attempt (snapshotted by `status()`)."""
+
+    launch: TaskLaunch
+    process: TaskProcess | None = None
+    joined: bool = False
+    step: int | None = None
+    exit: TaskExit | None = None
+    started_mono: float = 0.0
+    started_at: float = 0.0
+    last_progress: float = 0.0
+
+
+def _read_json(path: str) -> dict[str, Any] | None:
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # not written (the task died first) or cut short
+        return None
+    return data if isinstance(data, dict) else None
+
+
+class Supervisor:
+    """Owns the tasks of one launch across attempts.
+
+    Lifecycle: `start()` -> `step()` until `state.is_terminal` -> `shutdown()` (idempotent).
+    Invariant: at most one attempt's tasks exist at a time; a new attempt starts only after
+    every process of the previous one is gone.
+    """
+
+    def __init__(
+        self,
+        planner: Callable[[int], LaunchPlan],
+        transport: Transport,
+        policy: RestartPolicy,
+        reports_progress: bool,
+        on_output: OutputCallback | None = None,
+        on_notice: NoticeCallback | None = None,
+        on_report: Callable[[TaskLaunch, dict[str, Any]], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self._planner = planner
+        self._transport = transport
+        self._policy = policy
+        self._reports_progress = reports_progress
+        self._on_output = on_output or (lambda launch, line: None)
+        self._on_notice = on_notice or (lambda text: None)
+        self._on_report = on_report or (lambda launch, data: None)
+        self._clock = clock
+        self._sleep = sleep
+        self._events: queue.Queue[Event] = queue.Queue()
+        self._tasks: dict[str, _Task] = {}
+        self._plan: LaunchPlan | None = None
+        self._attempt_started_at = 0.0
+        self.restarts = 0
+        self.preemptions = 0
+        self.hurry = False  # set on a second interrupt: skip the grace period
+        self.state = GroupState.STARTING
+        self.result: RunResult | None = None
+
+    # ---- observe ---------------------------------------------------------------------------
+
+    @property
+    def plan(self) -> LaunchPlan:
+        assert self._plan is not None, "start() first"
+        return self._plan
+
+    def status(self) -> GangStatus:
+        return GangStatus(
+            attempt=self.plan.attempt,
+            restarts=self.restarts,
+            preemptions=self.preemptions,
+            now=self._clock(),
+            reports_progress=self._reports_progress,
+            tasks=tuple(
+                TaskStatus(t.launch.name, t.launch.host, t.process.pid if t.process else None,
+                           t.joined or not self._reports_progress, t.step, t.exit, t.started_mono, t.last_progress)
+                for t in self._tasks.values()
+            ),
+        )
+
+    def _apply(self, event: Event) -> None:
+        if isinstance(event, Tick):
+            return
+        task = self._tasks.get(event.task)
+        if task is None:  # a straggler event from an earlier attempt's task
+            return
+        if isinstance(event, OutputLine):
+            if not self._reports_progress:
+                task.last_progress = self._clock()
+            self._on_output(task.launch, event.line)
+        elif isinstance(event, WorkerReport):
+            kind = event.data.get("event")
+            if kind == "joined":
+                task.joined = True
+                task.last_progress = self._clock()
+            elif kind in ("step", "done") and isinstance(event.data.get("step"), int):
+                task.step = event.data["step"]
+                task.last_progress = self._clock()
+            self._on_report(task.launch, event.data)
+        elif isinstance(event, TaskExited):
+            task.exit = event.exit
+            log.debug("%s exited: %s", event.task, event.exit.describe())
+
+    def _pump(self, timeout: float) -> None:
+        """Apply every queued event, waiting up to `timeout` for the first one."""
+        try:
+            event = self._events.get(timeout=max(timeout, 0.0))
+        except queue.Empty:
+            return
+        self._apply(event)
+        while True:
+            try:
+                self._apply(self._events.get_nowait())
+            except queue.Empty:
+                return
+
+    def wake(self) -> None:
+        """Make a blocked `step()` return soon (thread- and signal-safe)."""
+        self._events.put(Tick())
+
+    # ---- act -------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start attempt 0."""
+        self._start_attempt(0)
+
+    def _start_attempt(self, attempt: int) -> None:
+        self._plan = self._planner(attempt)
+        self._tasks = {launch.name: _Task(launch) for launch in self._plan.tasks}
+        self._attempt_started_at = time.time()
+        self.state = GroupState.STARTING
+        Path(self._plan.attempt_dir).mkdir(parents=True, exist_ok=True)
+        for task in self._tasks.values():
+            task.started_mono = task.last_progress = self._clock()
+            task.started_at = time.time()
+            task.process = self._transport.start(task.launch, self._events.put)
+        log.info("attempt %d: started %d tasks", attempt, len(self._tasks))
+
+    def step(self, timeout: float = 0.5) -> GroupState:
+        """One iteration: wait up to `timeout` for events, decide, act. Returns the new state."""
+        self._pump(timeout)
+        status = self.status()
+        if self.state is GroupState.STARTING and not status.unjoined:
+            self.state = GroupState.RUNNING
+        decision = self._policy.decide(status)
+        if decision.action is Action.KEEP_GOING:
+            return self.state
+        self._finish_attempt(decision)
+        if decision.action is Action.SUCCEED:
+            self.state = GroupState.SUCCEEDED
+        elif decision.action is Action.FAIL:
+            self.state = GroupState.FAILED
+        else:
+            self._restart(decision)
+        return self.state
+
+    def _restart(self, decision: Decision) -> None:
+        self.state = GroupState.RESTARTING
+        if decision.kind is FailureKind.PREEMPTED:
+            self.preemptions += 1
+            wait = 0.0
+        else:
+            wait = self._policy.backoff_s(self.restarts)
+            self.restarts += 1
+        self._on_notice(f"{decision.reason}; restarting every task" + (f" in {wait:g}s" if wait else ""))
+        if wait:
+            self._sleep(wait)
+        self._start_attempt(self.plan.attempt + 1)
+
+    def _finish_attempt(self, decision: Decision) -> None:
+        """Stop what still runs, then record how every task of this attempt ended."""
+        if decision.action is not Action.SUCCEED:
+            self._on_notice(decision.reason if decision.action is Action.FAIL else f"{decision.reason}: stopping the gang")
+        self.stop_all()
+        self._record(decision)
+
+    def stop_all(self, grace_s: float | None = None) -> None:
+        """SIGTERM every live group, wait out one deadline, SIGKILL, wait until all are gone."""
+        grace = 0.0 if self.hurry else (self._policy.spec.grace_period_s if grace_s is None else grace_s)
+        live = [t for t in self._tasks.values() if t.process is not None and t.exit is None]
+        for task in live:
+            assert task.process is not None
+            task.process.signal(signal.SIGTERM)
+        self._await_exits(self._clock() + grace)
+        for task in self._tasks.values():
+            if task.process is not None and (task.exit is None or not task.process.gone()):
+                task.process.signal(signal.SIGKILL)
+        self._await_exits(self._clock() + _KILL_WAIT_S)
+        for task in self._tasks.values():
+            if task.process is not None and not task.process.gone():
+                log.warning("%s (pid %s) survived SIGKILL wait", task.launch.name, task.process.pid)
+
+    def _await_exits(self, deadline: float) -> None:
+        while any(t.exit is None for t in self._tasks.values() if t.process is not None):
+            remaining = deadline - self._clock()
+            if remaining <= 0:
+                return
+            self._pump(min(remaining, 0.2))
+
+    def _record(self, decision: Decision) -> None:
+        tasks = []
+        for task in self._tasks.values():
+            launch = task.launch
+            tasks.append(TaskResult(
+                name=launch.name,
+                host=launch.host,
+                pid=task.process.pid if task.process else None,
+                exit_code=task.exit.code if task.exit else None,
+                signal=task.exit.signal if task.exit else None,
+                started_at=task.started_at,
+                ended_at=task.exit.time if task.exit else None,
+                joined=task.joined,
+                step=task.step,
+                log_path=launch.log_path,
+                error=_read_json(launch.error_path),
+                result=_read_json(launch.result_path),
+            ))
+        attempt = AttemptResult(self.plan.attempt, decision.reason, decision.cause, decision.kind.value,
+                                tuple(tasks), self._attempt_started_at, time.time())
+        if self.result is None:
+            self.result = RunResult(self.plan.run_name, self.plan.run_dir)
+        self.result.attempts.append(attempt)
+
+    def run(self, poll_s: float = 0.5) -> RunResult:
+        """Start and supervise until a terminal state; always shuts down."""
+        try:
+            self.start()
+            while not self.state.is_terminal:
+                self.step(poll_s)
+        finally:
+            self.shutdown()
+        assert self.result is not None
+        return self.result
+
+    def shutdown(self) -> None:
+        """Stop every task that still runs (idempotent; called from `finally`)."""
+        if self._plan is None:
+            return
+        if any(t.exit is None for t in self._tasks.values() if t.process is not None):
+            self._finish_attempt(Decision(Action.FAIL, FailureKind.NONE, None, "the launcher was interrupted"))
+            self.state = GroupState.INTERRUPTED
+        if self.result is None:
+            self.result = RunResult(self.plan.run_name, self.plan.run_dir)
+        self.result.state = self.state
+        for task in self._tasks.values():
+            close = getattr(task.process, "close", None)
+            if close is not None:
+                close()
+        self._transport.close()

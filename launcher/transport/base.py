@@ -1,0 +1,99 @@
+"""The one small interface every way of starting tasks implements (local, SSH).
+
+A transport starts a TaskLaunch and returns a TaskProcess; from then on everything the task
+does arrives as events on one sink (output lines, worker reports, its exit), so the supervisor
+waits on a single queue and never polls slowly. The supervisor never asks which transport it
+holds.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol, Union
+
+from launcher.plan import TaskLaunch
+
+
+@dataclass(frozen=True)
+class TaskExit:
+    """How a task ended: an exit code, or the signal that killed it."""
+
+    code: int | None
+    signal: int | None
+    time: float = field(default_factory=time.time)
+
+    @property
+    def ok(self) -> bool:
+        return self.code == 0
+
+    def describe(self) -> str:
+        if self.signal is not None:
+            import signal as _signal
+
+            try:
+                return f"killed by {_signal.Signals(self.signal).name}"
+            except ValueError:
+                return f"killed by signal {self.signal}"
+        return f"exit code {self.code}"
+
+
+@dataclass(frozen=True)
+class OutputLine:
+    task: str
+    line: str
+
+
+@dataclass(frozen=True)
+class WorkerReport:
+    """A structured report a worker wrote on its event channel (joined, step, done)."""
+
+    task: str
+    data: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class TaskExited:
+    task: str
+    exit: TaskExit
+
+
+@dataclass(frozen=True)
+class Tick:
+    """Wakes the supervisor without news (e.g. a signal arrived)."""
+
+
+Event = Union[OutputLine, WorkerReport, TaskExited, Tick]
+EventSink = Callable[[Event], None]
+
+
+def parse_report(task: str, raw: str) -> WorkerReport | None:
+    """One JSON line from the event channel; None for anything malformed."""
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("event"), str):
+        return None
+    return WorkerReport(task, data)
+
+
+class TaskProcess(Protocol):
+    """A started task. `signal` reaches its whole process group."""
+
+    launch: TaskLaunch
+    pid: int
+    started_at: float
+
+    def signal(self, signum: int) -> None: ...
+
+    def gone(self) -> bool:
+        """True once no process of the task's group is left running."""
+        ...
+
+
+class Transport(Protocol):
+    def start(self, launch: TaskLaunch, sink: EventSink) -> TaskProcess: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,110 @@
+"""The worker entry point: read the cluster, build the strategy, train, report the outcome.
+
+Order matters: TF_CONFIG must be read and MultiWorkerMirroredStrategy built before any other
+TF op exists. An uncaught exception is written to the JSON error file before the process exits
+non-zero, so the launcher can name the root cause without scraping logs.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from worker.cluster import ClusterInfo, read_cluster_info
+from worker.errors import write_error_file
+from worker.events import report
+from worker.settings import WorkerSettings, read_settings
+
+log = logging.getLogger("worker")
+USAGE_EXIT_CODE = 2
+
+
+class WorkerUsageError(Exception):
+    """A mistake in what the worker was asked to run (exit 2: retrying cannot help)."""
+
+
+@dataclass(frozen=True)
+class WorkerContext:
+    """What a user training function (`training.kind = "function"`) receives."""
+
+    strategy: Any
+    cluster: ClusterInfo
+    settings: WorkerSettings
+    steps: int
+    checkpoint_every: int
+
+    def report_step(self, step: int, **fields: Any) -> None:
+        """Tell the launcher training advanced (feeds stall detection and the summary)."""
+        report("step", step=step, **fields)
+
+
+def build_strategy() -> Any:
+    import tensorflow as tf
+
+    return tf.distribute.MultiWorkerMirroredStrategy()
+
+
+def _load_function(target: str) -> Callable[[WorkerContext], Any]:
+    module_name, _, attr = target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+        function = getattr(module, attr)
+    except (ImportError, AttributeError) as error:
+        raise WorkerUsageError(f"cannot load training function {target!r}: {error}") from None
+    if not callable(function):
+        raise WorkerUsageError(f"{target!r} is not callable")
+    return function
+
+
+def write_result(path: str, result: dict[str, Any]) -> None:
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as handle:
+        json.dump(result, handle, indent=2, default=str)
+    os.replace(tmp, path)
+
+
+def run(settings: WorkerSettings) -> dict[str, Any]:
+    cluster = read_cluster_info()
+    training = settings.training
+    kind = training.get("kind", "builtin")
+    function = _load_function(training["target"]) if kind == "function" else None
+    strategy = build_strategy()
+    report("joined", replicas=strategy.num_replicas_in_sync)
+    log.info("%s joined: %d task(s), %d replica(s) in sync, attempt %d",
+             cluster.name, max(cluster.num_trainers, 1), strategy.num_replicas_in_sync, settings.attempt)
+    if function is not None:
+        context = WorkerContext(strategy, cluster, settings, int(training.get("steps", 0)), int(training.get("checkpoint_every", 0)))
+        outcome = function(context)
+        result = dict(outcome) if isinstance(outcome, dict) else {}
+    else:
+        from worker.loop import train_builtin
+
+        result = train_builtin(strategy, cluster, settings)
+    result.update(task=cluster.name, attempt=settings.attempt, pid=os.getpid())
+    return result
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stdout)
+    log.setLevel(logging.INFO)
+    settings = read_settings()
+    try:
+        result = run(settings)
+        write_result(settings.result_file, result)
+        report("done", step=result.get("step"))
+        return 0
+    except WorkerUsageError as error:
+        write_error_file(settings.error_file, settings.task, error)
+        log.error("%s", error)
+        return USAGE_EXIT_CODE
+    except BaseException as error:
+        if isinstance(error, SystemExit) and error.code in (0, None):
+            raise
+        write_error_file(settings.error_file, settings.task, error)
+        raise
