@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal, Union, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -252,6 +252,37 @@ def _json_path(loc: tuple[int | str, ...]) -> str:
     return path
 
 
+_TRAINING_KINDS: dict[str, type[BaseModel]] = {"builtin": BuiltinTraining, "function": FunctionTraining, "command": CommandTraining}
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in get_args(annotation):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _field_help(loc: tuple[int | str, ...]) -> str | None:
+    """The description of the field at `loc`, used as the fix hint."""
+    model: type[BaseModel] | None = ClusterSpec
+    description = None
+    for part in loc:
+        if isinstance(part, int) or model is None:
+            continue
+        if part in _TRAINING_KINDS:
+            model = _TRAINING_KINDS[part]
+            continue
+        field = model.model_fields.get(part)
+        if field is None:
+            return None
+        description = field.description
+        model = _model_in(field.annotation)
+    return description
+
+
 def _problems(error: ValidationError) -> list[SpecProblem]:
     problems: list[SpecProblem] = []
     for item in error.errors():
@@ -262,7 +293,9 @@ def _problems(error: ValidationError) -> list[SpecProblem]:
                 sub = tuple(int(p) if p.isdigit() else p for p in re.split(r"[.\[\]]+", sub_path) if p)
                 problems.append(SpecProblem(_json_path(loc + sub), message))
             continue
-        problems.append(SpecProblem(_json_path(loc), _message(item)))
+        message = _message(item)
+        hint = _field_help(loc) if item["type"] not in ("extra_forbidden", "union_tag_invalid") else None
+        problems.append(SpecProblem(_json_path(loc), f"{message}. {hint}" if hint else message))
     return problems
 
 
@@ -276,7 +309,7 @@ def _message(item: Any) -> str:
     if kind == "union_tag_invalid":
         return f"got kind {value!r}; use 'builtin', 'function' or 'command'"
     if kind == "string_pattern_mismatch" and isinstance(value, str):
-        return f"got {value!r}, which is not allowed here (letters, digits, '.', '-', no spaces or shell characters)"
+        return f"got {value!r}, which has characters or a form not allowed here"
     shown = json.dumps(value) if isinstance(value, (str, int, float, bool)) or value is None else type(value).__name__
     return f"got {shown}: {item['msg']}"
 

@@ -1,0 +1,86 @@
+"""Shared fixtures: run `launch`, and prove every process a test started is gone at the end."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import psutil
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+HELPERS = REPO / "tests" / "helpers"
+
+
+def processes_mentioning(marker: str) -> list[psutil.Process]:
+    """Live processes whose environment or command line contains `marker` (a test's tmp dir)."""
+    found = []
+    for proc in psutil.process_iter(["pid", "status"]):
+        if proc.pid == os.getpid() or proc.info["status"] == psutil.STATUS_ZOMBIE:
+            continue
+        try:
+            env = proc.environ()
+            cmdline = " ".join(proc.cmdline())
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):  # gone or not ours
+            continue
+        if marker in cmdline or any(marker in value for value in env.values()):
+            found.append(proc)
+    return found
+
+
+def wait_until_gone(marker: str, timeout: float) -> list[psutil.Process]:
+    """Wait for every process mentioning `marker` to exit; return the ones still alive."""
+    deadline = time.monotonic() + timeout
+    while True:
+        alive = processes_mentioning(marker)
+        if not alive:
+            return []
+        _, still = psutil.wait_procs(alive, timeout=max(0.0, min(0.5, deadline - time.monotonic())))
+        if time.monotonic() >= deadline:
+            return still
+
+
+@pytest.fixture
+def work(tmp_path: Path) -> Iterator[Path]:
+    """A per-test directory; after the test, no process that mentions it may be left."""
+    yield tmp_path
+    leftovers = wait_until_gone(str(tmp_path), timeout=15)
+    for proc in leftovers:  # clean up what we started, then fail the test
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:  # exited meanwhile
+            pass
+    assert not leftovers, f"processes left behind: {[(p.pid, p.info) for p in leftovers]}"
+
+
+def write_spec(directory: Path, spec: dict[str, Any], name: str = "cluster.json") -> Path:
+    path = directory / name
+    path.write_text(json.dumps(spec), encoding="utf-8")
+    return path
+
+
+def launch_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "launcher", *args]
+
+
+def run_launch(args: list[str], cwd: Path, timeout: float = 240, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    full_env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})}
+    return subprocess.run(launch_cmd(*args), cwd=cwd, capture_output=True, text=True, timeout=timeout, env=full_env)
+
+
+def local_spec(name: str, workers: int, run_root: Path, **training: Any) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "name": name,
+        "run_root": str(run_root),
+        "hosts": [{"address": "localhost", "workers": workers}],
+        "env": {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(HELPERS)},
+        "restart": {"max_restarts": 0, "grace_period_s": 5},
+    }
+    if training:
+        spec["training"] = training
+    return spec

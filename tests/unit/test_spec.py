@@ -1,0 +1,150 @@
+"""Spec validation: every malformed spec exits 2, names its JSON path, and starts nothing."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from launcher.cli import main
+from launcher.errors import SpecError
+from launcher.spec import ClusterSpec, json_schema, load_spec, parse_spec
+from tests.conftest import REPO
+
+GOOD: dict[str, Any] = {"name": "ok", "hosts": [{"address": "localhost", "workers": 2}]}
+
+
+def with_(path: str, value: Any) -> dict[str, Any]:
+    """GOOD with one dotted path set (list indices as numbers)."""
+    spec = copy.deepcopy(GOOD)
+    node: Any = spec
+    parts = path.split(".")
+    for part in parts[:-1]:
+        node = node[int(part)] if part.isdigit() else node.setdefault(part, {})
+    node[parts[-1]] = value
+    return spec
+
+
+MULTI = {"name": "m", "hosts": [{"address": "10.0.0.1", "ports": [2222]}, {"address": "10.0.0.2", "ports": [2222]}]}
+
+BAD: list[tuple[str, Any, str]] = [
+    ("missing name", {"hosts": GOOD["hosts"]}, "$.name"),
+    ("name with space", with_("name", "my run"), "$.name"),
+    ("name wrong type", with_("name", 7), "$.name"),
+    ("no hosts", with_("hosts", []), "$.hosts"),
+    ("hosts not a list", with_("hosts", {"address": "localhost"}), "$.hosts"),
+    ("unknown top-level key", with_("nodes", 3), "$.nodes"),
+    ("unknown host key", with_("hosts.0.cpus", 3), "$.hosts[0].cpus"),
+    ("host address with shell chars", with_("hosts.0.address", "a;touch /tmp/x"), "$.hosts[0].address"),
+    ("host address empty", with_("hosts.0.address", ""), "$.hosts[0].address"),
+    ("negative workers", with_("hosts.0.workers", -1), "$.hosts[0].workers"),
+    ("workers as string", with_("hosts.0.workers", "two"), "$.hosts[0].workers"),
+    ("zero tasks on host", with_("hosts.0.workers", 0), "$.hosts[0].workers"),
+    ("port too large", with_("hosts.0.ports", [70000, 0]), "$.hosts[0].ports[0]"),
+    ("port negative", with_("hosts.0.ports", [0, -5]), "$.hosts[0].ports[1]"),
+    ("ports count mismatch", with_("hosts.0.ports", [0]), "$.hosts[0].ports"),
+    ("duplicate host:port", with_("hosts.0.ports", [5000, 5000]), "$.hosts[0]"),
+    ("two chiefs", {"name": "c", "hosts": [{"address": "localhost", "chief": True, "workers": 1},
+                                            {"address": "localhost", "chief": True, "workers": 1}]}, "$.hosts[1]"),
+    ("tasks mixed with workers", with_("hosts.0.tasks", [{"type": "worker", "index": 0}]), "$.hosts[0].workers"),
+    ("non-contiguous indices", {"name": "t", "hosts": [{"address": "localhost", "tasks": [
+        {"type": "worker", "index": 0}, {"type": "worker", "index": 2}]}]}, "$.hosts"),
+    ("bad task type", {"name": "t", "hosts": [{"address": "localhost", "tasks": [{"type": "ps", "index": 0}]}]},
+     "$.hosts[0].tasks[0].type"),
+    ("only a chief, no worker", {"name": "t", "hosts": [{"address": "localhost", "chief": True, "workers": 0}]}, "$.hosts"),
+    ("localhost in a multi-host cluster", {"name": "m", "hosts": [{"address": "localhost"}, {"address": "10.0.0.2", "ports": [2222]}]},
+     "$.hosts[0].address"),
+    ("port 0 on a remote host", {"name": "m", "hosts": [{"address": "10.0.0.1"}, {"address": "10.0.0.2", "ports": [2222]}]},
+     "$.hosts[0].ports"),
+    ("env key invalid", with_("env", {"1BAD": "x"}), "$.env.1BAD"),
+    ("env sets TF_CONFIG", with_("env", {"TF_CONFIG": "{}"}), "$.env.TF_CONFIG"),
+    ("host env sets reserved prefix", with_("hosts.0.env", {"TFLAUNCH_TASK": "x"}), "$.hosts[0].env.TFLAUNCH_TASK"),
+    ("env value not a string", with_("env", {"A": 1}), "$.env.A"),
+    ("unknown training kind", with_("training", {"kind": "magic"}), "$.training"),
+    ("steps zero", with_("training", {"kind": "builtin", "steps": 0}), "$.training.steps"),
+    ("batch negative", with_("training", {"kind": "builtin", "batch_per_replica": -3}), "$.training.batch_per_replica"),
+    ("function target malformed", with_("training", {"kind": "function", "target": "no_colon"}), "$.training.target"),
+    ("command empty", with_("training", {"kind": "command", "argv": []}), "$.training.argv"),
+    ("unknown training key", with_("training", {"kind": "builtin", "epochs": 3}), "$.training.epochs"),
+    ("max_restarts negative", with_("restart", {"max_restarts": -1}), "$.restart.max_restarts"),
+    ("grace period wrong type", with_("restart", {"grace_period_s": "soon"}), "$.restart.grace_period_s"),
+    ("preemption code also fatal", with_("restart", {"preemption_exit_code": 42, "fatal_exit_codes": [2, 42]}),
+     "$.restart.fatal_exit_codes"),
+    ("ssh port out of range", {**MULTI, "hosts": [{**MULTI["hosts"][0], "ssh": {"port": 0}}, MULTI["hosts"][1]]},
+     "$.hosts[0].ssh.port"),
+    ("ssh user with shell chars", {**MULTI, "hosts": [{**MULTI["hosts"][0], "ssh": {"user": "x$(id)"}}, MULTI["hosts"][1]]},
+     "$.hosts[0].ssh.user"),
+    ("gpus duplicated", with_("hosts.0.gpus", [0, 0]), "$.hosts[0].gpus"),
+    ("transport unknown", with_("hosts.0.transport", "telnet"), "$.hosts[0].transport"),
+]
+
+
+@pytest.mark.parametrize("case, spec, path", BAD, ids=[case for case, _, _ in BAD])
+def test_bad_spec_exits_2_names_path_and_starts_nothing(case: str, spec: Any, path: str, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    spec = json.loads(json.dumps(spec))
+    if isinstance(spec, dict):
+        spec["run_root"] = str(tmp_path / "runs")
+    file = tmp_path / "cluster.json"
+    file.write_text(json.dumps(spec))
+    code = main(["--cluster", str(file)])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert path in err, err
+    assert "Traceback" not in err
+    assert "Nothing was started" in err
+    assert not (tmp_path / "runs").exists(), "a run directory was created for a bad spec"
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("{not json", "not valid JSON at line 1"),
+    ("[1, 2]", "must be a JSON object"),
+    ("", "not valid JSON"),
+])
+def test_broken_json(text: str, needle: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    file = tmp_path / "cluster.json"
+    file.write_text(text)
+    assert main(["--cluster", str(file)]) == 2
+    assert needle in capsys.readouterr().err
+
+
+def test_missing_file_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--cluster", str(tmp_path / "nope.json")]) == 2
+    assert "cannot read the file" in capsys.readouterr().err
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    bad = {"name": "bad name", "hosts": [{"address": "localhost", "workers": -1, "colour": "red"}], "restart": {"max_restarts": -2}}
+    with pytest.raises(SpecError) as caught:
+        parse_spec(bad)
+    paths = {problem.path for problem in caught.value.problems}
+    assert {"$.name", "$.hosts[0].workers", "$.hosts[0].colour", "$.restart.max_restarts"} <= paths
+
+
+def test_example_validates_against_schema() -> None:
+    import jsonschema
+
+    data = json.loads((REPO / "cluster.example.json").read_text())
+    jsonschema.validate(data, json_schema())
+    spec = load_spec(REPO / "cluster.example.json")
+    assert isinstance(spec, ClusterSpec)
+    assert sum(host.task_count for host in spec.hosts) == 3
+    assert all(host.is_local for host in spec.hosts)
+
+
+def test_schema_command_prints_schema(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["schema"]) == 0
+    schema = json.loads(capsys.readouterr().out)
+    assert schema["additionalProperties"] is False
+    assert "hosts" in schema["required"]
+    host = schema["$defs"]["HostSpec"]["properties"]
+    assert all("description" in field for field in host.values())
+
+
+def test_spec_is_frozen() -> None:
+    spec = parse_spec(GOOD)
+    with pytest.raises(Exception):
+        spec.name = "other"  # type: ignore[misc]
