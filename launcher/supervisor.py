@@ -8,6 +8,7 @@ The supervisor never asks which transport it holds and never prints: output goes
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import queue
@@ -80,7 +81,7 @@ class Supervisor:
         self._on_report = on_report or (lambda launch, data: None)
         self._clock = clock
         self._sleep = sleep
-        self._events: queue.Queue[Event] = queue.Queue()
+        self._events: queue.Queue[tuple[_Task | None, Event]] = queue.Queue()
         self._tasks: dict[str, _Task] = {}
         self._plan: LaunchPlan | None = None
         self._attempt_started_at = 0.0
@@ -111,11 +112,10 @@ class Supervisor:
             ),
         )
 
-    def _apply(self, event: Event) -> None:
-        if isinstance(event, Tick):
+    def _apply(self, task: _Task | None, event: Event) -> None:
+        if task is None or isinstance(event, Tick):
             return
-        task = self._tasks.get(event.task)
-        if task is None:  # a straggler event from an earlier attempt's task
+        if self._tasks.get(task.launch.name) is not task:  # a straggler from an earlier attempt
             return
         if isinstance(event, OutputLine):
             if not self._reports_progress:
@@ -137,19 +137,22 @@ class Supervisor:
     def _pump(self, timeout: float) -> None:
         """Apply every queued event, waiting up to `timeout` for the first one."""
         try:
-            event = self._events.get(timeout=max(timeout, 0.0))
+            self._apply(*self._events.get(timeout=max(timeout, 0.0)))
         except queue.Empty:
             return
-        self._apply(event)
         while True:
             try:
-                self._apply(self._events.get_nowait())
+                self._apply(*self._events.get_nowait())
             except queue.Empty:
                 return
 
+    def _deliver(self, task: _Task, event: Event) -> None:
+        """The sink handed to the transport for one task (called from reader threads)."""
+        self._events.put((task, event))
+
     def wake(self) -> None:
         """Make a blocked `step()` return soon (thread- and signal-safe)."""
-        self._events.put(Tick())
+        self._events.put((None, Tick()))
 
     # ---- act -------------------------------------------------------------------------------
 
@@ -166,7 +169,7 @@ class Supervisor:
         for task in self._tasks.values():
             task.started_mono = task.last_progress = self._clock()
             task.started_at = time.time()
-            task.process = self._transport.start(task.launch, self._events.put)
+            task.process = self._transport.start(task.launch, functools.partial(self._deliver, task))
         log.info("attempt %d: started %d tasks", attempt, len(self._tasks))
 
     def step(self, timeout: float = 0.5) -> GroupState:

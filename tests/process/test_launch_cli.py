@@ -1,0 +1,144 @@
+"""`launch` as a user runs it, with tiny helper tasks (no TensorFlow): TF_CONFIG per task,
+failure teardown, signals, launcher death, port checks, dry run."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import HELPERS, launch_cmd, processes_mentioning, run_launch, wait_until_gone, write_spec
+
+TASK = str(HELPERS / "task.py")
+
+
+def spec_for(work: Path, workers: int = 2, **restart: object) -> Path:
+    return write_spec(work, {
+        "name": "p", "run_root": str(work / "runs"),
+        "hosts": [{"address": "localhost", "workers": workers}],
+        "restart": {"max_restarts": 0, "grace_period_s": 2, **restart},
+    })
+
+
+def wait_for_text(path: Path, text: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and text in path.read_text():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{text!r} never appeared in {path}")
+
+
+def test_user_command_sees_its_own_tf_config(work: Path) -> None:
+    out = work / "out"
+    out.mkdir()
+    proc = run_launch(["--cluster", str(spec_for(work, 3)), "--", "python", TASK, "record", str(out)], work)
+    assert proc.returncode == 0, proc.stderr
+    records = {p.stem: json.loads(p.read_text()) for p in out.glob("*.json")}
+    assert sorted(records) == ["worker-0", "worker-1", "worker-2"]
+    clusters = {json.dumps(r["TF_CONFIG"]["cluster"]) for r in records.values()}
+    assert len(clusters) == 1
+    for name, record in records.items():
+        assert record["TF_CONFIG"]["task"] == {"type": "worker", "index": int(name[-1])}
+        assert record["argv"][1:] == ["record", str(out)]
+    assert "[worker:2] recorded worker:2" in proc.stdout
+    assert "TF_CONFIG" not in os.environ  # the launcher never sets it on itself
+    summary = json.loads((work / "runs" / "p" / "summary.json").read_text())
+    assert summary["state"] == "succeeded" and len(summary["attempts"][0]["tasks"]) == 3
+
+
+def test_local_quick_form(work: Path) -> None:
+    out = work / "out"
+    out.mkdir()
+    proc = run_launch(["--local", "2", "--run-root", str(work / "runs"), "--", "python", TASK, "record", str(out)], work)
+    assert proc.returncode == 0, proc.stderr
+    assert len(list(out.glob("*.json"))) == 2
+
+
+def test_failed_task_stops_the_gang_and_is_named(work: Path) -> None:
+    started = time.monotonic()
+    proc = run_launch(["--cluster", str(spec_for(work, 3)), "--", "python", TASK, "fail-on", "worker:1", "3", "--ignore-term"], work)
+    elapsed = time.monotonic() - started
+    assert proc.returncode == 1
+    assert "root cause: worker:1 on localhost" in proc.stderr and "exit code 3" in proc.stderr
+    assert "worker:1 failing with 3" in proc.stderr  # the log tail
+    assert elapsed < 15
+    assert not wait_until_gone(str(work), timeout=5)
+    summary = json.loads((work / "runs" / "p" / "summary.json").read_text())
+    assert summary["first_failure"]["task"] == "worker:1" and summary["first_failure"]["exit_code"] == 3
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_signal_to_launch_stops_every_task(work: Path, signum: int) -> None:
+    log = work / "launch.out"
+    with open(log, "w") as handle:
+        proc = subprocess.Popen(launch_cmd("--cluster", str(spec_for(work, 2)), "--", "python", TASK, "sleep", "--ignore-term", "--child"),
+                                cwd=work, stdout=handle, stderr=subprocess.STDOUT)
+    wait_for_text(log, "ready worker:1")
+    wait_for_text(log, "ready worker:0")
+    proc.send_signal(signum)
+    assert proc.wait(timeout=20) == 128 + signum
+    assert not processes_mentioning(str(work)), "a task survived the stop"
+    assert "every task was stopped" in log.read_text()
+
+
+def test_sigkill_of_launch_leaves_no_task(work: Path) -> None:
+    log = work / "launch.out"
+    with open(log, "w") as handle:
+        proc = subprocess.Popen(launch_cmd("--cluster", str(spec_for(work, 2)), "--", "python", TASK, "sleep", "--ignore-term", "--child"),
+                                cwd=work, stdout=handle, stderr=subprocess.STDOUT)
+    wait_for_text(log, "ready worker:1")
+    wait_for_text(log, "ready worker:0")
+    proc.kill()
+    proc.wait()
+    assert not wait_until_gone(str(work), timeout=5), "tasks outlived a SIGKILLed launcher"
+
+
+def test_taken_port_is_reported_before_anything_starts(work: Path) -> None:
+    holder = socket.socket()
+    holder.bind(("", 0))
+    holder.listen()
+    port = holder.getsockname()[1]
+    try:
+        spec = write_spec(work, {"name": "p", "run_root": str(work / "runs"),
+                                 "hosts": [{"address": "localhost", "workers": 2, "ports": [0, port]}]})
+        proc = run_launch(["--cluster", str(spec), "--", "python", TASK, "sleep"], work)
+    finally:
+        holder.close()
+    assert proc.returncode == 2
+    assert f"Port {port} on localhost (for worker:1) is already in use" in proc.stderr
+    assert not (work / "runs" / "p").exists()
+
+
+def test_dry_run_json_masks_secrets_and_starts_nothing(work: Path) -> None:
+    spec = write_spec(work, {"name": "p", "run_root": str(work / "runs"), "env": {"WANDB_API_KEY": "s3cr3t", "PLAIN": "v"},
+                             "hosts": [{"address": "localhost", "workers": 2, "chief": True}]})
+    proc = run_launch(["--cluster", str(spec), "--dry-run", "--json"], work)
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads(proc.stdout)
+    assert [t["name"] for t in plan["tasks"]] == ["chief:0", "worker:0", "worker:1"]
+    assert all(t["env"]["WANDB_API_KEY"] == "****" and t["env"]["PLAIN"] == "v" for t in plan["tasks"])
+    assert "s3cr3t" not in proc.stdout
+    text = run_launch(["--cluster", str(spec), "--dry-run"], work)
+    assert "TF_CONFIG=" in text.stdout and "s3cr3t" not in text.stdout
+    assert not (work / "runs").exists()
+
+
+def test_launcher_never_imports_tensorflow() -> None:
+    code = ("import sys, launcher.cli, launcher.supervisor, launcher.transport.local, launcher.task_runner;"
+            "sys.exit('tensorflow' in sys.modules or 'keras' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+def test_usage_errors_exit_2_without_traceback(work: Path) -> None:
+    for args in (["--local", "0"], [], ["--json"], ["--cluster", "x.json", "--local", "2"]):
+        proc = run_launch(args, work)
+        assert proc.returncode == 2, args
+        assert "Traceback" not in proc.stderr and proc.stderr.startswith("launch:"), proc.stderr

@@ -1,0 +1,79 @@
+"""A fake transport for driving the supervisor one step at a time (no processes, no sleeps)."""
+
+from __future__ import annotations
+
+import signal
+from dataclasses import dataclass, field
+
+from launcher.plan import LaunchPlan, PlanInputs, TaskLaunch, build_plan
+from launcher.spec import ClusterSpec, parse_spec
+from launcher.transport.base import EventSink, OutputLine, TaskExit, TaskExited, WorkerReport
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass
+class FakeTask:
+    launch: TaskLaunch
+    sink: EventSink
+    pid: int
+    started_at: float = 0.0
+    signals: list[int] = field(default_factory=list)
+    exited: bool = False
+    ignore_term: bool = False
+
+    def signal(self, signum: int) -> None:
+        self.signals.append(signum)
+        if self.exited:
+            return
+        if signum == signal.SIGKILL or (signum == signal.SIGTERM and not self.ignore_term):
+            self.exit(None, signum)
+
+    def gone(self) -> bool:
+        return self.exited
+
+    # test controls
+    def exit(self, code: int | None, sig: int | None = None, at: float = 0.0) -> None:
+        self.exited = True
+        self.sink(TaskExited(self.launch.name, TaskExit(code, sig, time=at or 0.0)))
+
+    def say(self, event: str, **data: object) -> None:
+        self.sink(WorkerReport(self.launch.name, {"event": event, **data}))
+
+    def print(self, line: str) -> None:
+        self.sink(OutputLine(self.launch.name, line))
+
+
+class FakeTransport:
+    def __init__(self) -> None:
+        self.started: list[FakeTask] = []
+        self.closed = False
+
+    def start(self, launch: TaskLaunch, sink: EventSink) -> FakeTask:
+        task = FakeTask(launch, sink, pid=10_000 + len(self.started))
+        self.started.append(task)
+        return task
+
+    def close(self) -> None:
+        self.closed = True
+
+    def current(self, count: int) -> list[FakeTask]:
+        return self.started[-count:]
+
+
+def fake_spec(workers: int = 2, **restart: object) -> ClusterSpec:
+    return parse_spec({"name": "fake", "hosts": [{"address": "localhost", "workers": workers,
+                                                  "ports": list(range(7000, 7000 + workers))}],
+                       "restart": {"grace_period_s": 5, "backoff_s": 0, **restart}})
+
+
+def fake_planner(spec: ClusterSpec, run_dir: str):  # type: ignore[no-untyped-def]
+    def plan(attempt: int) -> LaunchPlan:
+        return build_plan(spec, PlanInputs(run_dir, attempt, "/py", "/work"))
+    return plan

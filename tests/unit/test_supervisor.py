@@ -1,0 +1,174 @@
+"""The supervisor driven one step at a time against a fake transport."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import pytest
+
+from launcher.gang import GroupState
+from launcher.policy import RestartPolicy
+from launcher.supervisor import Supervisor
+from tests.unit.fakes import FakeClock, FakeTransport, fake_planner, fake_spec
+
+
+def make(tmp_path: Path, workers: int = 2, reports: bool = True, **restart: object) -> tuple[Supervisor, FakeTransport, FakeClock, list[str]]:
+    spec = fake_spec(workers, **restart)
+    transport, clock, notices = FakeTransport(), FakeClock(), []
+    supervisor = Supervisor(fake_planner(spec, str(tmp_path)), transport, RestartPolicy(spec.restart), reports,
+                            on_notice=notices.append, clock=clock, sleep=lambda s: None)
+    supervisor.start()
+    return supervisor, transport, clock, notices
+
+
+def join_all(transport: FakeTransport, count: int) -> None:
+    for task in transport.current(count):
+        task.say("joined")
+
+
+def test_starting_then_running_once_all_joined(tmp_path: Path) -> None:
+    sup, transport, _, _ = make(tmp_path)
+    assert [t.launch.name for t in transport.started] == ["worker:0", "worker:1"]
+    transport.started[0].say("joined")
+    assert sup.step(0) is GroupState.STARTING
+    transport.started[1].say("joined")
+    assert sup.step(0) is GroupState.RUNNING
+
+
+def test_all_zero_exits_succeed_without_signals(tmp_path: Path) -> None:
+    sup, transport, _, _ = make(tmp_path)
+    join_all(transport, 2)
+    transport.started[0].exit(0)
+    assert sup.step(0) is GroupState.RUNNING  # one done, one running: not a failure
+    transport.started[1].exit(0)
+    assert sup.step(0) is GroupState.SUCCEEDED
+    assert all(t.signals == [] for t in transport.started)
+
+
+def test_crash_stops_the_rest_at_once_and_restarts_everyone(tmp_path: Path) -> None:
+    sup, transport, _, notices = make(tmp_path, workers=3, max_restarts=1)
+    join_all(transport, 3)
+    transport.started[1].exit(None, signal.SIGKILL)
+    assert sup.step(0) is GroupState.STARTING  # a new attempt is starting
+    first = transport.started[:3]
+    assert first[0].signals[0] == signal.SIGTERM and first[2].signals[0] == signal.SIGTERM
+    assert len(transport.started) == 6 and sup.plan.attempt == 1 and sup.restarts == 1
+    assert sup.plan.tasks[0].env["TFLAUNCH_ATTEMPT"] == "1"
+    assert any("worker:1" in n and "SIGKILL" in n for n in notices)
+
+
+def test_term_ignored_gets_sigkill(tmp_path: Path) -> None:
+    sup, transport, _, _ = make(tmp_path, max_restarts=0, grace_period_s=0)
+    transport.started[0].ignore_term = True
+    transport.started[1].exit(1)
+    assert sup.step(0) is GroupState.FAILED
+    assert transport.started[0].signals == [signal.SIGTERM, signal.SIGKILL]
+
+
+def test_fatal_exit_code_fails_without_restart(tmp_path: Path) -> None:
+    sup, transport, _, _ = make(tmp_path, max_restarts=5)
+    transport.started[0].exit(2)
+    assert sup.step(0) is GroupState.FAILED
+    assert len(transport.started) == 2
+    assert sup.result is not None and sup.result.attempts[0].kind == "fatal"
+
+
+def test_restarts_exhausted_fails_after_max_plus_one_attempts(tmp_path: Path) -> None:
+    sup, transport, _, _ = make(tmp_path, max_restarts=2)
+    for _ in range(3):
+        transport.started[-1].exit(1)
+        state = sup.step(0)
+    assert state is GroupState.FAILED
+    assert len(transport.started) == 6
+    assert sup.result is not None and [a.attempt for a in sup.result.attempts] == [0, 1, 2]
+
+
+def test_preemption_restarts_without_using_a_restart(tmp_path: Path) -> None:
+    sup, transport, _, _ = make(tmp_path, max_restarts=0)
+    for task in transport.current(2):
+        task.exit(42)
+    assert sup.step(0) is GroupState.STARTING
+    assert (sup.restarts, sup.preemptions, sup.plan.attempt) == (0, 1, 1)
+
+
+def test_start_timeout_fails_naming_the_task(tmp_path: Path) -> None:
+    sup, transport, clock, notices = make(tmp_path, start_timeout_s=30)
+    transport.started[0].say("joined")
+    clock.now += 29
+    assert sup.step(0) is GroupState.STARTING
+    clock.now += 2
+    assert sup.step(0) is GroupState.FAILED
+    assert "worker:1 did not join" in notices[-1]
+    assert all(signal.SIGTERM in t.signals for t in transport.started)
+
+
+def test_stall_restarts_the_gang(tmp_path: Path) -> None:
+    sup, transport, clock, _ = make(tmp_path, stall_timeout_s=60, max_restarts=1)
+    join_all(transport, 2)
+    for task in transport.current(2):
+        task.say("step", step=10)
+    sup.step(0)
+    clock.now += 59
+    assert sup.step(0) is GroupState.RUNNING
+    clock.now += 2
+    assert sup.step(0) is GroupState.STARTING
+    assert sup.result is not None and sup.result.attempts[0].kind == "stalled"
+
+
+def test_output_counts_as_progress_for_user_commands(tmp_path: Path) -> None:
+    sup, transport, clock, _ = make(tmp_path, reports=False, stall_timeout_s=60, max_restarts=0)
+    assert sup.step(0) is GroupState.RUNNING  # user commands do not report joining
+    clock.now += 50
+    transport.started[0].print("epoch 1")
+    sup.step(0)
+    clock.now += 50
+    assert sup.step(0) is GroupState.RUNNING
+    clock.now += 20
+    assert sup.step(0) is GroupState.FAILED
+
+
+def test_events_of_an_old_attempt_are_ignored(tmp_path: Path) -> None:
+    sup, transport, _, _ = make(tmp_path, max_restarts=1)
+    old = transport.started[0]
+    transport.started[1].exit(1)
+    sup.step(0)
+    old.say("step", step=999)
+    sup.step(0)
+    assert all(t.step is None for t in sup.status().tasks)
+
+
+def test_shutdown_stops_running_tasks_and_marks_interrupted(tmp_path: Path) -> None:
+    sup, transport, _, _ = make(tmp_path)
+    sup.shutdown()
+    assert sup.state is GroupState.INTERRUPTED
+    assert all(t.exited for t in transport.started)
+    assert transport.closed
+    sup.shutdown()  # idempotent
+
+
+def test_hurry_skips_the_grace_period(tmp_path: Path) -> None:
+    sup, transport, clock, _ = make(tmp_path, grace_period_s=3600)
+    for task in transport.started:
+        task.ignore_term = True
+    sup.hurry = True
+    sup.stop_all()
+    assert all(t.signals == [signal.SIGTERM, signal.SIGKILL] for t in transport.started)
+
+
+def test_run_returns_the_result_and_shuts_down(tmp_path: Path) -> None:
+    spec = fake_spec(2)
+    transport = FakeTransport()
+    sup = Supervisor(fake_planner(spec, str(tmp_path)), transport, RestartPolicy(spec.restart), True, clock=FakeClock())
+
+    original_start = transport.start
+
+    def start_and_finish(launch, sink):  # type: ignore[no-untyped-def]
+        task = original_start(launch, sink)
+        task.exit(0)
+        return task
+
+    transport.start = start_and_finish  # type: ignore[method-assign]
+    result = sup.run(poll_s=0)
+    assert result.state is GroupState.SUCCEEDED and transport.closed
+    assert [t.exit_code for t in result.attempts[0].tasks] == [0, 0]
