@@ -25,7 +25,8 @@ from typing import Any, Sequence
 from launcher.errors import LaunchError, UsageError
 from launcher.gang import GroupState
 from launcher.masking import mask_env
-from launcher.plan import LaunchPlan, PlanInputs, TaskLaunch, build_plan
+from launcher.faults import parse_fault
+from launcher.plan import LaunchPlan, PlanInputs, TaskLaunch, build_plan, task_slots
 from launcher.policy import RestartPolicy
 from launcher.ports import check_local_ports, choose_free_ports, port_is_free
 from launcher.report import failure_text, success_text, write_summary
@@ -56,6 +57,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--run-root", metavar="DIR", help="override the spec's run_root")
     parser.add_argument("--dry-run", action="store_true", help="print every task's TF_CONFIG, environment and command; start nothing")
     parser.add_argument("--json", action="store_true", help="with --dry-run: print the plan as JSON")
+    parser.add_argument("--inject", action="append", default=[], metavar="FAULT",
+                        help="rehearse a failure in the first attempt: kill|term|hang|exit=CODE:TASK@step=N, e.g. kill:worker:1@step=50 (repeatable)")
     parser.add_argument("--quiet", action="store_true", help="do not echo task output (it is still logged per task)")
     parser.add_argument("-v", "--verbose", action="store_true", help="log the launcher's own decisions")
     return parser
@@ -99,7 +102,18 @@ def _next_attempt(run_dir: Path) -> int:
     return max(numbers, default=-1) + 1
 
 
-def _planner(spec: ClusterSpec, run_dir: Path, first_attempt: int) -> Any:
+def _faults(spec: ClusterSpec, texts: list[str]) -> dict[str, str]:
+    names = {slot.name for slot in task_slots(spec)}
+    faults = {}
+    for text in texts:
+        fault = parse_fault(text)
+        if fault.task not in names:
+            raise UsageError(f"Got --inject {text!r}: there is no task {fault.task} (tasks: {', '.join(sorted(names))}).")
+        faults[fault.task] = fault.to_env()
+    return faults
+
+
+def _planner(spec: ClusterSpec, run_dir: Path, first_attempt: int, faults: dict[str, str] | None = None) -> Any:
     ports = choose_free_ports(spec)
 
     def plan(attempt: int) -> LaunchPlan:
@@ -107,7 +121,8 @@ def _planner(spec: ClusterSpec, run_dir: Path, first_attempt: int) -> Any:
             for name, port in list(ports.items()):
                 if not port_is_free(port):
                     ports.update({name: free for n, free in choose_free_ports(spec).items() if n == name})
-        inputs = PlanInputs(str(run_dir), first_attempt + attempt, sys.executable, os.getcwd(), dict(ports))
+        inputs = PlanInputs(str(run_dir), first_attempt + attempt, sys.executable, os.getcwd(), dict(ports),
+                            faults=(faults or {}) if attempt == 0 else {})
         result = build_plan(spec, inputs)
         check_local_ports(result)
         return result
@@ -166,10 +181,10 @@ def _install_signals(supervisor: Supervisor) -> None:
         signal.signal(signum, handler)
 
 
-def run_launch(spec: ClusterSpec, quiet: bool = False) -> int:
+def run_launch(spec: ClusterSpec, quiet: bool = False, faults: dict[str, str] | None = None) -> int:
     run_dir = Path(spec.run_root).resolve() / spec.name
     first = _next_attempt(run_dir)
-    planner = _planner(spec, run_dir, first)
+    planner = _planner(spec, run_dir, first, faults)
     console = _Console(quiet)
     reports_progress = isinstance(spec.training, (BuiltinTraining, FunctionTraining))
     supervisor = Supervisor(
@@ -210,11 +225,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.json and not args.dry_run:
             raise UsageError("--json goes with --dry-run.")
         spec = _load(args, command)
+        faults = _faults(spec, args.inject)
         if args.dry_run:
             run_dir = Path(spec.run_root).resolve() / spec.name
-            _print_dry_run(_planner(spec, run_dir, _next_attempt(run_dir))(0), args.json)
+            _print_dry_run(_planner(spec, run_dir, _next_attempt(run_dir), faults)(0), args.json)
             return 0
-        return run_launch(spec, quiet=args.quiet)
+        return run_launch(spec, quiet=args.quiet, faults=faults)
     except LaunchError as error:
         print(f"launch: {error}", file=sys.stderr)
         return error.exit_code

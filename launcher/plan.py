@@ -42,6 +42,7 @@ class PlanInputs:
     launcher_python: str
     launcher_cwd: str
     ports: Mapping[str, int] = field(default_factory=dict)
+    faults: Mapping[str, str] = field(default_factory=dict)  # task name -> TFLAUNCH_FAULT value
 
 
 @dataclass(frozen=True)
@@ -177,6 +178,8 @@ def build_plan(spec: ClusterSpec, inputs: PlanInputs) -> LaunchPlan:
             f"{ENV_PREFIX}TRAINING": json.dumps(training, sort_keys=True),
             f"{ENV_PREFIX}PREEMPTION_EXIT_CODE": str(spec.restart.preemption_exit_code),
         })
+        if slot.name in inputs.faults:
+            env[f"{ENV_PREFIX}FAULT"] = inputs.faults[slot.name]
         gpus = _gpu_share(host, position)
         if gpus is not None:
             env["CUDA_VISIBLE_DEVICES"] = gpus

@@ -207,7 +207,11 @@ class Supervisor:
         """Stop what still runs, then record how every task of this attempt ended."""
         if decision.action is not Action.SUCCEED:
             self._on_notice(decision.reason if decision.action is Action.FAIL else f"{decision.reason}: stopping the gang")
-        self.stop_all()
+        # After a crash, hang or missed start the survivors' collectives are broken and they
+        # cannot save; a preempted or interrupted gang may still be writing a checkpoint.
+        graceful = decision.kind in (FailureKind.NONE, FailureKind.PREEMPTED)
+        spec = self._policy.spec
+        self.stop_all(spec.grace_period_s if graceful else spec.crash_grace_s)
         self._record(decision)
 
     def stop_all(self, grace_s: float | None = None) -> None:

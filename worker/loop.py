@@ -20,6 +20,7 @@ from worker import example
 from worker.checkpoints import CheckpointStore
 from worker.cluster import ClusterInfo
 from worker.events import report
+from worker.faults import FaultInjector
 from worker.fingerprint import weights_fingerprint
 from worker.settings import WorkerSettings
 
@@ -113,12 +114,14 @@ def train_builtin(strategy: tf.distribute.Strategy, cluster: ClusterInfo, settin
         return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
 
     metrics = MetricsWriter(settings.metrics_file, cluster.is_chief)
+    faults = FaultInjector()
     step, loss, first_loss = start_step, None, None
     window_start, window_step, last_report = time.monotonic(), start_step, 0.0
     try:
         while step < config.steps:
             loss_tensor = train_step(iterator)
             step += 1
+            faults.at_step(step)
             if step % config.log_every == 0 or step == config.steps or first_loss is None:
                 loss = float(loss_tensor.numpy())
                 first_loss = loss if first_loss is None else first_loss

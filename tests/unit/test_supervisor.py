@@ -59,7 +59,7 @@ def test_crash_stops_the_rest_at_once_and_restarts_everyone(tmp_path: Path) -> N
 
 
 def test_term_ignored_gets_sigkill(tmp_path: Path) -> None:
-    sup, transport, _, _ = make(tmp_path, max_restarts=0, grace_period_s=0)
+    sup, transport, _, _ = make(tmp_path, max_restarts=0, grace_period_s=0, crash_grace_s=0)
     transport.started[0].ignore_term = True
     transport.started[1].exit(1)
     assert sup.step(0) is GroupState.FAILED

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Install everything the tests need (on a fresh Debian machine too) and run the whole suite.
+# Exit status: pytest's, except that "no tests collected" (5) counts as a failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! command -v sshd >/dev/null 2>&1 && [ ! -x /usr/sbin/sshd ]; then
+  apt-get update
+  DEBIAN_FRONTEND=noninteractive apt-get install -y openssh-server
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  if ! python3 -m venv --system-site-packages .venv 2>/dev/null; then
+    apt-get update
+    DEBIAN_FRONTEND=noninteractive apt-get install -y python3-venv
+    python3 -m venv --system-site-packages .venv
+  fi
+fi
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+
+set +e
+.venv/bin/python -m pytest -q -p no:cacheprovider "$@"
+status=$?
+set -e
+if [ "$status" -eq 5 ]; then
+  echo "pytest collected no tests: treating as a failure" >&2
+  exit 1
+fi
+exit "$status"
