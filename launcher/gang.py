@@ -40,6 +40,7 @@ class TaskStatus:
     exit: TaskExit | None
     started_mono: float
     last_progress: float
+    reported: bool = False  # sent any report (the runtime came up), joined or not
 
     @property
     def running(self) -> bool:
@@ -89,6 +90,8 @@ class TaskResult:
     joined: bool
     step: int | None
     log_path: str
+    reported: bool = False
+    stopped: bool = False  # still running when the launcher stopped the gang: not a failure of its own
     error: dict[str, Any] | None = None
     result: dict[str, Any] | None = None
 

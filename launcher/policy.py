@@ -72,9 +72,14 @@ class RestartPolicy:
         if status.unjoined and status.reports_progress:
             late = [t for t in status.unjoined if status.now - t.started_mono >= self.spec.start_timeout_s]
             if late:
-                names = ", ".join(t.name for t in late)
-                return Decision(Action.FAIL, FailureKind.START_TIMEOUT, late[0].name,
-                                f"{names} did not join within start_timeout_s={self.spec.start_timeout_s:g}s")
+                # Every task blocks until all have joined; the ones whose runtime never even
+                # came up are the culprits, the rest were waiting for them.
+                silent = [t for t in late if not t.reported] or late
+                waiting = [t.name for t in late if t not in silent]
+                reason = f"{', '.join(t.name for t in silent)} did not join within start_timeout_s={self.spec.start_timeout_s:g}s"
+                if waiting:
+                    reason += f" ({', '.join(waiting)} started and waited for it)"
+                return Decision(Action.FAIL, FailureKind.START_TIMEOUT, silent[0].name, reason)
             return KEEP_GOING
         stall = self.spec.stall_timeout_s
         if stall is not None:

@@ -31,12 +31,13 @@ def _failure_time(task: TaskResult) -> float:
 
 
 def failures(result: RunResult) -> list[tuple[int, TaskResult]]:
-    """Every failed task of every attempt, earliest first (error-file time, else exit time)."""
+    """Every task of every attempt that failed on its own (not stopped by the launcher),
+    earliest first (error-file time, else exit time)."""
     found = [
         (attempt.attempt, task)
         for attempt in result.attempts
         for task in attempt.tasks
-        if task.exit_code not in (0, None) or task.signal is not None
+        if not task.stopped and (task.exit_code not in (0, None) or task.signal is not None)
     ]
     return sorted(found, key=lambda pair: (pair[0], _failure_time(pair[1])))
 
@@ -112,13 +113,16 @@ def failure_text(result: RunResult) -> str:
         others = [f"{t.name} {t.describe_exit} (attempt {a})" for a, t in ordered[1:]]
         if others:
             lines.append("other failures: " + "; ".join(others[:12]) + (" ..." if len(others) > 12 else ""))
+    elif last is not None and last.kind == "start_timeout":
+        late = [t for t in last.tasks if not t.joined]
+        for task in [t for t in late if not t.reported] or late:
+            lines.append(f"never joined: {task.name} on {task.host} (pid {task.pid}); last lines of {task.log_path}:")
+            lines += [f"    | {line}" for line in log_tail(task.log_path)] or ["    (no output)"]
     elif last is not None and last.cause:
         task = next((t for t in last.tasks if t.name == last.cause), None)
         if task is not None:
-            tail = log_tail(task.log_path)
-            if tail:
-                lines.append(f"  last lines of {task.log_path}:")
-                lines += [f"    | {line}" for line in tail]
+            lines.append(f"  last lines of {task.log_path}:")
+            lines += [f"    | {line}" for line in log_tail(task.log_path)] or ["    (no output)"]
     if len(result.attempts) > 1:
         lines.append("attempts:")
         lines += [f"  {a.attempt}: {a.reason}" for a in result.attempts]

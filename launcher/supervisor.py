@@ -42,6 +42,8 @@ class _Task:
     started_mono: float = 0.0
     started_at: float = 0.0
     last_progress: float = 0.0
+    stopped: bool = False
+    reported: bool = False
 
 
 def _read_json(path: str) -> dict[str, Any] | None:
@@ -107,7 +109,8 @@ class Supervisor:
             reports_progress=self._reports_progress,
             tasks=tuple(
                 TaskStatus(t.launch.name, t.launch.host, t.process.pid if t.process else None,
-                           t.joined or not self._reports_progress, t.step, t.exit, t.started_mono, t.last_progress)
+                           t.joined or not self._reports_progress, t.step, t.exit, t.started_mono, t.last_progress,
+                           t.reported)
                 for t in self._tasks.values()
             ),
         )
@@ -122,6 +125,7 @@ class Supervisor:
                 task.last_progress = self._clock()
             self._on_output(task.launch, event.line)
         elif isinstance(event, WorkerReport):
+            task.reported = True
             kind = event.data.get("event")
             if kind == "joined":
                 task.joined = True
@@ -205,20 +209,25 @@ class Supervisor:
 
     def _finish_attempt(self, decision: Decision) -> None:
         """Stop what still runs, then record how every task of this attempt ended."""
-        if decision.action is not Action.SUCCEED:
-            self._on_notice(decision.reason if decision.action is Action.FAIL else f"{decision.reason}: stopping the gang")
+        if decision.action is Action.FAIL:
+            self._on_notice(decision.reason)
         # After a crash, hang or missed start the survivors' collectives are broken and they
-        # cannot save; a preempted or interrupted gang may still be writing a checkpoint.
-        graceful = decision.kind in (FailureKind.NONE, FailureKind.PREEMPTED)
+        # cannot save: a short grace. Preempted workers are saving and leave by themselves:
+        # no SIGTERM (it could land mid-exit), just a deadline.
+        for task in self._tasks.values():
+            task.stopped = task.exit is None
         spec = self._policy.spec
-        self.stop_all(spec.grace_period_s if graceful else spec.crash_grace_s)
+        if decision.kind is FailureKind.PREEMPTED:
+            self.stop_all(spec.grace_period_s, send_term=False)
+        else:
+            self.stop_all(spec.grace_period_s if decision.kind is FailureKind.NONE else spec.crash_grace_s)
         self._record(decision)
 
-    def stop_all(self, grace_s: float | None = None) -> None:
+    def stop_all(self, grace_s: float | None = None, send_term: bool = True) -> None:
         """SIGTERM every live group, wait out one deadline, SIGKILL, wait until all are gone."""
         grace = 0.0 if self.hurry else (self._policy.spec.grace_period_s if grace_s is None else grace_s)
         live = [t for t in self._tasks.values() if t.process is not None and t.exit is None]
-        for task in live:
+        for task in live if send_term else []:
             assert task.process is not None
             task.process.signal(signal.SIGTERM)
         self._await_exits(self._clock() + grace)
@@ -233,7 +242,7 @@ class Supervisor:
     def _await_exits(self, deadline: float) -> None:
         while any(t.exit is None for t in self._tasks.values() if t.process is not None):
             remaining = deadline - self._clock()
-            if remaining <= 0:
+            if remaining <= 0 or self.hurry:
                 return
             self._pump(min(remaining, 0.2))
 
@@ -252,6 +261,8 @@ class Supervisor:
                 joined=task.joined,
                 step=task.step,
                 log_path=launch.log_path,
+                reported=task.reported,
+                stopped=task.stopped,
                 error=_read_json(launch.error_path),
                 result=_read_json(launch.result_path),
             ))

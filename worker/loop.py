@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -113,6 +114,13 @@ def train_builtin(strategy: tf.distribute.Strategy, cluster: ClusterInfo, settin
         per_replica = strategy.run(step_fn, args=(next(iterator),))
         return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
 
+    # SIGTERM to any worker (a preemption notice) makes every worker save at the same next
+    # step through this handler and leave with the preemption exit code; the launcher then
+    # restarts the gang, which resumes from that very step.
+    preemption = tf.distribute.experimental.PreemptionCheckpointHandler(
+        strategy.cluster_resolver, store.manager,
+        termination_config=tf.distribute.experimental.TerminationConfig(
+            exit_fn=lambda: sys.exit(settings.preemption_exit_code)))
     metrics = MetricsWriter(settings.metrics_file, cluster.is_chief)
     faults = FaultInjector()
     step, loss, first_loss = start_step, None, None
@@ -133,6 +141,8 @@ def train_builtin(strategy: tf.distribute.Strategy, cluster: ClusterInfo, settin
             if time.monotonic() - last_report >= _REPORT_INTERVAL_S or step == config.steps:
                 report("step", step=step)
                 last_report = time.monotonic()
+            if step < config.steps:
+                preemption.save_checkpoint_if_preempted(checkpoint_number=step)
             if step % config.checkpoint_every == 0 and step < config.steps:
                 store.save(step)
         if restored is None or start_step < config.steps:

@@ -70,6 +70,7 @@ def write_result(path: str, result: dict[str, Any]) -> None:
 
 
 def run(settings: WorkerSettings) -> dict[str, Any]:
+    report("starting")  # the runtime is up; "joined" follows once every task has connected
     cluster = read_cluster_info()
     training = settings.training
     kind = training.get("kind", "builtin")
@@ -103,8 +104,14 @@ def main() -> int:
         write_error_file(settings.error_file, settings.task, error)
         log.error("%s", error)
         return USAGE_EXIT_CODE
+    except SystemExit as stop:
+        if stop.code == settings.preemption_exit_code:
+            log.warning("%s: preempted; checkpoint saved, leaving with exit code %s", settings.task, stop.code)
+            report("preempted")
+            return settings.preemption_exit_code
+        if stop.code not in (0, None):
+            write_error_file(settings.error_file, settings.task, stop)
+        raise
     except BaseException as error:
-        if isinstance(error, SystemExit) and error.code in (0, None):
-            raise
         write_error_file(settings.error_file, settings.task, error)
         raise

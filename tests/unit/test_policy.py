@@ -14,8 +14,9 @@ from launcher.transport.base import TaskExit
 POLICY = RestartPolicy(RestartSpec(max_restarts=2, fatal_exit_codes=[2, 7], start_timeout_s=30, stall_timeout_s=60))
 
 
-def task(name: str, exit: TaskExit | None = None, joined: bool = True, started: float = 0.0, progress: float = 0.0) -> TaskStatus:
-    return TaskStatus(name, "localhost", 1, joined, None, exit, started, progress)
+def task(name: str, exit: TaskExit | None = None, joined: bool = True, started: float = 0.0, progress: float = 0.0,
+         reported: bool = True) -> TaskStatus:
+    return TaskStatus(name, "localhost", 1, joined, None, exit, started, progress, reported)
 
 
 def status(*tasks: TaskStatus, now: float = 10.0, restarts: int = 0, reports: bool = True) -> GangStatus:
@@ -65,6 +66,13 @@ def test_start_timeout_names_every_late_task() -> None:
     assert decision.action is Action.FAIL and decision.kind is FailureKind.START_TIMEOUT
     assert "worker:1, worker:2" in decision.reason
     assert POLICY.decide(status(task("worker:1", joined=False), now=29.0)).action is Action.KEEP_GOING
+
+
+def test_start_timeout_blames_the_tasks_whose_runtime_never_came_up() -> None:
+    snapshot = status(task("worker:0", joined=False), task("worker:1", joined=False, reported=False), now=31.0)
+    decision = POLICY.decide(snapshot)
+    assert decision.cause == "worker:1"
+    assert decision.reason.startswith("worker:1 did not join") and "worker:0 started and waited" in decision.reason
 
 
 def test_stall_restarts_only_when_every_running_task_is_quiet() -> None:

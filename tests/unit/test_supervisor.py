@@ -90,6 +90,7 @@ def test_preemption_restarts_without_using_a_restart(tmp_path: Path) -> None:
         task.exit(42)
     assert sup.step(0) is GroupState.STARTING
     assert (sup.restarts, sup.preemptions, sup.plan.attempt) == (0, 1, 1)
+    assert all(t.signals == [] for t in transport.started[:2]), "preempted workers are saving: no SIGTERM"
 
 
 def test_start_timeout_fails_naming_the_task(tmp_path: Path) -> None:

@@ -1,0 +1,130 @@
+"""Gang recovery with real TensorFlow workers: crash, preemption, hang, missed start, launcher death.
+
+Every recovered run must end with exactly the weights of an uninterrupted run (the data is a pure
+function of the step and checkpoints restore everything), at the configured last step.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import HELPERS, launch_cmd, local_spec, processes_mentioning, run_launch, wait_until_gone, write_spec
+from tests.integration.test_train_local import assert_agree, results
+
+pytestmark = pytest.mark.tf
+
+STEPS, EVERY = 120, 25
+
+
+def recovery_spec(work: Path, name: str, **restart: Any) -> Path:
+    spec = local_spec(name, 2, work / "runs", kind="builtin", steps=STEPS, checkpoint_every=EVERY, log_every=20)
+    spec["restart"] = {"max_restarts": 2, "backoff_s": 0, "grace_period_s": 5, **restart}
+    return write_spec(work, spec, f"{name}.json")
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The fingerprint an uninterrupted run reaches."""
+    work = tmp_path_factory.mktemp("reference")
+    proc = run_launch(["--cluster", str(recovery_spec(work, "ref"))], work)
+    assert proc.returncode == 0, proc.stderr
+    found = results(work / "runs" / "ref", 0)
+    assert_agree(found, 2, STEPS)
+    assert not wait_until_gone(str(work), 10)
+    return found["worker-0"]["fingerprint"]
+
+
+def summary(work: Path, name: str) -> dict[str, Any]:
+    return json.loads((work / "runs" / name / "summary.json").read_text())
+
+
+@pytest.mark.parametrize("victim", ["worker:1", "worker:0"], ids=["non-chief", "chief"])
+def test_sigkill_restarts_the_gang_and_finishes_identically(work: Path, reference: str, victim: str) -> None:
+    kill_at = 70
+    proc = run_launch(["--cluster", str(recovery_spec(work, "kill")), "--inject", f"kill:{victim}@step={kill_at}"], work)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = summary(work, "kill")
+    assert len(run["attempts"]) == 2 and run["restarts"] == 1
+    assert run["attempts"][0]["cause"] == victim and "SIGKILL" in run["attempts"][0]["reason"]
+    assert run["final_step"] == STEPS
+    found = results(work / "runs" / "kill", 1)
+    assert_agree(found, 2, STEPS)
+    assert found["worker-0"]["fingerprint"] == reference
+    redone = kill_at - found["worker-0"]["start_step"]
+    assert 0 <= redone <= EVERY
+    assert (work / "runs" / "kill" / "attempt-0" / "worker-1.log").exists()
+    assert (work / "runs" / "kill" / "attempt-1" / "worker-1.log").exists()
+
+
+def test_sigterm_preempts_checkpoints_and_loses_no_step(work: Path, reference: str) -> None:
+    proc = run_launch(["--cluster", str(recovery_spec(work, "term", max_restarts=0)), "--inject", "term:worker:1@step=60"], work)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = summary(work, "term")
+    assert run["preemptions"] == 1 and run["restarts"] == 0
+    assert {t["exit_code"] for t in run["attempts"][0]["tasks"]} == {42}, "every worker leaves with the preemption code"
+    found = results(work / "runs" / "term", 1)
+    assert_agree(found, 2, STEPS)
+    assert {r["start_step"] for r in found.values()} == {61}, "the preemption checkpoint is the step after the notice"
+    assert found["worker-0"]["fingerprint"] == reference
+
+
+def test_hung_worker_is_caught_by_the_stall_timeout(work: Path, reference: str) -> None:
+    proc = run_launch(["--cluster", str(recovery_spec(work, "hang", stall_timeout_s=3)), "--inject", "hang:worker:1@step=40"], work)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = summary(work, "hang")
+    assert run["attempts"][0]["kind"] == "stalled", run["attempts"][0]["reason"]
+    found = results(work / "runs" / "hang", 1)
+    assert_agree(found, 2, STEPS)
+    assert found["worker-0"]["fingerprint"] == reference
+
+
+def test_a_task_that_never_joins_fails_the_launch_by_the_deadline(work: Path) -> None:
+    spec = local_spec("late", 1, work / "runs", kind="builtin", steps=50)
+    spec["hosts"].append({"address": "localhost", "workers": 1, "python": str(HELPERS / "never_join.sh")})
+    spec["restart"]["start_timeout_s"] = 15
+    started = time.monotonic()
+    proc = run_launch(["--cluster", str(write_spec(work, spec))], work)
+    elapsed = time.monotonic() - started
+    assert proc.returncode == 1
+    assert "worker:1 did not join within start_timeout_s=15s" in proc.stderr
+    assert "never joined: worker:1" in proc.stderr and "stuck before joining" in proc.stderr
+    assert "never joined: worker:0" not in proc.stderr
+    assert 15 <= elapsed < 15 + 10
+
+
+def test_restarts_exhausted_and_fatal_codes(work: Path) -> None:
+    task = str(HELPERS / "task.py")
+    spec = write_spec(work, {"name": "ex", "run_root": str(work / "runs"), "hosts": [{"address": "localhost", "workers": 2}],
+                             "restart": {"max_restarts": 2, "backoff_s": 0, "crash_grace_s": 0.1}})
+    proc = run_launch(["--cluster", str(spec), "--", "python", task, "fail-on", "worker:1", "1"], work)
+    assert proc.returncode == 1
+    run = summary(work, "ex")
+    assert len(run["attempts"]) == 3 and "no restarts left" in run["attempts"][-1]["reason"]
+    assert run["first_failure"]["task"] == "worker:1" and run["first_failure"]["attempt"] == 0
+    assert "root cause: worker:1 on localhost" in proc.stderr and "attempts:" in proc.stderr
+
+    fatal = run_launch(["--cluster", str(spec), "--name", "fatal", "--", "python", task, "fail-on", "worker:0", "2"], work)
+    assert fatal.returncode == 1
+    run = summary(work, "fatal")
+    assert len(run["attempts"]) == 1 and run["attempts"][0]["kind"] == "fatal"
+
+
+def test_sigkill_of_the_launcher_takes_tf_workers_with_it(work: Path) -> None:
+    spec = local_spec("orphan", 2, work / "runs", kind="builtin", steps=100000, checkpoint_every=10000, log_every=10)
+    log = work / "launch.out"
+    with open(log, "w") as handle:
+        proc = subprocess.Popen(launch_cmd("--cluster", str(write_spec(work, spec))), cwd=work, stdout=handle, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 120
+        while "step 20/" not in log.read_text():
+            assert time.monotonic() < deadline and proc.poll() is None, log.read_text()[-2000:]
+            time.sleep(0.1)
+        assert len(processes_mentioning(str(work))) >= 4  # two helpers and two workers
+        proc.kill()
+        proc.wait()
+    assert not wait_until_gone(str(work), timeout=5), "workers outlived their launcher"
