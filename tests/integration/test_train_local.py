@@ -100,3 +100,34 @@ def test_sigint_during_training_stops_every_worker(work: Path) -> None:
     assert code == 130
     assert time.monotonic() - sent < 5 + 3  # grace_period_s (5) + SIGKILL and reaping
     assert not processes_mentioning(str(work))
+
+
+def test_user_function_target_runs_inside_the_strategy(work: Path) -> None:
+    spec = local_spec("fn", 2, work / "runs", kind="function", target="user_fns:tiny", steps=5)
+    proc = run_launch(["--cluster", str(write_spec(work, spec))], work)
+    assert proc.returncode == 0, proc.stderr
+    found = results(work / "runs" / "fn", 0)
+    assert {r["replicas_summed"] for r in found.values()} == {2.0}
+    assert [found[k]["is_chief"] for k in sorted(found)] == [True, False]
+
+
+def test_uncaught_exception_is_the_named_root_cause(work: Path) -> None:
+    spec = local_spec("boom", 2, work / "runs", kind="function", target="user_fns:boom")
+    proc = run_launch(["--cluster", str(write_spec(work, spec))], work)
+    assert proc.returncode == 1
+    assert "root cause: worker:1 on localhost" in proc.stderr
+    assert "ValueError: bad batch shape (7, 3)" in proc.stderr
+    error = json.loads((work / "runs" / "boom" / "attempt-0" / "worker-1.error.json").read_text())
+    assert error["type"] == "ValueError" and "user_fns.py" in error["traceback"] and error["time"] > 0
+    summary = json.loads((work / "runs" / "boom" / "summary.json").read_text())
+    assert summary["first_failure"]["error"]["message"] == "bad batch shape (7, 3)"
+
+
+def test_bad_function_target_is_fatal_exit_2(work: Path) -> None:
+    spec = local_spec("nofn", 1, work / "runs", kind="function", target="user_fns:missing")
+    spec["restart"]["max_restarts"] = 3
+    proc = run_launch(["--cluster", str(write_spec(work, spec))], work)
+    assert proc.returncode == 1
+    summary = json.loads((work / "runs" / "nofn" / "summary.json").read_text())
+    assert len(summary["attempts"]) == 1 and summary["attempts"][0]["kind"] == "fatal"
+    assert "cannot load training function 'user_fns:missing'" in proc.stderr
