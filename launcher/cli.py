@@ -32,7 +32,7 @@ from launcher.ports import check_local_ports, choose_free_ports, port_is_free
 from launcher.report import failure_text, success_text, write_summary
 from launcher.spec import BuiltinTraining, ClusterSpec, FunctionTraining, json_schema, load_spec, parse_spec
 from launcher.supervisor import Supervisor
-from launcher.transport.local import LocalTransport
+from launcher.transport import HostRouter
 
 log = logging.getLogger(__name__)
 _ATTEMPT_DIR = re.compile(r"^attempt-(\d+)$")
@@ -189,7 +189,7 @@ def run_launch(spec: ClusterSpec, quiet: bool = False, faults: dict[str, str] | 
     reports_progress = isinstance(spec.training, (BuiltinTraining, FunctionTraining))
     supervisor = Supervisor(
         planner=lambda attempt: planner(attempt),
-        transport=LocalTransport(),
+        transport=HostRouter(list(spec.hosts)),
         policy=RestartPolicy(spec.restart),
         reports_progress=reports_progress,
         on_output=console.output,

@@ -83,3 +83,26 @@ class InterruptedLaunchError(LaunchError):
         self.signum = signum
         self.exit_code = 128 + signum
         super().__init__(f"Stopped by {signal.Signals(signum).name}; every task was stopped.")
+
+
+class HostError(LaunchError):
+    """A host cannot be used: unreachable, authentication refused, unknown host key, missing python.
+
+    Found before anything starts, so it is the user's to fix (exit 2)."""
+
+    exit_code = USAGE_EXIT_CODE
+
+    def __init__(self, host: str, cause: str) -> None:
+        self.host, self.cause = host, cause
+        super().__init__(f"{host}: {cause}")
+
+
+class PreflightError(LaunchError):
+    """One or more hosts failed the checks run before starting; lists every problem."""
+
+    exit_code = USAGE_EXIT_CODE
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        lines = [f"preflight found {len(problems)} problem(s); nothing was started:"] + [f"  - {p}" for p in problems]
+        super().__init__("\n".join(lines))

@@ -56,6 +56,7 @@ class TaskLaunch:
     host_index: int
     is_local: bool
     port: int
+    python: str
     tf_config: dict[str, Any]
     env: dict[str, str]
     argv: list[str]
@@ -195,6 +196,7 @@ def build_plan(spec: ClusterSpec, inputs: PlanInputs) -> LaunchPlan:
             host_index=slot.host_index,
             is_local=host.is_local,
             port=ports[slot.name],
+            python=python,
             tf_config=tf_config,
             env=env,
             argv=argv,

@@ -1,11 +1,15 @@
 """The helper that owns one task's process group and dies with its launcher.
 
-Started by a transport as `python -m launcher.task_runner -- CMD ARGS...` (locally) or fed to a
-remote python over SSH. It is the leader of the task's process group, starts the task in that
-group and waits for it. Its standard input is the lifeline to the launcher:
+Local start: `python -I -S task_runner.py -- CMD ARGS...`, in a new session, with the task's
+environment already set. Remote start (over SSH): `python -c BOOTSTRAP` reads this file's source
+and then a JSON header (argv, cwd, env) from standard input, so no environment value (TF_CONFIG,
+secrets) ever appears on a command line; see `remote_main`.
+
+Either way the helper leads the task's process group, starts the task in it and waits for it.
+Its standard input is the lifeline to the launcher:
 
 - a line `signal N` sends signal N to the whole group (how remote stops are forwarded);
-- end of input (the launcher or the SSH channel is gone) kills the whole group with SIGKILL,
+- end of input (the launcher or the SSH connection is gone) kills the whole group with SIGKILL,
   so no task outlives its launcher (a dead-man switch).
 
 When the task ends it reports `{"event": "exit", "code": ..., "signal": ...}` on the event
@@ -19,12 +23,18 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
+from typing import IO, Callable
 
 EVENT_FD_VAR = "TFLAUNCH_EVENT_FD"
+MIRRORED_FILES = ("TFLAUNCH_RESULT_FILE", "TFLAUNCH_ERROR_FILE")
+
+Reporter = Callable[[dict], None]
 
 
 def _kill_group(signum: int) -> None:
@@ -34,8 +44,21 @@ def _kill_group(signum: int) -> None:
         pass
 
 
-def _watch_lifeline(stream: object) -> None:
-    for raw in stream:  # type: ignore[attr-defined]
+def _kill_leftovers() -> None:
+    """SIGKILL every other process of our group (a task's stray background children)."""
+    me, group = os.getpid(), os.getpgid(0)
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            if os.getpgid(int(entry)) == group:
+                os.kill(int(entry), signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):  # gone meanwhile, or not ours
+            continue
+
+
+def _watch_lifeline(stream: IO[str]) -> None:
+    for raw in stream:
         line = raw.strip()
         if line.startswith("signal "):
             try:
@@ -45,39 +68,106 @@ def _watch_lifeline(stream: object) -> None:
     _kill_group(signal.SIGKILL)
 
 
-def _report(event: dict[str, object]) -> None:
-    fd = os.environ.get(EVENT_FD_VAR)
-    if fd is None:
-        return
-    try:
-        os.write(int(fd), (json.dumps(event) + "\n").encode())
-    except OSError:  # the launcher stopped listening; the exit code still tells
-        pass
+def _fd_reporter(fd: int | None) -> Reporter:
+    def report(event: dict) -> None:
+        if fd is None:
+            return
+        try:
+            os.write(fd, (json.dumps(event) + "\n").encode())
+        except OSError:  # the launcher stopped listening; the exit code still tells
+            pass
+    return report
 
 
-def run(argv: list[str]) -> int:
+def _default_signals() -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+
+
+def exit_status(code: int | None, sig: int | None) -> int:
+    return code if code is not None else 128 + (sig or 0)
+
+
+def supervise(argv: list[str], lifeline: IO[str], report: Reporter, env: dict[str, str] | None = None,
+              cwd: str | None = None, pass_fds: tuple[int, ...] = ()) -> tuple[int | None, int | None]:
+    """Start `argv` in our process group, wait, report its end; the lifeline kills the group.
+
+    Returns (exit code, None) or (None, signal number)."""
     if os.getpgid(0) != os.getpid():
         os.setsid()  # remote start: become the leader of our own group
     # The task decides what SIGTERM/SIGINT mean; the helper must outlive it to report.
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, signal.SIG_IGN)
     try:
-        child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, close_fds=False, restore_signals=True,
-                                 preexec_fn=_default_signals)
+        child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stderr=subprocess.STDOUT, env=env, cwd=cwd,
+                                 pass_fds=pass_fds, close_fds=True, preexec_fn=_default_signals)
     except OSError as error:
-        print(f"cannot start {argv[0]!r}: {error.strerror}", file=sys.stderr, flush=True)
-        _report({"event": "exit", "code": 127, "signal": None, "error": f"cannot start {argv[0]!r}: {error.strerror}"})
-        return 127
-    threading.Thread(target=_watch_lifeline, args=(sys.stdin,), daemon=True).start()
+        message = f"cannot start {argv[0]!r}: {error.strerror}"
+        print(message, flush=True)
+        report({"event": "exit", "code": 127, "signal": None, "error": message})
+        return 127, None
+    threading.Thread(target=_watch_lifeline, args=(lifeline,), daemon=True).start()
     status = child.wait()
+    _kill_leftovers()  # the task is over when its whole group is; nothing may linger
     code, sig = (status, None) if status >= 0 else (None, -status)
-    _report({"event": "exit", "code": code, "signal": sig, "pid": child.pid})
-    return code if code is not None else 128 + (sig or 0)
+    report({"event": "exit", "code": code, "signal": sig, "pid": child.pid})
+    return code, sig
 
 
-def _default_signals() -> None:
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+def _relay_events(read_fd: int, report: Reporter) -> None:
+    with os.fdopen(read_fd, "r", encoding="utf-8", errors="replace") as stream:
+        for line in stream:
+            try:
+                report(json.loads(line))
+            except ValueError:  # not a report; ignore rather than corrupt the channel
+                continue
+
+
+def remote_main() -> int:
+    """Over SSH: header on stdin; output on stdout; events (JSON lines) on stderr."""
+    header = json.loads(sys.stdin.readline())
+    lock = threading.Lock()
+
+    def report(event: dict) -> None:
+        with lock:
+            try:
+                sys.stderr.write(json.dumps(event) + "\n")
+                sys.stderr.flush()
+            except (OSError, ValueError):  # the SSH channel is gone; the lifeline handles the rest
+                pass
+
+    scratch = tempfile.mkdtemp(prefix="tflaunch-task-")
+    env = dict(os.environ)
+    env.update(header["env"])
+    # Result and error files are written in a private scratch dir and sent back at the end,
+    # so the launcher gets them whether or not it shares a file system with this host.
+    mirrors = {}
+    for key in MIRRORED_FILES:
+        if key in env:
+            mirrors[key] = os.path.join(scratch, key.lower())
+            env[key] = mirrors[key]
+    read_fd, write_fd = os.pipe()
+    env[EVENT_FD_VAR] = str(write_fd)
+    relay = threading.Thread(target=_relay_events, args=(read_fd, report), daemon=True)
+    relay.start()
+    try:
+        code, sig = supervise(header["argv"], sys.stdin, lambda event: None, env=env, cwd=header.get("cwd"),
+                              pass_fds=(write_fd,))
+    finally:
+        os.close(write_fd)
+    relay.join(1.0)
+    files = {}
+    for key, path in mirrors.items():
+        try:
+            with open(path, encoding="utf-8") as handle:
+                files[key] = handle.read()
+        except OSError:  # the task never wrote it
+            continue
+    shutil.rmtree(scratch, ignore_errors=True)
+    report({"event": "files", "files": files})
+    report({"event": "exit", "code": code, "signal": sig})
+    return exit_status(code, sig)
 
 
 def main() -> None:
@@ -87,7 +177,9 @@ def main() -> None:
     if not args:
         print("usage: python -m launcher.task_runner -- COMMAND [ARGS...]", file=sys.stderr)
         raise SystemExit(2)
-    raise SystemExit(run(args))
+    fd = int(os.environ[EVENT_FD_VAR]) if os.environ.get(EVENT_FD_VAR) else None
+    code, sig = supervise(args, sys.stdin, _fd_reporter(fd), pass_fds=(fd,) if fd is not None else ())
+    raise SystemExit(exit_status(code, sig))
 
 
 if __name__ == "__main__":

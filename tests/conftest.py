@@ -84,3 +84,23 @@ def local_spec(name: str, workers: int, run_root: Path, **training: Any) -> dict
     if training:
         spec["training"] = training
     return spec
+
+
+@pytest.fixture(scope="session")
+def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    from tests.sshd import sshd_binary, start_sshd
+
+    if sshd_binary() is None:
+        pytest.fail("sshd is missing: run the tests through scripts/test.sh, which installs openssh-server")
+    server = start_sshd(tmp_path_factory.mktemp("sshd"))
+    yield server
+    server.stop()
+    assert server.process.poll() is not None
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("", 0))
+        return sock.getsockname()[1]

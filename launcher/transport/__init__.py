@@ -1,0 +1,30 @@
+"""Ways of starting tasks, behind one interface (see base.py)."""
+
+from __future__ import annotations
+
+from launcher.plan import TaskLaunch
+from launcher.spec import HostSpec
+from launcher.transport.base import EventSink, TaskProcess
+from launcher.transport.local import LocalTransport
+
+
+class HostRouter:
+    """Starts each task with the transport its host needs; the supervisor sees one transport."""
+
+    def __init__(self, hosts: list[HostSpec]) -> None:
+        self._local = LocalTransport()
+        self._ssh = None
+        if any(not host.is_local for host in hosts):
+            from launcher.transport.ssh import SshTransport  # paramiko only when needed
+
+            self._ssh = SshTransport(hosts)
+
+    def start(self, launch: TaskLaunch, sink: EventSink) -> TaskProcess:
+        if launch.is_local or self._ssh is None:
+            return self._local.start(launch, sink)
+        return self._ssh.start(launch, sink)
+
+    def close(self) -> None:
+        self._local.close()
+        if self._ssh is not None:
+            self._ssh.close()

@@ -23,12 +23,15 @@ class TaskExit:
     code: int | None
     signal: int | None
     time: float = field(default_factory=time.time)
+    lost: str | None = None  # set when the connection to the task's host was lost: why
 
     @property
     def ok(self) -> bool:
-        return self.code == 0
+        return self.code == 0 and self.lost is None
 
     def describe(self) -> str:
+        if self.lost is not None:
+            return f"lost: {self.lost}"
         if self.signal is not None:
             import signal as _signal
 

@@ -1,0 +1,114 @@
+"""A real OpenSSH server for the tests, on loopback aliases that act as separate hosts.
+
+It generates its own host key and a user key, listens on a free port on 127.0.0.2, 127.0.0.3, ...
+(any 127/8 address works on Linux without setup), and is stopped with every session it spawned.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+ADDRESSES = ("127.0.0.2", "127.0.0.3", "127.0.0.4")
+
+
+def sshd_binary() -> str | None:
+    return shutil.which("sshd") or ("/usr/sbin/sshd" if os.path.exists("/usr/sbin/sshd") else None)
+
+
+def _free_port(address: str) -> int:
+    with socket.socket() as sock:
+        sock.bind((address, 0))
+        return sock.getsockname()[1]
+
+
+def _keygen(path: Path) -> str:
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
+    return (path.with_suffix(".pub") if path.suffix else Path(f"{path}.pub")).read_text().strip()
+
+
+@dataclass
+class SshServer:
+    directory: Path
+    port: int
+    process: subprocess.Popen[bytes]
+    identity_file: str
+    known_hosts: str
+    host_public_key: str
+
+    def ssh_settings(self, **extra: object) -> dict[str, object]:
+        return {"port": self.port, "identity_file": self.identity_file, "known_hosts": self.known_hosts,
+                "connect_timeout_s": 5, **extra}
+
+    def sessions(self) -> list[psutil.Process]:
+        """The per-connection sshd processes (what a dropped connection kills)."""
+        try:
+            return psutil.Process(self.process.pid).children()
+        except psutil.NoSuchProcess:
+            return []
+
+    def stop(self) -> None:
+        try:
+            everything = [psutil.Process(self.process.pid), *psutil.Process(self.process.pid).children(recursive=True)]
+        except psutil.NoSuchProcess:
+            everything = []
+        for proc in everything:
+            try:
+                proc.kill()
+            except psutil.NoSuchProcess:  # exited on its own meanwhile
+                pass
+        psutil.wait_procs(everything, timeout=10)
+        self.process.wait(timeout=10)
+
+
+def start_sshd(directory: Path) -> SshServer:
+    binary = sshd_binary()
+    assert binary, "openssh-server is not installed (scripts/test.sh installs it)"
+    directory.mkdir(parents=True, exist_ok=True)
+    host_key = directory / "host_ed25519"
+    host_public = _keygen(host_key)
+    user_key = directory / "user_ed25519"
+    (directory / "authorized_keys").write_text(_keygen(user_key) + "\n")
+    port = _free_port(ADDRESSES[0])
+    listen = "\n".join(f"ListenAddress {address}:{port}" for address in ADDRESSES)
+    config = directory / "sshd_config"
+    config.write_text(f"""{listen}
+HostKey {host_key}
+PidFile {directory}/sshd.pid
+AuthorizedKeysFile {directory}/authorized_keys
+StrictModes no
+UsePAM no
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PubkeyAuthentication yes
+PermitRootLogin prohibit-password
+MaxSessions 64
+MaxStartups 64
+LogLevel VERBOSE
+Subsystem sftp internal-sftp
+""")
+    Path("/run/sshd").mkdir(parents=True, exist_ok=True)  # privilege separation directory
+    log = open(directory / "sshd.log", "wb")
+    process = subprocess.Popen([binary, "-D", "-e", "-f", str(config)], stdout=log, stderr=subprocess.STDOUT)
+    known_hosts = directory / "known_hosts"
+    key_type, key_data = host_public.split()[:2]
+    known_hosts.write_text("".join(f"[{address}]:{port} {key_type} {key_data}\n" for address in ADDRESSES))
+    server = SshServer(directory, port, process, str(user_key), str(known_hosts), host_public)
+    deadline = time.monotonic() + 15
+    while True:  # wait until sshd accepts connections
+        assert process.poll() is None, (directory / "sshd.log").read_text()
+        try:
+            socket.create_connection((ADDRESSES[0], port), timeout=0.2).close()
+            return server
+        except OSError:
+            if time.monotonic() > deadline:
+                server.stop()
+                raise
+            time.sleep(0.05)
