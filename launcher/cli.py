@@ -22,12 +22,13 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Sequence
 
-from launcher.errors import LaunchError, UsageError
+from launcher.errors import LaunchError, PreflightError, UsageError
 from launcher.gang import GroupState
 from launcher.masking import mask_env
 from launcher.faults import parse_fault
 from launcher.plan import LaunchPlan, PlanInputs, TaskLaunch, build_plan, task_slots
 from launcher.policy import RestartPolicy
+from launcher.preflight import PreflightReport, run_preflight
 from launcher.ports import check_local_ports, choose_free_ports, port_is_free
 from launcher.report import failure_text, success_text, write_summary
 from launcher.spec import BuiltinTraining, ClusterSpec, FunctionTraining, json_schema, load_spec, parse_spec
@@ -57,6 +58,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--run-root", metavar="DIR", help="override the spec's run_root")
     parser.add_argument("--dry-run", action="store_true", help="print every task's TF_CONFIG, environment and command; start nothing")
     parser.add_argument("--json", action="store_true", help="with --dry-run: print the plan as JSON")
+    parser.add_argument("--check", action="store_true",
+                        help="run the preflight checks on every host (SSH, python, tensorflow, directories, shared checkpoints, ports, full mesh) and start nothing")
     parser.add_argument("--inject", action="append", default=[], metavar="FAULT",
                         help="rehearse a failure in the first attempt: kill|term|hang|exit=CODE:TASK@step=N, e.g. kill:worker:1@step=50 (repeatable)")
     parser.add_argument("--quiet", action="store_true", help="do not echo task output (it is still logged per task)")
@@ -181,6 +184,24 @@ def _install_signals(supervisor: Supervisor) -> None:
         signal.signal(signum, handler)
 
 
+def _preflight(spec: ClusterSpec, plan: LaunchPlan) -> PreflightReport:
+    if any(h.is_local for h in spec.hosts) or plan.checkpoint_dir.startswith(plan.run_dir.rstrip("/") + "/"):
+        os.makedirs(plan.checkpoint_dir, exist_ok=True)  # local (or on this machine's run dir): ours to create
+    return run_preflight(spec, plan)
+
+
+def run_check(spec: ClusterSpec) -> int:
+    run_dir = Path(spec.run_root).resolve() / spec.name
+    plan = _planner(spec, run_dir, _next_attempt(run_dir))(0)
+    report = _preflight(spec, plan)
+    for line in report.lines:
+        print(f"  {line}")
+    if report.ok:
+        print(f"preflight passed: {len(spec.hosts)} host(s), {len(plan.tasks)} task(s)")
+        return 0
+    raise PreflightError(report.problems)
+
+
 def run_launch(spec: ClusterSpec, quiet: bool = False, faults: dict[str, str] | None = None) -> int:
     run_dir = Path(spec.run_root).resolve() / spec.name
     first = _next_attempt(run_dir)
@@ -195,7 +216,11 @@ def run_launch(spec: ClusterSpec, quiet: bool = False, faults: dict[str, str] | 
         on_output=console.output,
         on_notice=console.notice,
     )
-    planner(0)  # validate ports before anything starts (raises PortInUseError)
+    first_plan = planner(0)  # validates local ports before anything starts (raises PortInUseError)
+    if not all(h.is_local for h in spec.hosts):
+        report = _preflight(spec, first_plan)
+        if not report.ok:
+            raise PreflightError(report.problems)
     console.notice(f"run {spec.name}: starting {sum(h.task_count for h in spec.hosts)} task(s); logs in {run_dir}")
     _install_signals(supervisor)
     try:
@@ -230,6 +255,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             run_dir = Path(spec.run_root).resolve() / spec.name
             _print_dry_run(_planner(spec, run_dir, _next_attempt(run_dir), faults)(0), args.json)
             return 0
+        if args.check:
+            return run_check(spec)
         return run_launch(spec, quiet=args.quiet, faults=faults)
     except LaunchError as error:
         print(f"launch: {error}", file=sys.stderr)

@@ -92,14 +92,19 @@ class TaskResult:
     log_path: str
     reported: bool = False
     stopped: bool = False  # still running when the launcher stopped the gang: not a failure of its own
+    lost: str | None = None  # the connection to its host was lost: why
     error: dict[str, Any] | None = None
     result: dict[str, Any] | None = None
 
     @property
     def describe_exit(self) -> str:
-        if self.exit_code is None and self.signal is None:
+        if self.exit_code is None and self.signal is None and self.lost is None:
             return "did not exit"
-        return TaskExit(self.exit_code, self.signal).describe()
+        return TaskExit(self.exit_code, self.signal, lost=self.lost).describe()
+
+    @property
+    def failed(self) -> bool:
+        return self.lost is not None or self.signal is not None or self.exit_code not in (0, None)
 
 
 @dataclass(frozen=True)

@@ -263,6 +263,7 @@ class Supervisor:
                 log_path=launch.log_path,
                 reported=task.reported,
                 stopped=task.stopped,
+                lost=task.exit.lost if task.exit else None,
                 error=_read_json(launch.error_path),
                 result=_read_json(launch.result_path),
             ))

@@ -44,15 +44,15 @@ def _kill_group(signum: int) -> None:
         pass
 
 
-def _kill_leftovers() -> None:
-    """SIGKILL every other process of our group (a task's stray background children)."""
+def _signal_others(signum: int) -> None:
+    """Send `signum` to every other process of our group, so the helper lives to report."""
     me, group = os.getpid(), os.getpgid(0)
     for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
         if not entry.isdigit() or int(entry) == me:
             continue
         try:
             if os.getpgid(int(entry)) == group:
-                os.kill(int(entry), signal.SIGKILL)
+                os.kill(int(entry), signum)
         except (ProcessLookupError, PermissionError):  # gone meanwhile, or not ours
             continue
 
@@ -62,7 +62,7 @@ def _watch_lifeline(stream: IO[str]) -> None:
         line = raw.strip()
         if line.startswith("signal "):
             try:
-                _kill_group(int(line.split()[1]))
+                _signal_others(int(line.split()[1]))
             except ValueError:  # a garbled command must not kill the task
                 continue
     _kill_group(signal.SIGKILL)
@@ -109,7 +109,7 @@ def supervise(argv: list[str], lifeline: IO[str], report: Reporter, env: dict[st
         return 127, None
     threading.Thread(target=_watch_lifeline, args=(lifeline,), daemon=True).start()
     status = child.wait()
-    _kill_leftovers()  # the task is over when its whole group is; nothing may linger
+    _signal_others(signal.SIGKILL)  # the task is over when its whole group is; nothing may linger
     code, sig = (status, None) if status >= 0 else (None, -status)
     report({"event": "exit", "code": code, "signal": sig, "pid": child.pid})
     return code, sig

@@ -1,0 +1,246 @@
+"""Check every host before anything starts, in parallel, and report every problem at once.
+
+Per host: reachable and authenticated (SSH), python and TensorFlow present with the same versions
+everywhere, the worker runtime installed (when the spec uses it), the working directory and the
+checkpoint directory present, the checkpoint directory really shared (a marker written on one host
+is read on all), each task's port free, and every host able to open a TCP connection to every
+other host's task ports while they are bound (full mesh). Starts no task; leaves no file behind.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import secrets
+import subprocess
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Callable, TypeVar
+
+from launcher import probe
+from launcher.errors import HostError
+from launcher.plan import LaunchPlan, TaskLaunch
+from launcher.spec import BuiltinTraining, ClusterSpec, FunctionTraining
+from launcher.transport.bootstrap import BOOTSTRAP, remote_command, source_line
+
+log = logging.getLogger(__name__)
+_CALL_TIMEOUT_S = 30.0
+T = TypeVar("T")
+
+
+class ProbeSession:
+    """One running probe on one host; `call` sends a request and waits for its answer."""
+
+    def __init__(self, write: Callable[[bytes], None], stdout: Any, stderr: Any, close: Callable[[], None]) -> None:
+        self._write = write
+        self._close = close
+        self._answers: queue.Queue[bytes | None] = queue.Queue()
+        self._stderr: list[bytes] = []
+        threading.Thread(target=self._read_answers, args=(stdout,), daemon=True).start()
+        threading.Thread(target=self._read_stderr, args=(stderr,), daemon=True).start()
+        write(source_line(probe))
+
+    def _read_answers(self, stream: Any) -> None:
+        for line in stream:
+            self._answers.put(line)
+        self._answers.put(None)  # end of output: the probe is gone
+
+    def _read_stderr(self, stream: Any) -> None:
+        for line in stream:
+            self._stderr.append(line)
+
+    def call(self, request: dict[str, Any], timeout: float = _CALL_TIMEOUT_S) -> dict[str, Any]:
+        self._write((json.dumps(request) + "\n").encode())
+        try:
+            line = self._answers.get(timeout=timeout)
+        except queue.Empty:
+            raise RuntimeError(f"no answer to {request['op']} within {timeout:g}s") from None
+        if line is None:
+            said = b"".join(self._stderr[-5:]).decode("utf-8", "replace").strip()
+            raise RuntimeError(said or "the probe exited without answering")
+        answer = json.loads(line)
+        if "error" in answer and request["op"] not in ("read_marker",):
+            raise RuntimeError(str(answer["error"]))
+        return answer
+
+    def close(self) -> None:
+        self._close()
+
+
+def _local_session(python: str) -> ProbeSession:
+    try:
+        proc = subprocess.Popen([python, "-u", "-c", BOOTSTRAP], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+    except OSError as error:
+        raise RuntimeError(f"cannot run python {python!r}: {error.strerror}") from None
+    assert proc.stdin is not None
+
+    def write(data: bytes) -> None:
+        assert proc.stdin is not None
+        proc.stdin.write(data)
+        proc.stdin.flush()
+
+    def close() -> None:
+        assert proc.stdin is not None
+        try:
+            proc.stdin.close()
+        except BrokenPipeError:  # the probe already exited
+            pass
+        proc.wait(timeout=10)
+
+    return ProbeSession(write, proc.stdout, proc.stderr, close)
+
+
+def _ssh_session(client: Any, python: str) -> ProbeSession:
+    channel = client.get_transport().open_session(timeout=10)
+    channel.exec_command(remote_command(python))
+    return ProbeSession(channel.sendall, channel.makefile("rb"), channel.makefile_stderr("rb"), channel.close)
+
+
+@dataclass
+class _Host:
+    index: int
+    address: str
+    is_local: bool
+    python: str
+    workdir: str
+    tasks: list[TaskLaunch]
+    session: ProbeSession | None = None
+    client: Any = None
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class PreflightReport:
+    lines: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def _parallel(hosts: list[_Host], work: Callable[[_Host], T]) -> list[tuple[_Host, T | BaseException]]:
+    with ThreadPoolExecutor(max_workers=min(32, max(1, len(hosts)))) as pool:
+        futures = [(host, pool.submit(work, host)) for host in hosts]
+        results: list[tuple[_Host, T | BaseException]] = []
+        for host, future in futures:
+            try:
+                results.append((host, future.result()))
+            except Exception as error:  # noqa: BLE001 - reported per host, never raised across hosts
+                results.append((host, error))
+        return results
+
+
+def run_preflight(spec: ClusterSpec, plan: LaunchPlan) -> PreflightReport:
+    report = PreflightReport()
+    hosts: list[_Host] = []
+    for index, host in enumerate(spec.hosts):
+        tasks = [t for t in plan.tasks if t.host_index == index]
+        hosts.append(_Host(index, host.address, host.is_local, tasks[0].python, tasks[0].cwd, tasks))
+    need_worker = isinstance(spec.training, (BuiltinTraining, FunctionTraining))
+
+    def open_session(host: _Host) -> None:
+        if host.is_local:
+            host.session = _local_session(host.python)
+        else:
+            from launcher.transport.ssh_client import connect, resolve_target
+
+            host.client = connect(resolve_target(spec.hosts[host.index]))
+            host.session = _ssh_session(host.client, host.python)
+        host.info = host.session.call({"op": "info", "workdir": host.workdir, "checkpoint_dir": plan.checkpoint_dir,
+                                       "need_worker": need_worker})
+
+    try:
+        for host, outcome in _parallel(hosts, open_session):
+            if isinstance(outcome, HostError):
+                report.problems.append(str(outcome))
+            elif isinstance(outcome, BaseException):
+                report.problems.append(f"{host.address}: cannot run {host.python!r} there ({outcome}); set python for this host")
+        live = [h for h in hosts if h.info]
+        _check_info(live, plan, need_worker, report)
+        _check_shared_checkpoints([h for h in live if h.info.get("checkpoint_ok")], plan, report)
+        _check_ports_and_mesh(live, report)
+        for host in live:
+            info = host.info
+            report.lines.append(f"{host.address}: python {info['python']}, tensorflow {info['tensorflow'] or 'MISSING'}, "
+                                f"{len(host.tasks)} task(s) on port(s) {', '.join(str(t.port) for t in host.tasks)}")
+    finally:
+        for host in hosts:
+            if host.session is not None:
+                host.session.close()
+            if host.client is not None:
+                host.client.close()
+    return report
+
+
+def _check_info(hosts: list[_Host], plan: LaunchPlan, need_worker: bool, report: PreflightReport) -> None:
+    for host in hosts:
+        info = host.info
+        if not info["tensorflow"]:
+            report.problems.append(f"{host.address}: tensorflow is not installed for {info['executable']}; pip install 'tensorflow==2.21.*' there")
+        if need_worker and not info.get("worker_ok"):
+            report.problems.append(f"{host.address}: the worker runtime (package 'worker') is not importable by {info['executable']}; "
+                                   "install this project there (pip install .)")
+        if not info["workdir_ok"]:
+            report.problems.append(f"{host.address}: working directory {host.workdir} does not exist")
+        if not info["checkpoint_ok"]:
+            report.problems.append(f"{host.address}: checkpoint_dir {plan.checkpoint_dir} does not exist or is not writable; "
+                                   "it must be storage every host shares")
+    for key, label in (("tensorflow", "tensorflow"), ("python", "python")):
+        versions: dict[str, list[str]] = {}
+        for host in hosts:
+            value = host.info.get(key)
+            if value:
+                version = value if key == "tensorflow" else ".".join(value.split(".")[:2])
+                versions.setdefault(version, []).append(host.address)
+        if len(versions) > 1:
+            spread = "; ".join(f"{v} on {', '.join(a)}" for v, a in sorted(versions.items()))
+            report.problems.append(f"{label} versions differ across hosts ({spread}); install the same version everywhere")
+
+
+def _check_shared_checkpoints(hosts: list[_Host], plan: LaunchPlan, report: PreflightReport) -> None:
+    if len(hosts) < 2:
+        return
+    token = secrets.token_hex(8)
+    path = f"{plan.checkpoint_dir.rstrip('/')}/.tflaunch-preflight-{token}"
+    writer = hosts[0]
+    assert writer.session is not None
+    writer.session.call({"op": "write_marker", "path": path, "token": token})
+    try:
+        for host, outcome in _parallel(hosts[1:], lambda h: h.session.call({"op": "read_marker", "path": path})):  # type: ignore[union-attr]
+            seen = outcome.get("token") if isinstance(outcome, dict) else None
+            if seen != token:
+                report.problems.append(f"{host.address}: checkpoint_dir {plan.checkpoint_dir} is not shared with {writer.address} "
+                                       f"(a marker written there is not visible here); workers must see each other's checkpoints")
+    finally:
+        writer.session.call({"op": "remove", "path": path})
+
+
+def _check_ports_and_mesh(hosts: list[_Host], report: PreflightReport) -> None:
+    bound = _parallel(hosts, lambda h: h.session.call({"op": "bind", "ports": [t.port for t in h.tasks]}))  # type: ignore[union-attr]
+    try:
+        for host, outcome in bound:
+            results = outcome.get("results", {}) if isinstance(outcome, dict) else {}
+            for task in host.tasks:
+                status = results.get(str(task.port), str(outcome))
+                if status != "ok":
+                    report.problems.append(f"{host.address}: port {task.port} for {task.name} is not free ({status}); "
+                                           "free it or choose another port")
+
+        def reach(host: _Host) -> dict[str, Any]:
+            targets = [[t.host, t.port] for other in hosts if other is not host for t in other.tasks]
+            if not targets:
+                return {"results": {}}
+            return host.session.call({"op": "connect", "addresses": targets, "timeout": 3})  # type: ignore[union-attr]
+
+        for host, outcome in _parallel(hosts, reach):
+            results = outcome.get("results", {}) if isinstance(outcome, dict) else {"*": str(outcome)}
+            for address, status in results.items():
+                if status != "ok":
+                    report.problems.append(f"{host.address}: cannot open a TCP connection to task address {address} ({status}); "
+                                           "check firewalls and that the address resolves from this host")
+    finally:
+        _parallel(hosts, lambda h: h.session.call({"op": "release"}))  # type: ignore[union-attr]

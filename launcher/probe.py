@@ -1,0 +1,124 @@
+"""The preflight probe: answers questions about the host it runs on, one JSON line each.
+
+Runs through the same bootstrap as the task helper (`remote_main`), on remote and local hosts
+alike. Standard library only; it never imports TensorFlow (metadata lookups are enough and
+take milliseconds). Requests and answers are JSON lines on stdin/stdout:
+
+    {"op": "info", "workdir": ..., "checkpoint_dir": ..., "need_worker": true}
+    {"op": "write_marker" | "read_marker" | "remove", "path": ..., "token": ...}
+    {"op": "bind", "ports": [...]}       keeps listeners open until "release" or end of input
+    {"op": "connect", "addresses": [["host", port], ...], "timeout": 3}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+import sys
+from typing import Any
+
+_listeners: list[socket.socket] = []
+
+
+def _version(*names: str) -> str | None:
+    from importlib import metadata
+
+    for name in names:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def _info(request: dict[str, Any]) -> dict[str, Any]:
+    import importlib.util
+
+    workdir = os.path.expanduser(request.get("workdir") or ".")
+    checkpoint_dir = request.get("checkpoint_dir") or ""
+    answer: dict[str, Any] = {
+        "hostname": socket.gethostname(),
+        "python": platform.python_version(),
+        "executable": sys.executable,
+        "tensorflow": _version("tensorflow", "tensorflow-cpu", "tf-nightly") if importlib.util.find_spec("tensorflow") else None,
+        "workdir_ok": os.path.isdir(workdir),
+        "checkpoint_ok": os.path.isdir(checkpoint_dir) and os.access(checkpoint_dir, os.W_OK | os.X_OK),
+    }
+    if request.get("need_worker"):
+        try:
+            answer["worker_ok"] = importlib.util.find_spec("worker.runtime") is not None
+        except ImportError:
+            answer["worker_ok"] = False
+    return answer
+
+
+def _bind(ports: list[int]) -> dict[str, Any]:
+    results = {}
+    for port in ports:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("", port))
+            sock.listen(16)
+            _listeners.append(sock)
+            results[str(port)] = "ok"
+        except OSError as error:
+            sock.close()
+            results[str(port)] = error.strerror or str(error)
+    return {"results": results}
+
+
+def _connect(addresses: list[list[Any]], timeout: float) -> dict[str, Any]:
+    results = {}
+    for host, port in addresses:
+        try:
+            socket.create_connection((host, int(port)), timeout=timeout).close()
+            results[f"{host}:{port}"] = "ok"
+        except OSError as error:
+            results[f"{host}:{port}"] = error.strerror or type(error).__name__
+    return {"results": results}
+
+
+def handle(request: dict[str, Any]) -> dict[str, Any]:
+    op = request.get("op")
+    path = request.get("path", "")
+    if op == "info":
+        return _info(request)
+    if op == "write_marker":
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(request["token"])
+        return {"ok": True}
+    if op == "read_marker":
+        try:
+            with open(path, encoding="utf-8") as handle:
+                return {"token": handle.read()}
+        except OSError as error:
+            return {"token": None, "error": error.strerror}
+    if op == "remove":
+        try:
+            os.remove(path)
+        except OSError:  # already gone, or never written
+            pass
+        return {"ok": True}
+    if op == "bind":
+        return _bind([int(p) for p in request.get("ports", [])])
+    if op == "connect":
+        return _connect(request.get("addresses", []), float(request.get("timeout", 3)))
+    if op == "release":
+        while _listeners:
+            _listeners.pop().close()
+        return {"ok": True}
+    return {"error": f"unknown op {op!r}"}
+
+
+def remote_main() -> int:
+    for line in sys.stdin:
+        try:
+            answer = handle(json.loads(line))
+        except Exception as error:  # noqa: BLE001 - every failure must become an answer, not a hang
+            answer = {"error": f"{type(error).__name__}: {error}"}
+        sys.stdout.write(json.dumps(answer) + "\n")
+        sys.stdout.flush()
+    return 0

@@ -1,0 +1,189 @@
+"""The SSH transport against a real OpenSSH sshd on loopback aliases, with real TensorFlow workers."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from tests.conftest import HELPERS, free_port, launch_cmd, processes_mentioning, run_launch, wait_until_gone, write_spec
+from tests.integration.test_train_local import assert_agree, results
+from tests.sshd import SshServer
+
+pytestmark = pytest.mark.tf
+
+
+def ssh_host(server: SshServer, address: str, **ssh: Any) -> dict[str, Any]:
+    return {"address": address, "ports": [free_port()], "ssh": server.ssh_settings(**ssh)}
+
+
+def ssh_spec(work: Path, name: str, hosts: list[dict[str, Any]], **training: Any) -> dict[str, Any]:
+    return {
+        "name": name, "run_root": str(work / "runs"), "python": sys.executable,
+        "env": {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(HELPERS)},
+        "hosts": hosts,
+        "training": {"kind": "builtin", "steps": 60, "checkpoint_every": 20, "log_every": 10, **training},
+        "restart": {"max_restarts": 0, "backoff_s": 0, "grace_period_s": 5},
+    }
+
+
+def wait_for_text(path: Path, text: str, proc: subprocess.Popen[bytes], timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in path.read_text():
+        assert time.monotonic() < deadline and proc.poll() is None, path.read_text()[-3000:]
+        time.sleep(0.1)
+
+
+def test_two_ssh_hosts_train_and_no_env_value_is_on_a_command_line(work: Path, sshd: SshServer) -> None:
+    secret = f"tok-{secrets.token_hex(6)}"
+    spec = ssh_spec(work, "two", [ssh_host(sshd, "127.0.0.2"), ssh_host(sshd, "127.0.0.3")], steps=400)
+    spec["env"]["MY_API_TOKEN"] = secret
+    log = work / "launch.out"
+    with open(log, "w") as handle:
+        proc = subprocess.Popen(launch_cmd("--cluster", str(write_spec(work, spec))), cwd=work, stdout=handle, stderr=subprocess.STDOUT)
+        wait_for_text(log, "[worker:1@127.0.0.3]", proc)
+        wait_for_text(log, "step 50/", proc)
+        workers = [p for p in processes_mentioning(str(work)) if p.pid != proc.pid]
+        assert len(workers) == 2, "expected one worker per SSH host"
+        for worker in workers:  # each under the helper that an sshd session started
+            helper = worker.parent()
+            assert helper is not None and "tflaunch_helper" in " ".join(helper.cmdline())
+            assert any(p.name() == "sshd" for p in helper.parents())
+        for pid_dir in Path("/proc").iterdir():
+            if not pid_dir.name.isdigit():
+                continue
+            try:
+                cmdline = (pid_dir / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
+            except OSError:  # exited meanwhile
+                continue
+            assert secret not in cmdline, f"secret on a command line: {cmdline}"
+            assert "TF_CONFIG" not in cmdline and '"cluster"' not in cmdline, f"TF_CONFIG on a command line: {cmdline}"
+        assert proc.wait(timeout=180) == 0, log.read_text()[-3000:]
+    found = results(work / "runs" / "two", 0)
+    assert_agree(found, 2, 400)
+    text = log.read_text()
+    assert "[worker:0@127.0.0.2]" in text and "[worker:1@127.0.0.3]" in text
+    assert (work / "runs" / "two" / "attempt-0" / "worker-1.log").read_text().count("step 400/400") == 1
+
+
+def test_mixed_local_and_ssh_hosts(work: Path, sshd: SshServer) -> None:
+    local = {"address": "127.0.0.4", "transport": "local", "ports": [free_port()]}
+    spec = ssh_spec(work, "mixed", [local, ssh_host(sshd, "127.0.0.2")])
+    proc = run_launch(["--cluster", str(write_spec(work, spec))], work)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_agree(results(work / "runs" / "mixed", 0), 2, 60)
+    assert "[worker:0] " in proc.stdout and "[worker:1@127.0.0.2]" in proc.stdout
+
+
+def test_remote_worker_killed_restarts_the_gang_over_ssh(work: Path, sshd: SshServer) -> None:
+    spec = ssh_spec(work, "kill", [ssh_host(sshd, "127.0.0.2"), ssh_host(sshd, "127.0.0.3")])
+    spec["restart"]["max_restarts"] = 1
+    proc = run_launch(["--cluster", str(write_spec(work, spec)), "--inject", "kill:worker:1@step=30"], work)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((work / "runs" / "kill" / "summary.json").read_text())
+    assert len(summary["attempts"]) == 2 and "SIGKILL" in summary["attempts"][0]["reason"]
+    found = results(work / "runs" / "kill", 1)
+    assert_agree(found, 2, 60)
+    assert {r["start_step"] for r in found.values()} == {20}
+
+
+def test_sigkill_of_launch_leaves_no_remote_worker(work: Path, sshd: SshServer) -> None:
+    spec = ssh_spec(work, "orphans", [ssh_host(sshd, "127.0.0.2"), ssh_host(sshd, "127.0.0.3")], steps=100000, checkpoint_every=10000)
+    log = work / "launch.out"
+    with open(log, "w") as handle:
+        proc = subprocess.Popen(launch_cmd("--cluster", str(write_spec(work, spec))), cwd=work, stdout=handle, stderr=subprocess.STDOUT)
+        wait_for_text(log, "step 20/", proc)
+        proc.kill()
+        proc.wait()
+    assert not wait_until_gone(str(work), timeout=5), "remote workers outlived their launcher"
+
+
+def test_dropped_ssh_connection_stops_everything_and_names_the_host(work: Path, sshd: SshServer) -> None:
+    spec = ssh_spec(work, "drop", [ssh_host(sshd, "127.0.0.2"), ssh_host(sshd, "127.0.0.3")], steps=100000, checkpoint_every=10000)
+    log = work / "launch.out"
+    with open(log, "w") as handle:
+        proc = subprocess.Popen(launch_cmd("--cluster", str(write_spec(work, spec))), cwd=work, stdout=handle, stderr=subprocess.STDOUT)
+        wait_for_text(log, "step 20/", proc)
+        sessions = [s for s in sshd.sessions()
+                    if any(c.laddr and c.laddr.ip == "127.0.0.3" for c in s.net_connections(kind="tcp"))]
+        assert sessions, "no sshd session serves 127.0.0.3"
+        for session in sessions:
+            session.kill()
+        code = proc.wait(timeout=60)
+    text = log.read_text()
+    assert code == 1
+    assert "root cause: worker:1 on 127.0.0.3" in text and "SSH connection to 127.0.0.3" in text
+    assert not wait_until_gone(str(work), timeout=10)
+
+
+def test_host_keys_strict_by_default_opt_in_records_them(work: Path, sshd: SshServer) -> None:
+    known = work / "known_hosts"
+    spec = ssh_spec(work, "keys", [ssh_host(sshd, "127.0.0.2", known_hosts=str(known)), ssh_host(sshd, "127.0.0.3")])
+    path = write_spec(work, spec)
+    rejected = run_launch(["--cluster", str(path), "--check"], work)
+    assert rejected.returncode == 2
+    assert "127.0.0.2: unknown host key" in rejected.stderr and "accept_unknown_host_keys" in rejected.stderr
+    assert "Traceback" not in rejected.stderr
+
+    spec["hosts"][0]["ssh"]["accept_unknown_host_keys"] = True
+    accepted = run_launch(["--cluster", str(write_spec(work, spec)), "--check"], work)
+    assert accepted.returncode == 0, accepted.stderr
+    assert sshd.host_public_key.split()[1] in known.read_text(), "the accepted key was not recorded"
+
+    key_type, key_data = sshd.host_public_key.split()[:2]
+    other = subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(work / "other")], check=True)
+    assert other.returncode == 0
+    wrong = (work / "other.pub").read_text().split()[1]
+    known.write_text(f"[127.0.0.2]:{sshd.port} {key_type} {wrong}\n")
+    changed = run_launch(["--cluster", str(write_spec(work, spec)), "--check"], work)
+    assert changed.returncode == 2 and "has CHANGED" in changed.stderr, changed.stderr
+
+
+def test_wrong_user_key_is_a_clear_error(work: Path, sshd: SshServer) -> None:
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(work / "stranger")], check=True)
+    spec = ssh_spec(work, "auth", [ssh_host(sshd, "127.0.0.2", identity_file=str(work / "stranger")), ssh_host(sshd, "127.0.0.3")])
+    started = time.monotonic()
+    proc = run_launch(["--cluster", str(write_spec(work, spec))], work)
+    assert proc.returncode == 2
+    assert "127.0.0.2: authentication as root failed" in proc.stderr
+    assert time.monotonic() - started < 15
+    assert not (work / "runs" / "auth" / "attempt-0").exists(), "nothing may start when a host fails preflight"
+
+
+def test_preflight_reports_taken_ports_and_missing_python(work: Path, sshd: SshServer) -> None:
+    import socket
+
+    holder = socket.socket()
+    holder.bind(("", 0))
+    holder.listen()
+    try:
+        hosts = [ssh_host(sshd, "127.0.0.2"), ssh_host(sshd, "127.0.0.3")]
+        hosts[0]["ports"] = [holder.getsockname()[1]]
+        hosts[1]["python"] = "/no/python3"
+        proc = run_launch(["--cluster", str(write_spec(work, ssh_spec(work, "pre", hosts))), "--check"], work)
+    finally:
+        holder.close()
+    assert proc.returncode == 2
+    assert f"127.0.0.2: port {hosts[0]['ports'][0]} for worker:0 is not free" in proc.stderr
+    assert "127.0.0.3: cannot run '/no/python3'" in proc.stderr
+
+
+def test_shell_metacharacters_in_a_host_never_run(work: Path, sshd: SshServer) -> None:
+    marker = work / "pwned"
+    spec = ssh_spec(work, "meta", [ssh_host(sshd, f"127.0.0.2;touch {marker}"), ssh_host(sshd, "127.0.0.3")])
+    proc = run_launch(["--cluster", str(write_spec(work, spec)), "--check"], work)
+    assert proc.returncode == 2 and "$.hosts[0].address" in proc.stderr
+    spec = ssh_spec(work, "meta2", [ssh_host(sshd, "127.0.0.2"), ssh_host(sshd, "127.0.0.3")])
+    spec["hosts"][0]["workdir"] = f"/tmp; touch {marker}"
+    proc = run_launch(["--cluster", str(write_spec(work, spec)), "--check"], work)
+    assert proc.returncode == 2 and "does not exist" in proc.stderr
+    assert not marker.exists()
