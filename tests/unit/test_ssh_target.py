@@ -1,0 +1,42 @@
+"""How a host's SSH settings are resolved: the spec first, then ~/.ssh/config, then defaults."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from launcher.spec import HostSpec
+from launcher.transport.bootstrap import BOOTSTRAP, remote_command
+from launcher.transport.ssh_client import resolve_target
+
+
+def test_ssh_config_supplies_hostname_user_port_and_identity(tmp_path: Path) -> None:
+    config = tmp_path / "config"
+    config.write_text("Host node-a\n  HostName 10.1.2.3\n  User trainer\n  Port 2200\n  IdentityFile ~/.ssh/cluster_key\n")
+    target = resolve_target(HostSpec(address="node-a", ports=[5000]), str(config))
+    assert (target.hostname, target.user, target.port) == ("10.1.2.3", "trainer", 2200)
+    assert target.identity_files[0].endswith("/.ssh/cluster_key") and not target.identity_files[0].startswith("~")
+    assert target.key_name == "[10.1.2.3]:2200"
+    assert target.accept_unknown is False
+
+
+def test_spec_settings_win_over_ssh_config(tmp_path: Path) -> None:
+    config = tmp_path / "config"
+    config.write_text("Host node-a\n  User trainer\n  Port 2200\n")
+    host = HostSpec.model_validate({"address": "node-a", "ports": [5000],
+                                    "ssh": {"user": "ops", "port": 22, "known_hosts": str(tmp_path / "kh"), "accept_unknown_host_keys": True}})
+    target = resolve_target(host, str(config))
+    assert (target.user, target.port, target.known_hosts, target.accept_unknown) == ("ops", 22, str(tmp_path / "kh"), True)
+    assert target.key_name == "node-a"
+
+
+def test_missing_ssh_config_uses_defaults(tmp_path: Path) -> None:
+    target = resolve_target(HostSpec(address="10.0.0.9", ports=[5000]), str(tmp_path / "none"))
+    assert (target.hostname, target.port, target.identity_files) == ("10.0.0.9", 22, ())
+    assert target.known_hosts.endswith("/.ssh/known_hosts")
+
+
+def test_remote_command_is_fixed_and_quoted() -> None:
+    command = remote_command("/opt/my env/python3")
+    assert command.startswith("'/opt/my env/python3' -u -c ")
+    assert BOOTSTRAP in command.replace("'\"'\"'", "'")
+    assert "TF_CONFIG" not in command
