@@ -161,7 +161,10 @@ class _Console:
     def output(self, launch: TaskLaunch, line: str) -> None:
         if not self.quiet:
             sys.stdout.write(f"[{launch.label}] {line}\n")
-            sys.stdout.flush()
+
+    def flush(self) -> None:
+        """Called whenever the supervisor has handled every queued event."""
+        sys.stdout.flush()
 
     def notice(self, text: str) -> None:
         sys.stderr.write(f"[launch] {text}\n")
@@ -215,6 +218,7 @@ def run_launch(spec: ClusterSpec, quiet: bool = False, faults: dict[str, str] | 
         reports_progress=reports_progress,
         on_output=console.output,
         on_notice=console.notice,
+        on_drained=console.flush,
     )
     first_plan = planner(0)  # validates local ports before anything starts (raises PortInUseError)
     if not all(h.is_local for h in spec.hosts):

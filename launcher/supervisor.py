@@ -21,11 +21,14 @@ from typing import Any, Callable
 from launcher.gang import AttemptResult, GangStatus, GroupState, RunResult, TaskResult, TaskStatus
 from launcher.plan import LaunchPlan, TaskLaunch
 from launcher.policy import Action, Decision, FailureKind, RestartPolicy
-from launcher.transport.base import Event, OutputLine, TaskExit, TaskExited, TaskProcess, Tick, Transport, WorkerReport
+from launcher.transport.base import Event, OutputLine, TaskExit, TaskExited, TaskProcess, Transport, WorkerReport
 
 log = logging.getLogger(__name__)
 
 OutputCallback = Callable[[TaskLaunch, str], None]
+# Bounded so a task flooding its output cannot grow the launcher's memory: readers wait (and the
+# task's pipe fills) until the supervisor catches up. Every line still reaches the log file.
+_QUEUE_LIMIT = 4096
 NoticeCallback = Callable[[str], None]
 _KILL_WAIT_S = 10.0
 
@@ -71,6 +74,7 @@ class Supervisor:
         on_output: OutputCallback | None = None,
         on_notice: NoticeCallback | None = None,
         on_report: Callable[[TaskLaunch, dict[str, Any]], None] | None = None,
+        on_drained: Callable[[], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
@@ -81,9 +85,10 @@ class Supervisor:
         self._on_output = on_output or (lambda launch, line: None)
         self._on_notice = on_notice or (lambda text: None)
         self._on_report = on_report or (lambda launch, data: None)
+        self._on_drained = on_drained or (lambda: None)
         self._clock = clock
         self._sleep = sleep
-        self._events: queue.Queue[tuple[_Task | None, Event]] = queue.Queue()
+        self._events: queue.Queue[tuple[_Task, Event]] = queue.Queue(maxsize=_QUEUE_LIMIT)
         self._tasks: dict[str, _Task] = {}
         self._plan: LaunchPlan | None = None
         self._attempt_started_at = 0.0
@@ -115,9 +120,7 @@ class Supervisor:
             ),
         )
 
-    def _apply(self, task: _Task | None, event: Event) -> None:
-        if task is None or isinstance(event, Tick):
-            return
+    def _apply(self, task: _Task, event: Event) -> None:
         if self._tasks.get(task.launch.name) is not task:  # a straggler from an earlier attempt
             return
         if isinstance(event, OutputLine):
@@ -148,15 +151,12 @@ class Supervisor:
             try:
                 self._apply(*self._events.get_nowait())
             except queue.Empty:
+                self._on_drained()
                 return
 
     def _deliver(self, task: _Task, event: Event) -> None:
         """The sink handed to the transport for one task (called from reader threads)."""
         self._events.put((task, event))
-
-    def wake(self) -> None:
-        """Make a blocked `step()` return soon (thread- and signal-safe)."""
-        self._events.put((None, Tick()))
 
     # ---- act -------------------------------------------------------------------------------
 

@@ -62,12 +62,7 @@ class TaskExited:
     exit: TaskExit
 
 
-@dataclass(frozen=True)
-class Tick:
-    """Wakes the supervisor without news (e.g. a signal arrived)."""
-
-
-Event = Union[OutputLine, WorkerReport, TaskExited, Tick]
+Event = Union[OutputLine, WorkerReport, TaskExited]
 EventSink = Callable[[Event], None]
 
 

@@ -1,0 +1,36 @@
+"""`python -m bench [--quick] [NAME ...]`: run the benchmarks, print their tables, keep raw JSON.
+
+Tables also go to bench/results/latest.md; raw numbers to bench/results/<name>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import time
+
+from bench.common import RESULTS, machine
+
+ORDER = ("overhead", "teardown", "recovery", "throughput", "checkpoint", "chaos", "memory")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench")
+    parser.add_argument("--quick", action="store_true", help="fewer pairs and shorter jobs (under 3 minutes)")
+    parser.add_argument("names", nargs="*", choices=[*ORDER, []][:-1] or None, help=f"a subset of {', '.join(ORDER)}")
+    args = parser.parse_args()
+    started = time.monotonic()
+    sections = [f"Machine: {machine()}; mode: {'quick' if args.quick else 'full'}"]
+    for name in args.names or ORDER:
+        began = time.monotonic()
+        section = importlib.import_module(f"bench.{name}").run(args.quick)
+        print(section + f"\n\n({name}: {time.monotonic() - began:.0f} s)\n", flush=True)
+        sections.append(section)
+    sections.append(f"Total: {time.monotonic() - started:.0f} s")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / ("latest-quick.md" if args.quick else "latest.md")).write_text("\n\n".join(sections) + "\n")
+    print(sections[-1])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,160 @@
+"""Shared pieces of the benchmarks: jobs under `launch` and the same workers by hand, timing,
+interleaved pairs, markdown tables and raw JSON results.
+
+Benchmarks compare side by side in one script (A B A B ...) because absolute times drift on a
+shared 2-core machine; ratios are what the targets are about.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import psutil
+
+from launcher.plan import LaunchPlan, PlanInputs, build_plan
+from launcher.ports import choose_free_ports
+from launcher.spec import ClusterSpec, parse_spec
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+QUIET_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2"}
+
+
+def builtin_spec(name: str, workers: int, run_root: Path, **training: Any) -> dict[str, Any]:
+    return {
+        "name": name, "run_root": str(run_root),
+        "hosts": [{"address": "localhost", "workers": workers}],
+        "env": dict(QUIET_ENV),
+        "training": {"kind": "builtin", **training},
+        "restart": {"max_restarts": 3, "backoff_s": 0, "grace_period_s": 5},
+    }
+
+
+def workdir(prefix: str) -> Path:
+    return Path(tempfile.mkdtemp(prefix=f"tflaunch-bench-{prefix}-"))
+
+
+def write_spec(directory: Path, spec: dict[str, Any]) -> Path:
+    path = directory / f"{spec['name']}.json"
+    path.write_text(json.dumps(spec))
+    return path
+
+
+def start_launch(spec_path: Path, *args: str, cwd: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-m", "launcher", "--cluster", str(spec_path), "--quiet", *args],
+                            cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def plan_by_hand(spec_data: dict[str, Any]) -> LaunchPlan:
+    """The plan `launch` would use, so the hand-started workers run the very same command and env."""
+    spec: ClusterSpec = parse_spec(spec_data)
+    run_dir = str(Path(spec.run_root).resolve() / spec.name)
+    return build_plan(spec, PlanInputs(run_dir, 0, sys.executable, os.getcwd(), choose_free_ports(spec)))
+
+
+def start_by_hand(plan: LaunchPlan) -> list[subprocess.Popen[bytes]]:
+    """The baseline: set TF_CONFIG and start every worker, nothing else (no helper, no streaming)."""
+    os.makedirs(plan.attempt_dir, exist_ok=True)
+    return [subprocess.Popen(task.argv, cwd=task.cwd, env={**os.environ, **task.env},
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for task in plan.tasks]
+
+
+def metrics(run_dir: Path) -> list[dict[str, Any]]:
+    path = run_dir / "metrics.jsonl"
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except ValueError:  # a line being written right now
+            continue
+    return rows
+
+
+def wait_for(condition: Callable[[], Any], timeout: float, what: str, poll: float = 0.01) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(poll)
+    raise TimeoutError(f"timed out after {timeout:g}s waiting for {what}")
+
+
+def wait_step(run_dir: Path, step: int, timeout: float = 120, attempt: int | None = None) -> dict[str, Any]:
+    def reached() -> dict[str, Any] | None:
+        rows = [m for m in metrics(run_dir) if m["step"] >= step and (attempt is None or m.get("attempt") == attempt)]
+        return rows[0] if rows else None
+    return wait_for(reached, timeout, f"step {step} in {run_dir}")
+
+
+def worker_processes(run_dir: Path, task: str | None = None) -> list[psutil.Process]:
+    """The TF worker processes (`-m worker`) of a run, found by their environment."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if "worker" not in proc.cmdline()[1:3]:
+                continue
+            env = proc.environ()
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):  # gone or not ours
+            continue
+        if env.get("TFLAUNCH_RUN_DIR") == str(run_dir) and (task is None or env.get("TFLAUNCH_TASK") == task):
+            found.append(proc)
+    return found
+
+
+def all_gone(processes: Iterable[psutil.Process]) -> bool:
+    for proc in processes:
+        try:
+            if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
+                return False
+        except psutil.NoSuchProcess:
+            continue
+    return True
+
+
+def kill_all(processes: Iterable[psutil.Process]) -> None:
+    for proc in processes:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:  # already gone
+            continue
+
+
+def leftovers(run_dir: Path) -> int:
+    return len([p for p in worker_processes(run_dir) if not all_gone([p])])
+
+
+def summarize(values: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
+
+
+def table(title: str, rows: list[tuple[str, dict[str, float], str]]) -> str:
+    lines = [f"### {title}", "", "| measure | median | min | max | n | unit |", "| --- | ---: | ---: | ---: | ---: | --- |"]
+    for name, stats, unit in rows:
+        lines.append(f"| {name} | {stats['median']:.3f} | {stats['min']:.3f} | {stats['max']:.3f} | {int(stats['n'])} | {unit} |")
+    return "\n".join(lines)
+
+
+def save(name: str, data: dict[str, Any]) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    data = {"machine": machine(), "time": time.strftime("%Y-%m-%d %H:%M:%S"), **data}
+    path.write_text(json.dumps(data, indent=2))
+    return path
+
+
+def machine() -> dict[str, Any]:
+    import platform
+
+    return {"cpus": os.cpu_count(), "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
+            "python": platform.python_version(), "platform": platform.platform()}

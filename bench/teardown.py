@@ -1,0 +1,83 @@
+"""Teardown: after one worker is SIGKILLed (or SIGSTOPped), how long until every other worker
+process is gone: under `launch` vs the same workers by hand (TensorFlow's own survivors).
+
+Target under launch: <= 0.5 s for a crash. By hand, survivors that never exit are cut off at the
+cap and reported at the cap.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import time
+from pathlib import Path
+from typing import Callable
+
+import psutil
+
+from bench.common import (all_gone, builtin_spec, kill_all, plan_by_hand, save, start_by_hand, start_launch, summarize,
+                          table, wait_step, worker_processes, workdir, write_spec)
+
+CAP_S = 30.0
+
+
+def _measure(run_dir: Path, signum: int, cleanup: Callable[[], None]) -> float:
+    wait_step(run_dir, 20)
+    victim = worker_processes(run_dir, "worker:1")
+    others = [p for p in worker_processes(run_dir) if p not in victim]
+    assert victim and others, "workers not found"
+    victim[0].send_signal(signum)
+    started = time.monotonic()
+    while not all_gone(others) and time.monotonic() - started < CAP_S:
+        time.sleep(0.002)
+    elapsed = time.monotonic() - started
+    cleanup()
+    kill_all(worker_processes(run_dir))
+    return elapsed
+
+
+def _under_launch(signum: int) -> float:
+    directory = workdir("td-launch")
+    spec = builtin_spec("td", 2, directory / "runs", steps=1_000_000, checkpoint_every=1_000_000, log_every=1)
+    spec["restart"].update(max_restarts=0, stall_timeout_s=2)
+    proc = start_launch(write_spec(directory, spec), cwd=directory)
+    elapsed = _measure(directory / "runs" / "td", signum, lambda: proc.wait(timeout=60))
+    shutil.rmtree(directory, ignore_errors=True)
+    return elapsed
+
+
+def _by_hand(signum: int) -> float:
+    directory = workdir("td-hand")
+    spec = builtin_spec("td", 2, directory / "runs", steps=1_000_000, checkpoint_every=1_000_000, log_every=1)
+    procs = start_by_hand(plan_by_hand(spec))
+
+    def cleanup() -> None:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+
+    elapsed = _measure(directory / "runs" / "td", signum, cleanup)
+    shutil.rmtree(directory, ignore_errors=True)
+    return elapsed
+
+
+def run(quick: bool) -> str:
+    crash_pairs, hang_pairs = (2, 1) if quick else (5, 3)
+    data: dict[str, list[float]] = {"crash_launch": [], "crash_by_hand": [], "hang_launch": [], "hang_by_hand": []}
+    for _ in range(crash_pairs):
+        data["crash_launch"].append(_under_launch(signal.SIGKILL))
+        data["crash_by_hand"].append(_by_hand(signal.SIGKILL))
+    for _ in range(hang_pairs):
+        data["hang_launch"].append(_under_launch(signal.SIGSTOP))
+        data["hang_by_hand"].append(_by_hand(signal.SIGSTOP))
+    save("teardown", {**data, "cap_s": CAP_S, "stall_timeout_s": 2, "target": "crash under launch <= 0.5 s"})
+    return table(f"Teardown: time until every other worker is gone (by hand capped at {CAP_S:g} s; stall_timeout_s=2 for the hang)", [
+        ("SIGKILL, under launch", summarize(data["crash_launch"]), "s"),
+        ("SIGKILL, by hand", summarize(data["crash_by_hand"]), "s"),
+        ("SIGSTOP, under launch", summarize(data["hang_launch"]), "s"),
+        ("SIGSTOP, by hand", summarize(data["hang_by_hand"]), "s"),
+    ])
+
+
+if __name__ == "__main__":
+    print(run(quick=True))
