@@ -17,8 +17,11 @@ ORDER = ("overhead", "teardown", "recovery", "throughput", "checkpoint", "chaos"
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench")
     parser.add_argument("--quick", action="store_true", help="fewer pairs and shorter jobs (under 3 minutes)")
-    parser.add_argument("names", nargs="*", choices=[*ORDER, []][:-1] or None, help=f"a subset of {', '.join(ORDER)}")
+    parser.add_argument("names", nargs="*", metavar="NAME", help=f"a subset of: {', '.join(ORDER)}")
     args = parser.parse_args()
+    unknown = sorted(set(args.names) - set(ORDER))
+    if unknown:
+        parser.error(f"unknown benchmark(s) {', '.join(unknown)}; choose from {', '.join(ORDER)}")
     started = time.monotonic()
     sections = [f"Machine: {machine()}; mode: {'quick' if args.quick else 'full'}"]
     for name in args.names or ORDER:

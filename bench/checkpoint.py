@@ -16,7 +16,7 @@ from bench.common import save, summarize, table, workdir
 
 
 def run(quick: bool) -> str:
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     import tensorflow as tf
 
     from worker import example

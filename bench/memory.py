@@ -47,10 +47,10 @@ def _peak(cmd: list[str], cwd: str) -> tuple[float, float, float]:
 
 def run(quick: bool) -> str:
     directory = workdir("mem")
-    spec = builtin_spec("mem", 3, directory / "runs", steps=200 if quick else 600, checkpoint_every=100, log_every=1)
+    spec = builtin_spec("mem", 3, directory / "runs", steps=100 if quick else 600, checkpoint_every=100, log_every=1)
     path = write_spec(directory, spec)
     train = _peak([sys.executable, "-m", "launcher", "--cluster", str(path)], str(directory))
-    lines = 100_000 if quick else 400_000
+    lines = 50_000 if quick else 400_000
     (directory / "flood.py").write_text(FLOOD.format(n=lines))
     flood = _peak([sys.executable, "-m", "launcher", "--local", "3", "--name", "flood", "--run-root", str(directory / "runs"),
                    "--", "python", str(directory / "flood.py")], str(directory))

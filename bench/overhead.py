@@ -36,7 +36,7 @@ def _by_hand(steps: int) -> float:
 
 
 def run(quick: bool) -> str:
-    pairs, steps = (2, 10) if quick else (5, 30)
+    pairs, steps = (1, 10) if quick else (5, 30)
     launch, hand, ratios = [], [], []
     for _ in range(pairs):
         a = _under_launch(steps)

@@ -36,7 +36,7 @@ def _by_hand(steps: int) -> float:
 
 
 def run(quick: bool) -> str:
-    pairs, steps = (2, 500) if quick else (5, 2000)
+    pairs, steps = (1, 300) if quick else (5, 2000)
     launch, hand, ratios = [], [], []
     for _ in range(pairs):
         a, b = _under_launch(steps), _by_hand(steps)
