@@ -22,11 +22,12 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Sequence
 
+from launcher.console import Console, describe_run
 from launcher.errors import LaunchError, PreflightError, UsageError
 from launcher.gang import GroupState
 from launcher.masking import mask_env
 from launcher.faults import parse_fault
-from launcher.plan import LaunchPlan, PlanInputs, TaskLaunch, build_plan, task_slots
+from launcher.plan import LaunchPlan, PlanInputs, build_plan, task_slots
 from launcher.policy import RestartPolicy
 from launcher.preflight import PreflightReport, run_preflight
 from launcher.ports import check_local_ports, choose_free_ports, port_is_free
@@ -48,7 +49,8 @@ def _parser() -> argparse.ArgumentParser:
     parser = _ArgumentParser(
         prog="launch",
         description="Start a TensorFlow MultiWorkerMirroredStrategy job from a cluster spec and supervise it as one gang.",
-        epilog="Subcommands: 'launch schema' prints the JSON Schema of the cluster spec. "
+        epilog="Subcommands: 'launch schema' prints the JSON Schema of the cluster spec; 'launch status RUN_DIR' "
+               "summarises a running or finished run. "
                "Everything after '--' is a command run as every task instead of the spec's training.",
     )
     source = parser.add_mutually_exclusive_group()
@@ -63,6 +65,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--inject", action="append", default=[], metavar="FAULT",
                         help="rehearse a failure in the first attempt: kill|term|hang|exit=CODE:TASK@step=N, e.g. kill:worker:1@step=50 (repeatable)")
     parser.add_argument("--quiet", action="store_true", help="do not echo task output (it is still logged per task)")
+    parser.add_argument("--plain", action="store_true", help="prefixed output lines even on a terminal (no live table)")
     parser.add_argument("-v", "--verbose", action="store_true", help="log the launcher's own decisions")
     return parser
 
@@ -152,25 +155,6 @@ def _print_dry_run(plan: LaunchPlan, as_json: bool) -> None:
         print(f"  log: {task.log_path}")
 
 
-class _Console:
-    """Echo task output with its task's name; the launcher's own notices go to stderr."""
-
-    def __init__(self, quiet: bool) -> None:
-        self.quiet = quiet
-
-    def output(self, launch: TaskLaunch, line: str) -> None:
-        if not self.quiet:
-            sys.stdout.write(f"[{launch.label}] {line}\n")
-
-    def flush(self) -> None:
-        """Called whenever the supervisor has handled every queued event."""
-        sys.stdout.flush()
-
-    def notice(self, text: str) -> None:
-        sys.stderr.write(f"[launch] {text}\n")
-        sys.stderr.flush()
-
-
 def _install_signals(supervisor: Supervisor) -> None:
     from launcher.errors import InterruptedLaunchError
 
@@ -205,11 +189,11 @@ def run_check(spec: ClusterSpec) -> int:
     raise PreflightError(report.problems)
 
 
-def run_launch(spec: ClusterSpec, quiet: bool = False, faults: dict[str, str] | None = None) -> int:
+def run_launch(spec: ClusterSpec, quiet: bool = False, faults: dict[str, str] | None = None, plain: bool = False) -> int:
     run_dir = Path(spec.run_root).resolve() / spec.name
     first = _next_attempt(run_dir)
     planner = _planner(spec, run_dir, first, faults)
-    console = _Console(quiet)
+    console = Console(quiet=quiet, live=sys.stdout.isatty() and not plain)
     reports_progress = isinstance(spec.training, (BuiltinTraining, FunctionTraining))
     supervisor = Supervisor(
         planner=lambda attempt: planner(attempt),
@@ -218,8 +202,10 @@ def run_launch(spec: ClusterSpec, quiet: bool = False, faults: dict[str, str] | 
         reports_progress=reports_progress,
         on_output=console.output,
         on_notice=console.notice,
+        on_report=console.report,
         on_drained=console.flush,
     )
+    console.attach(supervisor.status, str(run_dir / "status.json"))
     first_plan = planner(0)  # validates local ports before anything starts (raises PortInUseError)
     if not all(h.is_local for h in spec.hosts):
         report = _preflight(spec, first_plan)
@@ -230,6 +216,7 @@ def run_launch(spec: ClusterSpec, quiet: bool = False, faults: dict[str, str] | 
     try:
         result = supervisor.run()
     finally:
+        console.close()
         if supervisor.result is not None:
             supervisor.result.state = supervisor.state if supervisor.state.is_terminal else GroupState.INTERRUPTED
             path = write_summary(supervisor.result)
@@ -248,6 +235,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if own[:1] == ["schema"]:
             print(json.dumps(json_schema(), indent=2))
             return 0
+        if own[:1] == ["status"]:
+            if len(own) != 2:
+                raise UsageError("usage: launch status RUN_DIR (e.g. runs/example)")
+            try:
+                print(describe_run(own[1]))
+            except (FileNotFoundError, ValueError) as error:
+                raise UsageError(str(error)) from None
+            return 0
         args = _parser().parse_args(own)
         logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                             format="[launch] %(levelname)s %(name)s: %(message)s")
@@ -261,7 +256,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.check:
             return run_check(spec)
-        return run_launch(spec, quiet=args.quiet, faults=faults)
+        return run_launch(spec, quiet=args.quiet, faults=faults, plain=args.plain)
     except LaunchError as error:
         print(f"launch: {error}", file=sys.stderr)
         return error.exit_code

@@ -93,6 +93,7 @@ class TaskResult:
     reported: bool = False
     stopped: bool = False  # still running when the launcher stopped the gang: not a failure of its own
     lost: str | None = None  # the connection to its host was lost: why
+    sidecar: bool = False  # the evaluator: its outcome never fails the run
     error: dict[str, Any] | None = None
     result: dict[str, Any] | None = None
 

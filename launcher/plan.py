@@ -57,6 +57,7 @@ class TaskLaunch:
     is_local: bool
     port: int
     python: str
+    sidecar: bool  # the evaluator: outside the training gang, never decides its success
     tf_config: dict[str, Any]
     env: dict[str, str]
     argv: list[str]
@@ -105,7 +106,7 @@ class LaunchPlan:
 def task_slots(spec: ClusterSpec) -> list[TaskSlot]:
     """Every task of the spec in launch order (chief, then workers by index)."""
     slots: list[TaskSlot] = []
-    counters = {"chief": 0, "worker": 0}
+    counters = {"chief": 0, "worker": 0, "evaluator": 0}
     for host_index, host in enumerate(spec.hosts):
         for entry in spec.task_entries(host):
             index = entry.index
@@ -113,7 +114,7 @@ def task_slots(spec: ClusterSpec) -> list[TaskSlot]:
                 index = counters[entry.type]
                 counters[entry.type] += 1
             slots.append(TaskSlot(entry.type, index, host_index, host, entry.port))
-    order = {"chief": 0, "worker": 1}
+    order = {"chief": 0, "worker": 1, "evaluator": 2}
     return sorted(slots, key=lambda s: (order[s.task_type], s.task_index))
 
 
@@ -121,11 +122,10 @@ def _address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def _gpu_share(host: HostSpec, position: int) -> str | None:
-    """The CUDA_VISIBLE_DEVICES of the position-th task on a host: an even, disjoint split."""
+def _gpu_share(host: HostSpec, position: int, count: int) -> str | None:
+    """The CUDA_VISIBLE_DEVICES of the position-th of `count` trainers on a host: an even, disjoint split."""
     if host.gpus is None:
         return None
-    count = host.task_count
     per_task = len(host.gpus) // count if count else 0
     if per_task == 0:
         return ",".join(str(g) for g in host.gpus)  # fewer GPUs than tasks: all share
@@ -142,7 +142,12 @@ def build_plan(spec: ClusterSpec, inputs: PlanInputs) -> LaunchPlan:
         raise ValueError(f"no port chosen for {', '.join(missing)}; resolve port 0 before planning")
     cluster: dict[str, list[str]] = {}
     for slot in slots:
-        cluster.setdefault(slot.task_type, []).append(_address(slot.host.address, ports[slot.name]))
+        if slot.task_type != "evaluator":  # the evaluator is outside the coordination service
+            cluster.setdefault(slot.task_type, []).append(_address(slot.host.address, ports[slot.name]))
+    trainers_on: dict[int, int] = {}
+    for slot in slots:
+        if slot.task_type != "evaluator":
+            trainers_on[slot.host_index] = trainers_on.get(slot.host_index, 0) + 1
 
     run_dir = inputs.run_dir
     attempt_dir = posixpath.join(run_dir, f"attempt-{inputs.attempt}")
@@ -155,12 +160,12 @@ def build_plan(spec: ClusterSpec, inputs: PlanInputs) -> LaunchPlan:
     tasks: list[TaskLaunch] = []
     for slot in slots:
         host = slot.host
-        position = positions.get(slot.host_index, 0)
-        positions[slot.host_index] = position + 1
+        sidecar = slot.task_type == "evaluator"
         python = host.python or spec.python or (inputs.launcher_python if host.is_local else "python3")
         cwd = host.workdir or spec.workdir or (inputs.launcher_cwd if host.is_local else ".")
         stem = f"{slot.task_type}-{slot.task_index}"
-        tf_config = {"cluster": cluster, "task": {"type": slot.task_type, "index": slot.task_index}}
+        own = {"evaluator": [_address(host.address, ports[slot.name])]} if sidecar else cluster
+        tf_config = {"cluster": own, "task": {"type": slot.task_type, "index": slot.task_index}}
         result_path = posixpath.join(attempt_dir, f"{stem}.result.json")
         error_path = posixpath.join(attempt_dir, f"{stem}.error.json")
         env = {**spec.env, **host.env}
@@ -181,9 +186,17 @@ def build_plan(spec: ClusterSpec, inputs: PlanInputs) -> LaunchPlan:
         })
         if slot.name in inputs.faults:
             env[f"{ENV_PREFIX}FAULT"] = inputs.faults[slot.name]
-        gpus = _gpu_share(host, position)
-        if gpus is not None:
-            env["CUDA_VISIBLE_DEVICES"] = gpus
+        if spec.training.kind == "fit":
+            env["TF_USE_LEGACY_KERAS"] = "1"  # tf-keras: Keras 3 fit is broken under MWMS
+        if sidecar:
+            if host.gpus is not None:
+                env["CUDA_VISIBLE_DEVICES"] = ""  # the evaluator scores on CPU, leaving GPUs to training
+        else:
+            position = positions.get(slot.host_index, 0)
+            positions[slot.host_index] = position + 1
+            gpus = _gpu_share(host, position, trainers_on[slot.host_index])
+            if gpus is not None:
+                env["CUDA_VISIBLE_DEVICES"] = gpus
         if isinstance(spec.training, CommandTraining):
             argv = [python if arg in _BARE_PYTHON and i == 0 else arg for i, arg in enumerate(spec.training.argv)]
         else:
@@ -197,6 +210,7 @@ def build_plan(spec: ClusterSpec, inputs: PlanInputs) -> LaunchPlan:
             is_local=host.is_local,
             port=ports[slot.name],
             python=python,
+            sidecar=sidecar,
             tf_config=tf_config,
             env=env,
             argv=argv,

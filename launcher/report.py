@@ -37,7 +37,7 @@ def failures(result: RunResult) -> list[tuple[int, TaskResult]]:
         (attempt.attempt, task)
         for attempt in result.attempts
         for task in attempt.tasks
-        if not task.stopped and task.failed
+        if not task.stopped and not task.sidecar and task.failed
     ]
     return sorted(found, key=lambda pair: (pair[0], _failure_time(pair[1])))
 

@@ -64,7 +64,7 @@ class SshSpec(_Strict):
 class TaskSpec(_Strict):
     """One task written out explicitly (the alternative to a host's `workers` count)."""
 
-    type: Literal["chief", "worker"] = Field(description="Task type: 'chief' (at most one) or 'worker'.")
+    type: Literal["chief", "worker", "evaluator"] = Field(description="Task type: 'chief' (at most one), 'worker', or 'evaluator' (at most one side-car that scores checkpoints).")
     index: int = Field(ge=0, le=4095, description="Task index within its type; indices of a type run 0..n-1 across all hosts.")
     port: Port = Field(0, description="TF gRPC port of this task; 0 picks a free port at launch (local hosts only).")
 
@@ -76,9 +76,11 @@ class HostSpec(_Strict):
     transport: Literal["auto", "local", "ssh"] = Field("auto", description="'local' starts tasks on this machine, 'ssh' over SSH; 'auto' is local for localhost/127.0.0.1/::1.")
     workers: int | None = Field(None, ge=0, le=256, description="Number of worker tasks on this host (default 1). Indices are given in host order.")
     chief: bool = Field(False, description="Run the chief task on this host (in addition to its workers).")
-    ports: list[Port] | None = Field(None, max_length=257, description="TF port per task on this host, chief first; 0 picks a free port (local hosts only). Default: all 0.")
+    evaluator: bool = Field(False, description="Run the evaluator side-car on this host: it scores each new checkpoint and does not count toward the gang's success.")
+    ports: list[Port] | None = Field(None, max_length=258, description="TF port per task on this host: chief first, then workers, then the evaluator; 0 picks a free port (local hosts only). Default: all 0.")
     tasks: list[TaskSpec] | None = Field(None, min_length=1, max_length=257, description="Explicit tasks with type, index and port, instead of workers/chief/ports.")
-    gpus: list[Annotated[int, Field(ge=0, le=255)]] | None = Field(None, max_length=256, description="GPU ids this host's tasks may use; split evenly across its tasks as CUDA_VISIBLE_DEVICES.")
+    gpus: list[Annotated[int, Field(ge=0, le=255)]] | None = Field(None, max_length=256, description="GPU ids this host's training tasks use, as CUDA_VISIBLE_DEVICES: split evenly across them (one worker gets them all), or one each with worker_per_gpu.")
+    worker_per_gpu: bool = Field(False, description="With gpus: one worker per listed GPU (workers defaults to the number of GPUs).")
     env: dict[str, str] = Field(default_factory=dict, description="Environment variables for this host's tasks (override the cluster's).")
     python: str | None = Field(None, min_length=1, description="Python executable on this host (default: the cluster's).")
     workdir: str | None = Field(None, min_length=1, description="Working directory on this host (default: the cluster's).")
@@ -91,24 +93,36 @@ class HostSpec(_Strict):
             for key in ("workers", "ports"):
                 if getattr(self, key) is not None:
                     problems.append((key, "give either 'tasks' or 'workers'/'chief'/'ports', not both"))
-            if self.chief:
-                problems.append(("chief", "with 'tasks', declare the chief as a task of type 'chief'"))
+            for key in ("chief", "evaluator"):
+                if getattr(self, key):
+                    problems.append((key, f"with 'tasks', declare the {key} as a task of type '{key}'"))
         elif self.ports is not None and len(self.ports) != self.task_count:
             problems.append(("ports", f"has {len(self.ports)} entries but this host runs {self.task_count} task(s) (chief first, then workers); give one port per task"))
         if self.tasks is None and self.task_count == 0:
             problems.append(("workers", "this host runs no task; set workers >= 1 or chief: true, or remove the host"))
         if self.gpus is not None and len(set(self.gpus)) != len(self.gpus):
             problems.append(("gpus", "lists a GPU id twice"))
+        if self.worker_per_gpu:
+            if not self.gpus:
+                problems.append(("worker_per_gpu", "needs a gpus list"))
+            elif self.workers is not None and self.workers != len(self.gpus):
+                problems.append(("workers", f"is {self.workers} but worker_per_gpu with {len(self.gpus)} GPUs means {len(self.gpus)} workers; drop workers or fix it"))
         problems += _check_env(self.env, "env")
         if problems:
             raise CrossFieldProblems(problems)
         return self
 
     @property
+    def worker_count(self) -> int:
+        if self.workers is not None:
+            return self.workers
+        return len(self.gpus) if self.worker_per_gpu and self.gpus else 1
+
+    @property
     def task_count(self) -> int:
         if self.tasks is not None:
             return len(self.tasks)
-        return (1 if self.workers is None else self.workers) + (1 if self.chief else 0)
+        return self.worker_count + (1 if self.chief else 0) + (1 if self.evaluator else 0)
 
     @property
     def is_local(self) -> bool:
@@ -130,6 +144,30 @@ class BuiltinTraining(_Strict):
     features: int = Field(16, ge=1, le=65536, description="Input features of the synthetic data set.")
     hidden_units: int = Field(64, ge=1, le=65536, description="Width of each hidden layer of the example model.")
     log_every: int = Field(10, ge=1, le=10_000_000, description="Log the loss every this many steps.")
+    accumulation_steps: int = Field(1, ge=1, le=1024, description="Sum the gradients of this many micro-batches (each batch_per_replica) before one all-reduce and update.")
+    devices_per_worker: int = Field(1, ge=1, le=64, description="On CPU hosts, split each worker's CPU into this many logical devices (multi-device mirroring without GPUs). GPU workers use every GPU they see.")
+    collective: Literal["auto", "ring", "nccl"] = Field("auto", description="All-reduce implementation: 'auto' is NCCL on GPU workers and ring on CPU.")
+    mixed_precision: Literal["mixed_float16", "mixed_bfloat16"] | None = Field(None, description="Keras mixed precision policy (float16 adds loss scaling); None trains in float32.")
+    model: str | None = Field(None, pattern=_TARGET_PATTERN, description="'pkg.module:function' returning a built Keras 3 model, called with the training settings as a dict; default: the example MLP.")
+    dataset: str | None = Field(None, pattern=_TARGET_PATTERN, description="'pkg.module:function(context, start_step, config)' returning this input pipeline's tf.data.Dataset of (x, y) per-replica batches of batch_per_replica x accumulation_steps, starting at start_step; default: the synthetic example data.")
+    loss: Literal["mse", "sparse_categorical_crossentropy", "binary_crossentropy"] = Field("mse", description="Per-example loss (from logits for the cross-entropies).")
+    tensorboard: bool = Field(True, description="The chief writes scalar summaries (loss, steps/s, learning rate, replicas) to <run dir>/tensorboard.")
+    eval_examples: int = Field(1024, ge=1, le=10_000_000, description="Held-out examples the evaluator side-car scores each checkpoint on (example data only).")
+
+
+class FitTraining(_Strict):
+    """tf-keras `model.fit` under MWMS (Keras 3 `fit` is broken there), resumable through BackupAndRestore."""
+
+    kind: Literal["fit"] = Field(description="Train with tf-keras model.fit (needs the 'fit' extra: pip install tflaunch[fit]).")
+    steps: int = Field(200, ge=1, le=10_000_000, description="Train until this global step (batches).")
+    batch_per_replica: int = Field(32, ge=1, le=65536, description="Examples per replica per step.")
+    learning_rate: float = Field(0.01, gt=0, le=10, description="Optimizer learning rate.")
+    optimizer: Literal["adam", "sgd"] = Field("adam", description="Optimizer: 'adam' or plain 'sgd'.")
+    checkpoint_every: int = Field(50, ge=1, le=10_000_000, description="BackupAndRestore save_freq in steps.")
+    seed: int = Field(0, ge=0, le=2**31 - 1, description="Seed for the initial weights and the synthetic data.")
+    features: int = Field(16, ge=1, le=65536, description="Input features of the synthetic data set.")
+    hidden_units: int = Field(64, ge=1, le=65536, description="Width of each hidden layer of the example model.")
+    model: str | None = Field(None, pattern=_TARGET_PATTERN, description="'pkg.module:function' returning a compiled tf-keras model, called with the training settings as a dict; default: the example MLP.")
 
 
 class FunctionTraining(_Strict):
@@ -148,7 +186,7 @@ class CommandTraining(_Strict):
     argv: list[Annotated[str, Field(min_length=1)]] = Field(min_length=1, description="Command and arguments; a bare 'python' means this host's python.")
 
 
-TrainingSpec = Annotated[Union[BuiltinTraining, FunctionTraining, CommandTraining], Field(discriminator="kind")]
+TrainingSpec = Annotated[Union[BuiltinTraining, FitTraining, FunctionTraining, CommandTraining], Field(discriminator="kind")]
 
 
 class RestartSpec(_Strict):
@@ -190,11 +228,14 @@ class ClusterSpec(_Strict):
         explicit = [h.tasks is not None for h in self.hosts]
         if any(explicit) and not all(explicit):
             problems.append(("hosts", "mix of hosts with 'tasks' and hosts with 'workers'; use one form on every host"))
-        chiefs = [i for i, h in enumerate(self.hosts) for t in self.task_entries(h) if t.type == "chief"]
-        if len(chiefs) > 1:
-            problems.append((f"hosts[{chiefs[1]}]", f"a second chief (hosts[{chiefs[0]}] already has one); a cluster has at most one chief"))
+        for kind in ("chief", "evaluator"):
+            found = [i for i, h in enumerate(self.hosts) for t in self.task_entries(h) if t.type == kind]
+            if len(found) > 1:
+                problems.append((f"hosts[{found[1]}]", f"a second {kind} (hosts[{found[0]}] already has one); a cluster has at most one {kind}"))
+            if kind == "evaluator" and found and not isinstance(self.training, BuiltinTraining):
+                problems.append((f"hosts[{found[0]}]", "the evaluator side-car runs with training.kind 'builtin' only; remove it or use the built-in runtime"))
         if all(explicit):
-            for kind in ("chief", "worker"):
+            for kind in ("chief", "worker", "evaluator"):
                 indices = sorted(t.index for h in self.hosts for t in h.tasks or [] if t.type == kind)
                 if indices and indices != list(range(len(indices))):
                     problems.append(("hosts", f"{kind} indices are {indices}; they must be 0..{len(indices) - 1}, each once"))
@@ -228,7 +269,7 @@ class ClusterSpec(_Strict):
         if host.tasks is not None:
             return list(host.tasks)
         ports = host.ports or [0] * host.task_count
-        types = (["chief"] if host.chief else []) + ["worker"] * (host.task_count - (1 if host.chief else 0))
+        types = (["chief"] if host.chief else []) + ["worker"] * host.worker_count + (["evaluator"] if host.evaluator else [])
         return [TaskSpec.model_construct(type=t, index=-1, port=p) for t, p in zip(types, ports)]
 
     @property
@@ -246,14 +287,15 @@ def _json_path(loc: tuple[int | str, ...]) -> str:
     for part in loc:
         if isinstance(part, int):
             path += f"[{part}]"
-        elif part in ("builtin", "function", "command") and path.endswith("training"):
+        elif part in ("builtin", "fit", "function", "command") and path.endswith("training"):
             continue  # pydantic inserts the union tag; users never write it
         else:
             path += f".{part}"
     return path
 
 
-_TRAINING_KINDS: dict[str, type[BaseModel]] = {"builtin": BuiltinTraining, "function": FunctionTraining, "command": CommandTraining}
+_TRAINING_KINDS: dict[str, type[BaseModel]] = {"builtin": BuiltinTraining, "fit": FitTraining, "function": FunctionTraining,
+                                                "command": CommandTraining}
 
 
 def _model_in(annotation: Any) -> type[BaseModel] | None:
@@ -308,7 +350,7 @@ def _message(item: Any) -> str:
     if kind == "missing":
         return "is required"
     if kind == "union_tag_invalid":
-        return f"got kind {value!r}; use 'builtin', 'function' or 'command'"
+        return f"got kind {value!r}; use 'builtin', 'fit', 'function' or 'command'"
     if kind == "string_pattern_mismatch" and isinstance(value, str):
         return f"got {value!r}, which has characters or a form not allowed here"
     shown = json.dumps(value) if isinstance(value, (str, int, float, bool)) or value is None else type(value).__name__

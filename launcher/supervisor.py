@@ -116,7 +116,7 @@ class Supervisor:
                 TaskStatus(t.launch.name, t.launch.host, t.process.pid if t.process else None,
                            t.joined or not self._reports_progress, t.step, t.exit, t.started_mono, t.last_progress,
                            t.reported)
-                for t in self._tasks.values()
+                for t in self._tasks.values() if not t.launch.sidecar
             ),
         )
 
@@ -140,6 +140,8 @@ class Supervisor:
         elif isinstance(event, TaskExited):
             task.exit = event.exit
             log.debug("%s exited: %s", event.task, event.exit.describe())
+            if task.launch.sidecar and not event.exit.ok and not task.stopped:
+                self._on_notice(f"side-car {task.launch.name} {event.exit.describe()} (training goes on; see {task.launch.log_path})")
 
     def _pump(self, timeout: float) -> None:
         """Apply every queued event, waiting up to `timeout` for the first one."""
@@ -215,9 +217,11 @@ class Supervisor:
         # cannot save: a short grace. Preempted workers are saving and leave by themselves:
         # no SIGTERM (it could land mid-exit), just a deadline.
         for task in self._tasks.values():
-            task.stopped = task.exit is None
+            task.stopped = task.exit is None and not (decision.action is Action.SUCCEED and task.launch.sidecar)
         spec = self._policy.spec
-        if decision.kind is FailureKind.PREEMPTED:
+        if decision.action is Action.SUCCEED:
+            self.stop_all(spec.grace_period_s, send_term=False)  # only side-cars are left: let them finish
+        elif decision.kind is FailureKind.PREEMPTED:
             self.stop_all(spec.grace_period_s, send_term=False)
         else:
             self.stop_all(spec.grace_period_s if decision.kind is FailureKind.NONE else spec.crash_grace_s)
@@ -263,6 +267,7 @@ class Supervisor:
                 log_path=launch.log_path,
                 reported=task.reported,
                 stopped=task.stopped,
+                sidecar=task.launch.sidecar,
                 lost=task.exit.lost if task.exit else None,
                 error=_read_json(launch.error_path),
                 result=_read_json(launch.result_path),

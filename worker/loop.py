@@ -1,8 +1,10 @@
 """The built-in training loop: Keras 3 layers and optimizer under MultiWorkerMirroredStrategy.
 
 Keras 3 `fit` is broken under MWMS, so this is a custom loop: `strategy.run` per step,
-`compute_average_loss` over the global batch, data from `distribute_datasets_from_function`.
-The global step is `optimizer.iterations`, so a restored run continues where it stopped.
+`compute_average_loss` over the global batch, data from `distribute_datasets_from_function`,
+optional gradient accumulation (k micro-batches, one all-reduce), mixed precision, TensorBoard
+summaries from the chief. The global step is `optimizer.iterations`, so a restored run continues
+where it stopped.
 """
 
 from __future__ import annotations
@@ -12,8 +14,8 @@ import logging
 import os
 import sys
 import time
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import asdict, dataclass
+from typing import Any, Callable
 
 import tensorflow as tf
 
@@ -24,6 +26,7 @@ from worker.events import report
 from worker.faults import FaultInjector
 from worker.fingerprint import weights_fingerprint
 from worker.settings import WorkerSettings
+from worker.targets import load_target
 
 log = logging.getLogger(__name__)
 _REPORT_INTERVAL_S = 0.5
@@ -40,6 +43,15 @@ class BuiltinConfig:
     features: int = 16
     hidden_units: int = 64
     log_every: int = 10
+    accumulation_steps: int = 1
+    devices_per_worker: int = 1
+    collective: str = "auto"
+    mixed_precision: str | None = None
+    model: str | None = None
+    dataset: str | None = None
+    loss: str = "mse"
+    tensorboard: bool = True
+    eval_examples: int = 1024
 
     @classmethod
     def from_training(cls, training: dict[str, Any]) -> BuiltinConfig:
@@ -47,44 +59,96 @@ class BuiltinConfig:
         return cls(**{k: v for k, v in training.items() if k in known})
 
 
-def _optimizer(config: BuiltinConfig) -> Any:
+def build_optimizer(config: BuiltinConfig) -> Any:
     import keras
 
-    if config.optimizer == "sgd":
-        return keras.optimizers.SGD(config.learning_rate)
-    return keras.optimizers.Adam(config.learning_rate)
+    optimizer = keras.optimizers.SGD(config.learning_rate) if config.optimizer == "sgd" else keras.optimizers.Adam(config.learning_rate)
+    if config.mixed_precision == "mixed_float16":
+        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+    return optimizer
+
+
+def build_model(config: BuiltinConfig) -> Any:
+    """The user's model (`model` target) or the example MLP; built, with float32 outputs."""
+    if config.mixed_precision:
+        import keras
+
+        keras.mixed_precision.set_global_policy(config.mixed_precision)
+    if config.model:
+        model = load_target(config.model)(asdict(config))
+        if not model.built:
+            model.build((None, config.features))
+        return model
+    return example.build_model(config.features, config.hidden_units, config.seed)
+
+
+def per_example_loss(name: str) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
+    import keras
+
+    losses = {
+        "mse": lambda: keras.losses.MeanSquaredError(reduction=None),
+        "sparse_categorical_crossentropy": lambda: keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None),
+        "binary_crossentropy": lambda: keras.losses.BinaryCrossentropy(from_logits=True, reduction=None),
+    }
+    return losses[name]()
+
+
+def make_dataset_fn(config: BuiltinConfig, start_step: int, replicas: int) -> Callable[[tf.distribute.InputContext], tf.data.Dataset]:
+    """Per-replica batches of batch_per_replica x accumulation_steps examples, from start_step."""
+    batch = config.batch_per_replica * config.accumulation_steps
+    if config.dataset:
+        user = load_target(config.dataset)
+        return lambda context: user(context, start_step, asdict(config))
+    return example.dataset_fn(start_step, config.steps, batch, config.features, config.seed, replicas)
 
 
 class MetricsWriter:
-    """JSON lines (step, loss, steps/s) appended by the chief only."""
+    """JSON lines (step, loss, steps/s) and TensorBoard scalars, written by the chief only."""
 
-    def __init__(self, path: str, enabled: bool) -> None:
+    def __init__(self, settings: WorkerSettings, enabled: bool, tensorboard: bool) -> None:
         self._handle = None
+        self._summary = None
         if enabled:
-            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-            self._handle = open(path, "a", encoding="utf-8")
+            os.makedirs(os.path.dirname(settings.metrics_file) or ".", exist_ok=True)
+            self._handle = open(settings.metrics_file, "a", encoding="utf-8")
+            if tensorboard:
+                self._summary = tf.summary.create_file_writer(os.path.join(settings.run_dir, "tensorboard"))
 
-    def write(self, **record: Any) -> None:
+    def write(self, step: int, **record: Any) -> None:
         if self._handle is not None:
-            self._handle.write(json.dumps(record) + "\n")
+            self._handle.write(json.dumps({"step": step, **record}) + "\n")
             self._handle.flush()
+        if self._summary is not None:
+            with self._summary.as_default(step=step):
+                for key in ("loss", "steps_per_s", "learning_rate", "replicas"):
+                    if isinstance(record.get(key), (int, float)):
+                        tf.summary.scalar(key, record[key])
 
     def close(self) -> None:
         if self._handle is not None:
             self._handle.close()
+        if self._summary is not None:
+            self._summary.close()
+
+
+def _learning_rate(optimizer: Any) -> float:
+    inner = getattr(optimizer, "inner_optimizer", optimizer)
+    return float(tf.convert_to_tensor(inner.learning_rate).numpy())
 
 
 def train_builtin(strategy: tf.distribute.Strategy, cluster: ClusterInfo, settings: WorkerSettings) -> dict[str, Any]:
-    """Train the example model to `steps`; returns what goes into the result file."""
+    """Train to `steps`; returns what goes into the result file."""
     config = BuiltinConfig.from_training(settings.training)
     replicas = strategy.num_replicas_in_sync
-    global_batch = config.batch_per_replica * replicas
-    log.info("%s: %d replicas in sync, global batch %d (%d per replica)",
-             cluster.name, replicas, global_batch, config.batch_per_replica)
+    micro = config.accumulation_steps
+    global_batch = config.batch_per_replica * micro * replicas
+    log.info("%s: %d replicas in sync (%d task(s) x %d device(s)), global batch %d = %d per replica x %d replicas%s",
+             cluster.name, replicas, max(cluster.num_trainers, 1), replicas // max(cluster.num_trainers, 1),
+             global_batch, config.batch_per_replica, replicas, f" x {micro} accumulated micro-batches" if micro > 1 else "")
 
     with strategy.scope():
-        model = example.build_model(config.features, config.hidden_units, config.seed)
-        optimizer = _optimizer(config)
+        model = build_model(config)
+        optimizer = build_optimizer(config)
         optimizer.build(model.trainable_variables)
     checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
     store = CheckpointStore(checkpoint, settings.checkpoint_dir, cluster.is_chief, cluster.name)
@@ -95,21 +159,27 @@ def train_builtin(strategy: tf.distribute.Strategy, cluster: ClusterInfo, settin
     else:
         log.info("%s: no checkpoint in %s, starting at step 0", cluster.name, settings.checkpoint_dir)
 
-    data = strategy.distribute_datasets_from_function(example.dataset_fn(
-        start_step, config.steps, config.batch_per_replica, config.features, config.seed, replicas))
+    data = strategy.distribute_datasets_from_function(make_dataset_fn(config, start_step, replicas))
     iterator = iter(data)
+    loss_fn = per_example_loss(config.loss)
+    scaled = config.mixed_precision == "mixed_float16"
 
     @tf.function
     def train_step(iterator: Any) -> tf.Tensor:
         def step_fn(inputs: tuple[tf.Tensor, tf.Tensor]) -> tf.Tensor:
-            x, y = inputs
-            with tf.GradientTape() as tape:
-                prediction = model(x, training=True)
-                per_example = tf.reduce_mean(tf.square(prediction - y), axis=-1)
-                loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
-            gradients = tape.gradient(loss, model.trainable_variables)
-            optimizer.apply_gradients(zip(gradients, model.trainable_variables))
-            return loss
+            xs, ys = tf.split(inputs[0], micro), tf.split(inputs[1], micro)
+            summed: list[tf.Tensor] | None = None
+            total = tf.constant(0.0)
+            for x, y in zip(xs, ys):  # k micro-batches, gradients summed locally
+                with tf.GradientTape() as tape:
+                    prediction = tf.cast(model(x, training=True), tf.float32)
+                    loss = tf.nn.compute_average_loss(loss_fn(y, prediction), global_batch_size=global_batch)
+                    target = optimizer.scale_loss(loss) if scaled else loss
+                gradients = tape.gradient(target, model.trainable_variables)
+                summed = gradients if summed is None else [a + b for a, b in zip(summed, gradients)]
+                total += loss
+            optimizer.apply_gradients(zip(summed, model.trainable_variables))  # the one all-reduce
+            return total
 
         per_replica = strategy.run(step_fn, args=(next(iterator),))
         return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
@@ -121,7 +191,7 @@ def train_builtin(strategy: tf.distribute.Strategy, cluster: ClusterInfo, settin
         strategy.cluster_resolver, store.manager,
         termination_config=tf.distribute.experimental.TerminationConfig(
             exit_fn=lambda: sys.exit(settings.preemption_exit_code)))
-    metrics = MetricsWriter(settings.metrics_file, cluster.is_chief)
+    metrics = MetricsWriter(settings, cluster.is_chief, config.tensorboard)
     faults = FaultInjector()
     step, loss, first_loss = start_step, None, None
     window_start, window_step, last_report = time.monotonic(), start_step, 0.0
@@ -137,7 +207,8 @@ def train_builtin(strategy: tf.distribute.Strategy, cluster: ClusterInfo, settin
                 rate = (step - window_step) / max(now - window_start, 1e-9)
                 window_start, window_step = now, step
                 log.info("%s: step %d/%d loss %.5f (%.1f steps/s)", cluster.name, step, config.steps, loss, rate)
-                metrics.write(step=step, loss=loss, steps_per_s=rate, time=time.time(), attempt=settings.attempt)
+                metrics.write(step, loss=loss, steps_per_s=rate, learning_rate=_learning_rate(optimizer),
+                              replicas=replicas, time=time.time(), attempt=settings.attempt)
             if time.monotonic() - last_report >= _REPORT_INTERVAL_S or step == config.steps:
                 report("step", step=step)
                 last_report = time.monotonic()

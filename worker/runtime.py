@@ -7,7 +7,6 @@ non-zero, so the launcher can name the root cause without scraping logs.
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 import os
@@ -19,13 +18,10 @@ from worker.cluster import ClusterInfo, read_cluster_info
 from worker.errors import write_error_file
 from worker.events import report
 from worker.settings import WorkerSettings, read_settings
+from worker.targets import WorkerUsageError, load_target
 
 log = logging.getLogger("worker")
 USAGE_EXIT_CODE = 2
-
-
-class WorkerUsageError(Exception):
-    """A mistake in what the worker was asked to run (exit 2: retrying cannot help)."""
 
 
 @dataclass(frozen=True)
@@ -43,22 +39,15 @@ class WorkerContext:
         report("step", step=step, **fields)
 
 
-def build_strategy() -> Any:
+def build_strategy(training: dict[str, Any]) -> Any:
     import tensorflow as tf
 
-    return tf.distribute.MultiWorkerMirroredStrategy()
+    from worker.devices import communication_options, split_cpu
 
-
-def _load_function(target: str) -> Callable[[WorkerContext], Any]:
-    module_name, _, attr = target.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-        function = getattr(module, attr)
-    except (ImportError, AttributeError) as error:
-        raise WorkerUsageError(f"cannot load training function {target!r}: {error}") from None
-    if not callable(function):
-        raise WorkerUsageError(f"{target!r} is not callable")
-    return function
+    if split_cpu(int(training.get("devices_per_worker", 1))):
+        log.info("split the CPU into %s logical devices", training["devices_per_worker"])
+    return tf.distribute.MultiWorkerMirroredStrategy(
+        communication_options=communication_options(str(training.get("collective", "auto"))))
 
 
 def write_result(path: str, result: dict[str, Any]) -> None:
@@ -74,8 +63,17 @@ def run(settings: WorkerSettings) -> dict[str, Any]:
     cluster = read_cluster_info()
     training = settings.training
     kind = training.get("kind", "builtin")
-    function = _load_function(training["target"]) if kind == "function" else None
-    strategy = build_strategy()
+    if cluster.task_type == "evaluator":  # a side-car: no strategy, no collectives
+        from worker.evaluator import run_evaluator
+
+        return {**run_evaluator(settings), "task": cluster.name, "attempt": settings.attempt, "pid": os.getpid()}
+    function: Callable[[WorkerContext], Any] | None = None
+    if kind == "function":
+        try:
+            function = load_target(training["target"])
+        except WorkerUsageError as error:
+            raise WorkerUsageError(f"cannot load training function: {error}") from None
+    strategy = build_strategy(training)
     report("joined", replicas=strategy.num_replicas_in_sync)
     log.info("%s joined: %d task(s), %d replica(s) in sync, attempt %d",
              cluster.name, max(cluster.num_trainers, 1), strategy.num_replicas_in_sync, settings.attempt)
@@ -83,6 +81,10 @@ def run(settings: WorkerSettings) -> dict[str, Any]:
         context = WorkerContext(strategy, cluster, settings, int(training.get("steps", 0)), int(training.get("checkpoint_every", 0)))
         outcome = function(context)
         result = dict(outcome) if isinstance(outcome, dict) else {}
+    elif kind == "fit":
+        from worker.fit import train_fit
+
+        result = train_fit(strategy, cluster, settings)
     else:
         from worker.loop import train_builtin
 

@@ -101,3 +101,29 @@ def test_gpus_are_split_evenly_and_disjointly(gpus: list[int], tasks: int, expec
 def test_slots_order_chief_first_then_workers_by_index() -> None:
     spec = parse_spec(CASES["explicit-tasks-3"])
     assert [s.name for s in task_slots(spec)] == ["chief:0", "worker:0", "worker:1"]
+
+
+def test_evaluator_gets_a_tf_config_of_its_own_and_stays_out_of_the_cluster() -> None:
+    spec = parse_spec({"name": "g", "hosts": [{"address": "localhost", "workers": 2, "evaluator": True, "ports": [5000, 5001, 5002]}]})
+    plan = build_plan(spec, INPUTS)
+    evaluator = plan.tasks[-1]
+    assert evaluator.name == "evaluator:0" and evaluator.sidecar
+    assert evaluator.tf_config == {"cluster": {"evaluator": ["localhost:5002"]}, "task": {"type": "evaluator", "index": 0}}
+    assert all(t.tf_config["cluster"] == {"worker": ["localhost:5000", "localhost:5001"]} for t in plan.tasks[:2])
+    assert not any(t.sidecar for t in plan.tasks[:2])
+
+
+def test_one_worker_per_gpu_or_one_worker_with_all_gpus() -> None:
+    per_gpu = parse_spec({"name": "g", "hosts": [{"address": "localhost", "gpus": [0, 1, 2], "worker_per_gpu": True,
+                                                  "evaluator": True, "ports": [5000, 5001, 5002, 5003]}]})
+    plan = build_plan(per_gpu, INPUTS)
+    assert [t.env["CUDA_VISIBLE_DEVICES"] for t in plan.tasks] == ["0", "1", "2", ""]
+    all_gpus = parse_spec({"name": "g", "hosts": [{"address": "localhost", "gpus": [0, 1, 2, 3], "ports": [5000]}]})
+    assert build_plan(all_gpus, INPUTS).tasks[0].env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3"
+    cpu = parse_spec({"name": "g", "hosts": [{"address": "localhost", "ports": [5000]}]})
+    assert "CUDA_VISIBLE_DEVICES" not in build_plan(cpu, INPUTS).tasks[0].env
+
+
+def test_fit_mode_selects_legacy_keras() -> None:
+    spec = parse_spec({"name": "g", "training": {"kind": "fit"}, "hosts": [{"address": "localhost", "ports": [5000]}]})
+    assert build_plan(spec, INPUTS).tasks[0].env["TF_USE_LEGACY_KERAS"] == "1"

@@ -79,6 +79,17 @@ BAD: list[tuple[str, Any, str]] = [
      "$.hosts[0].ssh.user"),
     ("gpus duplicated", with_("hosts.0.gpus", [0, 0]), "$.hosts[0].gpus"),
     ("transport unknown", with_("hosts.0.transport", "telnet"), "$.hosts[0].transport"),
+    ("two evaluators", {"name": "e", "hosts": [{"address": "localhost", "evaluator": True},
+                                                {"address": "localhost", "evaluator": True}]}, "$.hosts[1]"),
+    ("evaluator with a user command", {"name": "e", "training": {"kind": "command", "argv": ["x"]},
+                                       "hosts": [{"address": "localhost", "evaluator": True}]}, "$.hosts[0]"),
+    ("worker_per_gpu without gpus", with_("hosts.0.worker_per_gpu", True), "$.hosts[0].worker_per_gpu"),
+    ("worker_per_gpu count conflict", {"name": "g", "hosts": [{"address": "localhost", "workers": 3, "gpus": [0, 1],
+                                                               "worker_per_gpu": True}]}, "$.hosts[0].workers"),
+    ("accumulation zero", with_("training", {"kind": "builtin", "accumulation_steps": 0}), "$.training.accumulation_steps"),
+    ("unknown precision", with_("training", {"kind": "builtin", "mixed_precision": "fp8"}), "$.training.mixed_precision"),
+    ("model target malformed", with_("training", {"kind": "builtin", "model": "mymodel"}), "$.training.model"),
+    ("fit with bad save freq", with_("training", {"kind": "fit", "checkpoint_every": 0}), "$.training.checkpoint_every"),
 ]
 
 

@@ -1,0 +1,219 @@
+"""What a person sees while a run goes on, and the status file `launch status` reads.
+
+Plain mode (a pipe, a file, CI): every task line prefixed with its task, `[worker:1] ...`.
+Live mode (a terminal): a compact table per task (state, attempt, step, steps/s, last line)
+redrawn in place at most a few times a second; the launcher's notices still scroll above it.
+Either way `<run dir>/status.json` is refreshed about once a second.
+This module only renders; it never starts or stops anything.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, TextIO
+
+from launcher.gang import GangStatus
+from launcher.plan import TaskLaunch
+
+_REDRAW_S = 0.25
+_STATUS_FILE_S = 1.0
+
+
+@dataclass
+class TaskView:
+    label: str
+    state: str = "starting"
+    step: int | None = None
+    rate: float | None = None
+    last_line: str = ""
+    _last_step: tuple[float, int] | None = field(default=None, repr=False)
+
+    def saw_step(self, step: int, now: float) -> None:
+        if self._last_step is not None and step > self._last_step[1] and now > self._last_step[0]:
+            self.rate = (step - self._last_step[1]) / (now - self._last_step[0])
+        self._last_step = (now, step)
+        self.step = step
+
+
+class Console:
+    """Renders task output and notices; `live` selects the in-place table."""
+
+    def __init__(self, quiet: bool = False, live: bool = False, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> None:
+        self.quiet = quiet
+        self.live = live and not quiet
+        self._out, self._err = out, err
+        self._views: dict[str, TaskView] = {}
+        self._status: Callable[[], GangStatus] | None = None
+        self._status_path: str | None = None
+        self._drawn_lines = 0
+        self._last_draw = 0.0
+        self._last_status_write = 0.0
+        self._attempt = 0
+
+    def attach(self, status: Callable[[], GangStatus], status_path: str) -> None:
+        self._status = status
+        self._status_path = status_path
+
+    # ---- callbacks from the supervisor ---------------------------------------------------
+
+    def output(self, launch: TaskLaunch, line: str) -> None:
+        self._view(launch).last_line = line
+        if not self.quiet and not self.live:
+            self._out.write(f"[{launch.label}] {line}\n")
+
+    def report(self, launch: TaskLaunch, data: dict[str, Any]) -> None:
+        view = self._view(launch)
+        kind = data.get("event")
+        if kind == "joined":
+            view.state = "running"
+        elif kind in ("step", "done") and isinstance(data.get("step"), int):
+            view.saw_step(data["step"], time.monotonic())
+            if kind == "done":
+                view.state = "done"
+
+    def notice(self, text: str) -> None:
+        self._clear()
+        self._err.write(f"[launch] {text}\n")
+        self._err.flush()
+        self._redraw(force=True)
+
+    def flush(self) -> None:
+        """Called whenever the supervisor has handled every queued event."""
+        if self.live:
+            self._redraw()
+        else:
+            self._out.flush()
+        self._write_status_file()
+
+    def close(self) -> None:
+        if self.live:
+            self._redraw(force=True)
+            self._drawn_lines = 0  # leave the final table on screen
+        self._write_status_file(force=True)
+
+    # ---- rendering -------------------------------------------------------------------------
+
+    def _view(self, launch: TaskLaunch) -> TaskView:
+        view = self._views.get(launch.name)
+        if view is None:
+            view = self._views[launch.name] = TaskView(launch.label)
+        return view
+
+    def _sync_states(self) -> GangStatus | None:
+        if self._status is None:
+            return None
+        try:
+            status = self._status()
+        except AssertionError:  # no attempt has started yet
+            return None
+        if status.attempt != self._attempt:  # a new attempt: fresh rows
+            self._attempt = status.attempt
+            for view in self._views.values():
+                view.state, view.rate, view._last_step = "starting", None, None
+        for task in status.tasks:
+            view = self._views.get(task.name)
+            if view is None:
+                continue
+            if task.exit is not None:
+                view.state = "exited 0" if task.exit.ok else task.exit.describe()
+            elif task.joined and view.state == "starting":
+                view.state = "running"
+        return status
+
+    def rows(self) -> list[str]:
+        status = self._sync_states()
+        width = shutil.get_terminal_size((100, 20)).columns
+        attempt = status.attempt if status else self._attempt
+        header = f"{'task':<22} {'state':<18} {'attempt':>7} {'step':>9} {'steps/s':>8}  last line"
+        lines = [header[:width]]
+        for view in self._views.values():
+            step = "" if view.step is None else str(view.step)
+            rate = "" if view.rate is None else f"{view.rate:.1f}"
+            line = f"{view.label:<22} {view.state[:18]:<18} {attempt:>7} {step:>9} {rate:>8}  {view.last_line}"
+            lines.append(line[:width])
+        return lines
+
+    def _clear(self) -> None:
+        if self.live and self._drawn_lines:
+            self._out.write(f"\x1b[{self._drawn_lines}F\x1b[J")
+            self._drawn_lines = 0
+
+    def _redraw(self, force: bool = False) -> None:
+        if not self.live or (not force and time.monotonic() - self._last_draw < _REDRAW_S):
+            return
+        self._last_draw = time.monotonic()
+        rows = self.rows()
+        self._clear()
+        self._out.write("\n".join(rows) + "\n")
+        self._out.flush()
+        self._drawn_lines = len(rows)
+
+    def _write_status_file(self, force: bool = False) -> None:
+        if self._status_path is None or (not force and time.monotonic() - self._last_status_write < _STATUS_FILE_S):
+            return
+        self._last_status_write = time.monotonic()
+        status = self._sync_states()
+        data = {
+            "launcher_pid": os.getpid(),
+            "updated": time.time(),
+            "attempt": status.attempt if status else self._attempt,
+            "restarts": status.restarts if status else 0,
+            "tasks": [{"task": v.label, "state": v.state, "step": v.step, "steps_per_s": v.rate, "last_line": v.last_line[-300:]}
+                      for v in self._views.values()],
+        }
+        tmp = f"{self._status_path}.tmp"
+        try:
+            with open(tmp, "w", encoding="utf-8") as handle:
+                json.dump(data, handle, indent=2)
+            os.replace(tmp, self._status_path)
+        except OSError:  # the run directory vanished; the console output still tells
+            pass
+
+
+def describe_run(run_dir: str) -> str:
+    """`launch status RUN_DIR`: a finished run from summary.json, a running one from status.json."""
+    import psutil
+
+    summary_path = os.path.join(run_dir, "summary.json")
+    status_path = os.path.join(run_dir, "status.json")
+    live = None
+    if os.path.exists(status_path):
+        with open(status_path, encoding="utf-8") as handle:
+            live = json.load(handle)
+    running = bool(live) and psutil.pid_exists(int(live.get("launcher_pid", -1))) and (
+        not os.path.exists(summary_path) or os.path.getmtime(summary_path) < os.path.getmtime(status_path) - 2)
+    lines = []
+    if running and live:
+        age = time.time() - float(live.get("updated", 0))
+        lines.append(f"{run_dir}: running (launcher pid {live['launcher_pid']}, attempt {live['attempt']}, "
+                     f"restarts {live['restarts']}, updated {age:.0f}s ago)")
+        lines.append(f"  {'task':<22} {'state':<18} {'step':>9} {'steps/s':>8}  last line")
+        for task in live["tasks"]:
+            rate = "" if task["steps_per_s"] is None else f"{task['steps_per_s']:.1f}"
+            step = "" if task["step"] is None else str(task["step"])
+            lines.append(f"  {task['task']:<22} {task['state'][:18]:<18} {step:>9} {rate:>8}  {task['last_line'][:60]}")
+        return "\n".join(lines)
+    if not os.path.exists(summary_path):
+        raise FileNotFoundError(f"{run_dir} has neither summary.json nor a live status.json: is it a run directory?")
+    with open(summary_path, encoding="utf-8") as handle:
+        summary = json.load(handle)
+    lines.append(f"{run_dir}: {summary['state']} at step {summary['final_step']} after {len(summary['attempts'])} attempt(s) "
+                 f"({summary['restarts']} restart(s), {summary['preemptions']} preemption(s))")
+    for attempt in summary["attempts"]:
+        lines.append(f"  attempt {attempt['attempt']}: {attempt['reason']}")
+        for task in attempt["tasks"]:
+            result = task.get("result") or {}
+            extra = f" step {result['step']}" if isinstance(result.get("step"), int) else ""
+            extra += f" weights {result['fingerprint']}" if result.get("fingerprint") else ""
+            lines.append(f"    {task['name']:<12} on {task['host']:<16} {task['exit']}{extra}")
+    first = summary.get("first_failure")
+    if first:
+        error = first.get("error") or {}
+        cause = f": {error.get('type')}: {error.get('message')}" if error else ""
+        lines.append(f"  first failure: {first['task']} on {first['host']} {first['exit']} (attempt {first['attempt']}){cause}")
+    return "\n".join(lines)

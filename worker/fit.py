@@ -1,0 +1,90 @@
+"""tf-keras `model.fit` under MultiWorkerMirroredStrategy, resumable after a gang restart.
+
+Keras 3 `fit` is broken under MWMS; tf-keras 2.21 (`TF_USE_LEGACY_KERAS=1`, set by the launcher
+for `training.kind = "fit"`) works. `BackupAndRestore(save_freq=checkpoint_every)` keeps its
+backup in the shared checkpoint directory, so a restarted gang resumes at the saved batch.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+import tensorflow as tf
+
+from worker import example
+from worker.cluster import ClusterInfo
+from worker.events import report
+from worker.faults import FaultInjector
+from worker.fingerprint import weights_fingerprint
+from worker.settings import WorkerSettings
+from worker.targets import WorkerUsageError, load_target
+
+log = logging.getLogger(__name__)
+
+
+def _keras() -> Any:
+    if os.environ.get("TF_USE_LEGACY_KERAS") != "1":
+        raise WorkerUsageError("fit mode needs TF_USE_LEGACY_KERAS=1 before TensorFlow is imported (the launcher sets it)")
+    try:
+        import tf_keras
+    except ImportError:
+        raise WorkerUsageError("fit mode needs tf-keras: pip install 'tflaunch[fit]' (or tf-keras==2.21.*) on every host") from None
+    return tf_keras
+
+
+def _example_model(keras: Any, training: dict[str, Any]) -> Any:
+    seed, width = int(training.get("seed", 0)), int(training.get("hidden_units", 64))
+    init = lambda offset: keras.initializers.GlorotUniform(seed=seed + offset)  # noqa: E731
+    model = keras.Sequential([
+        keras.Input(shape=(int(training.get("features", 16)),)),
+        keras.layers.Dense(width, activation="relu", kernel_initializer=init(1)),
+        keras.layers.Dense(width, activation="relu", kernel_initializer=init(2)),
+        keras.layers.Dense(1, kernel_initializer=init(3)),
+    ])
+    rate = float(training.get("learning_rate", 0.01))
+    optimizer = keras.optimizers.SGD(rate) if training.get("optimizer") == "sgd" else keras.optimizers.Adam(rate)
+    model.compile(optimizer=optimizer, loss="mse")
+    return model
+
+
+def train_fit(strategy: tf.distribute.Strategy, cluster: ClusterInfo, settings: WorkerSettings) -> dict[str, Any]:
+    keras = _keras()
+    training = settings.training
+    steps, every = int(training.get("steps", 200)), int(training.get("checkpoint_every", 50))
+    features, seed = int(training.get("features", 16)), int(training.get("seed", 0))
+    global_batch = int(training.get("batch_per_replica", 32)) * strategy.num_replicas_in_sync
+    with strategy.scope():
+        model = load_target(training["model"])(dict(training)) if training.get("model") else _example_model(keras, training)
+
+    data = tf.data.Dataset.range(steps * global_batch).batch(global_batch, drop_remainder=True)
+    data = data.map(lambda indices: example.examples(indices, features, seed)).repeat()
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    data = data.with_options(options).prefetch(tf.data.AUTOTUNE)
+
+    faults = FaultInjector()
+    progress: dict[str, int] = {}
+
+    class Progress(keras.callbacks.Callback):  # type: ignore[misc, name-defined]
+        def on_train_begin(self, logs: Any = None) -> None:
+            progress["start"] = int(model.optimizer.iterations.numpy())
+            log.info("%s: fit starts at step %d of %d", cluster.name, progress["start"], steps)
+
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            step = int(model.optimizer.iterations.numpy())
+            faults.at_step(step)
+            report("step", step=step)
+
+    backup = keras.callbacks.BackupAndRestore(os.path.join(settings.checkpoint_dir, "fit-backup"), save_freq=every,
+                                              delete_checkpoint=False)
+    history = model.fit(data, epochs=1, steps_per_epoch=steps, callbacks=[backup, Progress()], verbose=2)
+    step = int(model.optimizer.iterations.numpy())
+    losses = history.history.get("loss") or [None]
+    if cluster.is_chief:
+        os.makedirs(settings.export_dir, exist_ok=True)
+        model.save_weights(os.path.join(settings.export_dir, "fit.weights.h5"))
+    return {"step": step, "start_step": progress.get("start", 0), "loss": losses[-1],
+            "fingerprint": weights_fingerprint(model.weights), "global_batch": global_batch,
+            "replicas_in_sync": strategy.num_replicas_in_sync}
