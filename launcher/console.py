@@ -94,6 +94,7 @@ class Console:
         if self.live:
             self._redraw(force=True)
             self._drawn_lines = 0  # leave the final table on screen
+            self.live = False  # what follows (the verdict) prints below it
         self._write_status_file(force=True)
 
     # ---- rendering -------------------------------------------------------------------------
@@ -128,6 +129,7 @@ class Console:
     def rows(self) -> list[str]:
         status = self._sync_states()
         width = shutil.get_terminal_size((100, 20)).columns
+        width = width if width >= 60 else 120  # an unsized terminal (some ptys) reports 0
         attempt = status.attempt if status else self._attempt
         header = f"{'task':<22} {'state':<18} {'attempt':>7} {'step':>9} {'steps/s':>8}  last line"
         lines = [header[:width]]

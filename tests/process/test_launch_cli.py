@@ -142,3 +142,34 @@ def test_usage_errors_exit_2_without_traceback(work: Path) -> None:
         proc = run_launch(args, work)
         assert proc.returncode == 2, args
         assert "Traceback" not in proc.stderr and proc.stderr.startswith("launch:"), proc.stderr
+
+
+def test_live_table_on_a_terminal_and_launch_status(work: Path) -> None:
+    import pty
+
+    out = work / "out"
+    out.mkdir()
+    spec = spec_for(work, 2)
+    main_fd, child_fd = pty.openpty()
+    proc = subprocess.Popen(launch_cmd("--cluster", str(spec), "--", "python", TASK, "record", str(out)),
+                            cwd=work, stdin=child_fd, stdout=child_fd, stderr=child_fd, env={**os.environ, "COLUMNS": "200"})
+    os.close(child_fd)
+    chunks = []
+    while True:
+        try:
+            data = os.read(main_fd, 65536)
+        except OSError:  # the terminal closed: the launcher has exited
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(main_fd)
+    assert proc.wait(timeout=30) == 0
+    screen = b"".join(chunks).decode("utf-8", "replace")
+    assert "steps/s" in screen and "recorded worker:1" in screen
+    assert "[worker:1] recorded" not in screen, "a terminal gets the table, not prefixed lines"
+    status = run_launch(["status", str(work / "runs" / "p")], work)
+    assert status.returncode == 0
+    assert "succeeded" in status.stdout and "worker:1" in status.stdout
+    missing = run_launch(["status", str(work / "nowhere")], work)
+    assert missing.returncode == 2 and "Traceback" not in missing.stderr
