@@ -60,11 +60,17 @@ def plan_by_hand(spec_data: dict[str, Any]) -> LaunchPlan:
     return build_plan(spec, PlanInputs(run_dir, 0, sys.executable, os.getcwd(), choose_free_ports(spec)))
 
 
-def start_by_hand(plan: LaunchPlan) -> list[subprocess.Popen[bytes]]:
-    """The baseline: set TF_CONFIG and start every worker, nothing else (no helper, no streaming)."""
+def by_hand_script(plan: LaunchPlan) -> list[str]:
+    """The baseline command: bench/by_hand.py with the plan's tasks, as its own process."""
     os.makedirs(plan.attempt_dir, exist_ok=True)
-    return [subprocess.Popen(task.argv, cwd=task.cwd, env={**os.environ, **task.env},
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for task in plan.tasks]
+    path = Path(plan.run_dir) / "by_hand_plan.json"
+    path.write_text(json.dumps([{"argv": t.argv, "cwd": t.cwd, "env": t.env} for t in plan.tasks]))
+    return [sys.executable, str(ROOT / "bench" / "by_hand.py"), str(path)]
+
+
+def start_by_hand(plan: LaunchPlan) -> subprocess.Popen[bytes]:
+    """Start the baseline (every worker, set up by hand) and return the script's process."""
+    return subprocess.Popen(by_hand_script(plan), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def metrics(run_dir: Path) -> list[dict[str, Any]]:
@@ -132,6 +138,17 @@ def kill_all(processes: Iterable[psutil.Process]) -> None:
 
 def leftovers(run_dir: Path) -> int:
     return len([p for p in worker_processes(run_dir) if not all_gone([p])])
+
+
+def interleaved(a: Callable[[], float], b: Callable[[], float], pairs: int) -> tuple[list[float], list[float], list[float]]:
+    """Run A B A B ... and return the A values, the B values and the A/B ratio of each pair."""
+    first, second, ratios = [], [], []
+    for _ in range(pairs):
+        x, y = a(), b()
+        first.append(x)
+        second.append(y)
+        ratios.append(x / y)
+    return first, second, ratios
 
 
 def summarize(values: list[float]) -> dict[str, float]:

@@ -50,12 +50,11 @@ def _under_launch(signum: int) -> float:
 def _by_hand(signum: int, cap: float) -> float:
     directory = workdir("td-hand")
     spec = builtin_spec("td", 2, directory / "runs", steps=1_000_000, checkpoint_every=1_000_000, log_every=1)
-    procs = start_by_hand(plan_by_hand(spec))
+    script = start_by_hand(plan_by_hand(spec))
 
     def cleanup() -> None:
-        for proc in procs:
-            proc.kill()
-            proc.wait()
+        kill_all(worker_processes(directory / "runs" / "td"))
+        script.wait()
 
     elapsed = _measure(directory / "runs" / "td", signum, cleanup, cap)
     shutil.rmtree(directory, ignore_errors=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from bench.common import builtin_spec, metrics, plan_by_hand, save, start_by_hand, start_launch, summarize, table, workdir, write_spec
+from bench.common import builtin_spec, interleaved, metrics, plan_by_hand, save, start_by_hand, start_launch, summarize, table, workdir, write_spec
 
 
 def _steady_rate(run_dir: Path) -> float:
@@ -29,7 +29,7 @@ def _under_launch(steps: int) -> float:
 def _by_hand(steps: int) -> float:
     directory = workdir("tp-hand")
     spec = builtin_spec("tp", 2, directory / "runs", steps=steps, checkpoint_every=10 * steps, log_every=50)
-    assert [p.wait() for p in start_by_hand(plan_by_hand(spec))] == [0, 0]
+    assert start_by_hand(plan_by_hand(spec)).wait() == 0
     rate = _steady_rate(directory / "runs" / "tp")
     shutil.rmtree(directory, ignore_errors=True)
     return rate
@@ -37,12 +37,7 @@ def _by_hand(steps: int) -> float:
 
 def run(quick: bool) -> str:
     pairs, steps = (1, 300) if quick else (5, 2000)
-    launch, hand, ratios = [], [], []
-    for _ in range(pairs):
-        a, b = _under_launch(steps), _by_hand(steps)
-        launch.append(a)
-        hand.append(b)
-        ratios.append(a / b)
+    launch, hand, ratios = interleaved(lambda: _under_launch(steps), lambda: _by_hand(steps), pairs)
     save("throughput", {"steps": steps, "launch_steps_per_s": launch, "by_hand_steps_per_s": hand, "ratios": ratios, "target": ">= 0.98"})
     return table(f"Throughput: 2 workers, {steps} steps, steady state (target ratio >= 0.98)", [
         ("under launch", summarize(launch), "steps/s"),

@@ -20,7 +20,7 @@ import signal
 import sys
 from pathlib import Path
 from types import FrameType
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from launcher.console import Console, describe_run
 from launcher.errors import LaunchError, PreflightError, UsageError
@@ -29,12 +29,14 @@ from launcher.masking import mask_env
 from launcher.faults import parse_fault
 from launcher.plan import LaunchPlan, PlanInputs, build_plan, task_slots
 from launcher.policy import RestartPolicy
-from launcher.preflight import PreflightReport, run_preflight
 from launcher.ports import check_local_ports, choose_free_ports, port_is_free
 from launcher.report import failure_text, success_text, write_summary
 from launcher.spec import BuiltinTraining, ClusterSpec, FunctionTraining, json_schema, load_spec, parse_spec
 from launcher.supervisor import Supervisor
 from launcher.transport import HostRouter
+
+if TYPE_CHECKING:
+    from launcher.preflight import PreflightReport
 
 log = logging.getLogger(__name__)
 _ATTEMPT_DIR = re.compile(r"^attempt-(\d+)$")
@@ -171,7 +173,9 @@ def _install_signals(supervisor: Supervisor) -> None:
         signal.signal(signum, handler)
 
 
-def _preflight(spec: ClusterSpec, plan: LaunchPlan) -> PreflightReport:
+def _preflight(spec: ClusterSpec, plan: LaunchPlan) -> "PreflightReport":
+    from launcher.preflight import run_preflight  # only multi-host runs and --check need it
+
     if any(h.is_local for h in spec.hosts) or plan.checkpoint_dir.startswith(plan.run_dir.rstrip("/") + "/"):
         os.makedirs(plan.checkpoint_dir, exist_ok=True)  # local (or on this machine's run dir): ours to create
     return run_preflight(spec, plan)

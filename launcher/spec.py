@@ -131,10 +131,9 @@ class HostSpec(_Strict):
         return self.transport == "local"
 
 
-class BuiltinTraining(_Strict):
-    """The built-in example: a small Keras 3 model on a synthetic, learnable data set."""
+class _ExampleTraining(_Strict):
+    """Settings shared by the built-in custom loop and tf-keras fit."""
 
-    kind: Literal["builtin"] = Field("builtin", description="Train the built-in example model.")
     steps: int = Field(200, ge=1, le=10_000_000, description="Train until this global step.")
     batch_per_replica: int = Field(32, ge=1, le=65536, description="Examples per replica per step; the global batch is this times the replicas in sync.")
     learning_rate: float = Field(0.01, gt=0, le=10, description="Optimizer learning rate.")
@@ -143,6 +142,12 @@ class BuiltinTraining(_Strict):
     seed: int = Field(0, ge=0, le=2**31 - 1, description="Seed for the initial weights and the synthetic data.")
     features: int = Field(16, ge=1, le=65536, description="Input features of the synthetic data set.")
     hidden_units: int = Field(64, ge=1, le=65536, description="Width of each hidden layer of the example model.")
+
+
+class BuiltinTraining(_ExampleTraining):
+    """The built-in runtime: Keras 3 custom loop; the example model and data unless you name yours."""
+
+    kind: Literal["builtin"] = Field("builtin", description="Train with the built-in Keras 3 custom loop.")
     log_every: int = Field(10, ge=1, le=10_000_000, description="Log the loss every this many steps.")
     accumulation_steps: int = Field(1, ge=1, le=1024, description="Sum the gradients of this many micro-batches (each batch_per_replica) before one all-reduce and update.")
     devices_per_worker: int = Field(1, ge=1, le=64, description="On CPU hosts, split each worker's CPU into this many logical devices (multi-device mirroring without GPUs). GPU workers use every GPU they see.")
@@ -155,18 +160,10 @@ class BuiltinTraining(_Strict):
     eval_examples: int = Field(1024, ge=1, le=10_000_000, description="Held-out examples the evaluator side-car scores each checkpoint on (example data only).")
 
 
-class FitTraining(_Strict):
+class FitTraining(_ExampleTraining):
     """tf-keras `model.fit` under MWMS (Keras 3 `fit` is broken there), resumable through BackupAndRestore."""
 
-    kind: Literal["fit"] = Field(description="Train with tf-keras model.fit (needs the 'fit' extra: pip install tflaunch[fit]).")
-    steps: int = Field(200, ge=1, le=10_000_000, description="Train until this global step (batches).")
-    batch_per_replica: int = Field(32, ge=1, le=65536, description="Examples per replica per step.")
-    learning_rate: float = Field(0.01, gt=0, le=10, description="Optimizer learning rate.")
-    optimizer: Literal["adam", "sgd"] = Field("adam", description="Optimizer: 'adam' or plain 'sgd'.")
-    checkpoint_every: int = Field(50, ge=1, le=10_000_000, description="BackupAndRestore save_freq in steps.")
-    seed: int = Field(0, ge=0, le=2**31 - 1, description="Seed for the initial weights and the synthetic data.")
-    features: int = Field(16, ge=1, le=65536, description="Input features of the synthetic data set.")
-    hidden_units: int = Field(64, ge=1, le=65536, description="Width of each hidden layer of the example model.")
+    kind: Literal["fit"] = Field(description="Train with tf-keras model.fit (needs the 'fit' extra: pip install tflaunch[fit]); checkpoint_every is BackupAndRestore's save_freq.")
     model: str | None = Field(None, pattern=_TARGET_PATTERN, description="'pkg.module:function' returning a compiled tf-keras model, called with the training settings as a dict; default: the example MLP.")
 
 

@@ -42,6 +42,14 @@ class TaskExit:
         return f"exit code {self.code}"
 
 
+def exit_from_report(report: dict[str, Any] | None) -> TaskExit | None:
+    """The helper's `exit` report as a TaskExit; None when the helper never sent one."""
+    if report is None:
+        return None
+    code, sig = report.get("code"), report.get("signal")
+    return TaskExit(code if isinstance(code, int) else None, sig if isinstance(sig, int) else None)
+
+
 @dataclass(frozen=True)
 class OutputLine:
     task: str

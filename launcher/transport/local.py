@@ -17,11 +17,9 @@ import time
 from pathlib import Path
 from typing import IO
 
-import psutil
-
 from launcher import task_runner
 from launcher.plan import TaskLaunch
-from launcher.transport.base import EventSink, OutputLine, TaskExit, TaskExited, parse_report
+from launcher.transport.base import EventSink, OutputLine, TaskExit, TaskExited, exit_from_report, parse_report
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +29,8 @@ _DRAIN_TIMEOUT_S = 1.0
 
 def group_alive(pgid: int) -> bool:
     """Whether any process of group `pgid` is still running (zombies do not count)."""
+    import psutil  # only needed at the end of a task; keeps the launcher's start-up short
+
     for proc in psutil.process_iter(["status"]):
         try:
             if proc.info["status"] != psutil.STATUS_ZOMBIE and os.getpgid(proc.pid) == pgid:
@@ -96,14 +96,9 @@ class LocalTask:
         # a background grandchild may hold the pipes open, so do not wait forever.
         self._events.join(_DRAIN_TIMEOUT_S)
         self._output.join(_DRAIN_TIMEOUT_S)
-        report = self._exit_report
-        if report is not None:
-            code, sig = report.get("code"), report.get("signal")
-            task_exit = TaskExit(code if isinstance(code, int) else None, sig if isinstance(sig, int) else None)
-        elif status < 0:
-            task_exit = TaskExit(None, -status)
-        else:
-            task_exit = TaskExit(status, None)
+        task_exit = exit_from_report(self._exit_report)
+        if task_exit is None:  # the helper itself was killed (a SIGKILL to the whole group)
+            task_exit = TaskExit(None, -status) if status < 0 else TaskExit(status, None)
         self._sink(TaskExited(self.launch.name, task_exit))
 
     def signal(self, signum: int) -> None:

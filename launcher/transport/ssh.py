@@ -20,7 +20,7 @@ from typing import Any
 from launcher import task_runner
 from launcher.plan import TaskLaunch
 from launcher.spec import HostSpec
-from launcher.transport.base import EventSink, OutputLine, TaskExit, TaskExited, parse_report
+from launcher.transport.base import EventSink, OutputLine, TaskExit, TaskExited, exit_from_report, parse_report
 from launcher.transport.bootstrap import remote_command, source_line
 from launcher.transport.ssh_client import connect, resolve_target
 
@@ -88,14 +88,10 @@ class SshTask:
         status = self._channel.recv_exit_status()  # -1 when the connection closed without one
         self._events.join(_DRAIN_TIMEOUT_S)
         self._output.join(_DRAIN_TIMEOUT_S)
-        report = self._exit_report
-        if report is not None:
-            code, sig = report.get("code"), report.get("signal")
-            task_exit = TaskExit(code if isinstance(code, int) else None, sig if isinstance(sig, int) else None)
-        elif status >= 0:
-            task_exit = TaskExit(status, None)
-        else:
-            task_exit = TaskExit(None, None, lost=f"the SSH connection to {self.launch.host} closed before the task reported its exit")
+        task_exit = exit_from_report(self._exit_report)
+        if task_exit is None:
+            task_exit = TaskExit(status, None) if status >= 0 else TaskExit(
+                None, None, lost=f"the SSH connection to {self.launch.host} closed before the task reported its exit")
         self._sink(TaskExited(self.launch.name, task_exit))
 
     def signal(self, signum: int) -> None:
