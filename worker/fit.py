@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
+import tempfile
 from typing import Any
 
 import tensorflow as tf
@@ -82,9 +84,13 @@ def train_fit(strategy: tf.distribute.Strategy, cluster: ClusterInfo, settings: 
     history = model.fit(data, epochs=1, steps_per_epoch=steps, callbacks=[backup, Progress()], verbose=2)
     step = int(model.optimizer.iterations.numpy())
     losses = history.history.get("loss") or [None]
-    if cluster.is_chief:
-        os.makedirs(settings.export_dir, exist_ok=True)
-        model.save_weights(os.path.join(settings.export_dir, "fit.weights.h5"))
+    # Saving reads distributed variables, which takes collectives: every worker saves, the
+    # non-chief ones to a temporary directory that is removed right away.
+    target = settings.export_dir if cluster.is_chief else tempfile.mkdtemp(prefix="tflaunch-fit-")
+    os.makedirs(target, exist_ok=True)
+    model.save_weights(os.path.join(target, "fit.weights.h5"))
+    if not cluster.is_chief:
+        shutil.rmtree(target, ignore_errors=True)
     return {"step": step, "start_step": progress.get("start", 0), "loss": losses[-1],
             "fingerprint": weights_fingerprint(model.weights), "global_batch": global_batch,
             "replicas_in_sync": strategy.num_replicas_in_sync}

@@ -61,14 +61,15 @@ def test_two_workers_compute_what_one_process_with_twice_the_batch_does(work: Pa
     assert_same(final_weights(run_dir), one_process_2b)
     assert not np.allclose(final_weights(run_dir)[0], final_weights(run_dir)[0] * 0)  # trained, not zeros
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.util.tensor_util import make_ndarray
 
     events = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"tensors": 0})
     events.Reload()
     assert {"loss", "steps_per_s", "learning_rate", "replicas"} <= set(events.Tags()["tensors"])
-    losses = [(e.step, float(np.asarray(e.tensor_proto.float_val or [0])[0])) for e in events.Tensors("loss")]
-    assert [step for step, _ in losses][-1] == STEPS and losses[-1][1] < losses[0][1]
-    replicas = events.Tensors("replicas")[-1]
-    assert int(replicas.tensor_proto.int_val[0] if replicas.tensor_proto.int_val else replicas.tensor_proto.float_val[0]) == 2
+    losses = [(e.step, float(make_ndarray(e.tensor_proto))) for e in events.Tensors("loss")]
+    assert losses[-1][0] == STEPS and losses[-1][1] < losses[0][1]
+    assert float(make_ndarray(events.Tensors("replicas")[-1].tensor_proto)) == 2.0
+    assert float(make_ndarray(events.Tensors("learning_rate")[-1].tensor_proto)) == pytest.approx(0.05)
 
 
 def test_one_worker_with_two_logical_devices_matches_too(work: Path, one_process_2b: list[np.ndarray]) -> None:
