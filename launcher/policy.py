@@ -84,7 +84,13 @@ class RestartPolicy:
         stall = self.spec.stall_timeout_s
         if stall is not None:
             running = [t for t in status.tasks if t.running]
-            if running and all(status.now - t.last_progress >= stall for t in running):
+
+            def quiet_for_too_long(task: TaskStatus) -> bool:
+                # Restoring and tracing before the first step is start-up, not a stall.
+                limit = stall if task.step is not None or not status.reports_progress else max(stall, self.spec.start_timeout_s)
+                return status.now - task.last_progress >= limit
+
+            if running and all(quiet_for_too_long(t) for t in running):
                 slowest = min(running, key=lambda t: t.last_progress)
                 what = "reported no step" if status.reports_progress else "printed nothing"
                 return self._restart_or_fail(status, FailureKind.STALLED, slowest.name,

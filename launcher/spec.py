@@ -195,9 +195,9 @@ class RestartSpec(_Strict):
     preemption_exit_code: int = Field(PREEMPTION_EXIT_CODE, ge=1, le=255, description="Exit code of a worker that checkpointed and left because it was preempted; restarted without counting as a failure.")
     fatal_exit_codes: list[Annotated[int, Field(ge=1, le=255)]] = Field(default_factory=lambda: [2], description="Exit codes that mean 'do not retry' (e.g. usage errors).")
     grace_period_s: float = Field(10.0, ge=0, le=3600, description="Seconds between SIGTERM and SIGKILL when stopping tasks that can still save (preemption, Ctrl-C).")
-    crash_grace_s: float = Field(0.25, ge=0, le=3600, description="Seconds between SIGTERM and SIGKILL when stopping the rest of a gang after a crash, hang or missed start: their collectives are broken, so there is nothing left to save.")
+    crash_grace_s: float = Field(0.1, ge=0, le=3600, description="Seconds between SIGTERM and SIGKILL when stopping the rest of a gang after a crash, hang or missed start: their collectives are broken, so there is nothing left to save.")
     start_timeout_s: float = Field(300.0, gt=0, le=86400, description="Every task must join (build its strategy) within this many seconds of being started.")
-    stall_timeout_s: float | None = Field(None, gt=0, le=86400, description="Restart the gang when no task makes progress for this many seconds (None: off).")
+    stall_timeout_s: float | None = Field(None, gt=0, le=86400, description="Restart the gang when no task makes progress for this many seconds (None: off). Until its first step a task gets start_timeout_s instead (restoring and tracing are start-up).")
 
     @model_validator(mode="after")
     def _check(self) -> RestartSpec:

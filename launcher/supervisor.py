@@ -219,9 +219,8 @@ class Supervisor:
         for task in self._tasks.values():
             task.stopped = task.exit is None and not (decision.action is Action.SUCCEED and task.launch.sidecar)
         spec = self._policy.spec
-        if decision.action is Action.SUCCEED:
-            self.stop_all(spec.grace_period_s, send_term=False)  # only side-cars are left: let them finish
-        elif decision.kind is FailureKind.PREEMPTED:
+        if decision.action is Action.SUCCEED or decision.kind is FailureKind.PREEMPTED:
+            # Left: side-cars finishing their last checkpoint, or workers saving after a preemption.
             self.stop_all(spec.grace_period_s, send_term=False)
         else:
             self.stop_all(spec.grace_period_s if decision.kind is FailureKind.NONE else spec.crash_grace_s)

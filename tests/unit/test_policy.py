@@ -76,11 +76,21 @@ def test_start_timeout_blames_the_tasks_whose_runtime_never_came_up() -> None:
 
 
 def test_stall_restarts_only_when_every_running_task_is_quiet() -> None:
-    quiet = status(task("worker:0", progress=0.0), task("worker:1", progress=5.0), now=70.0)
+    def stepped(name: str, progress: float) -> TaskStatus:
+        return TaskStatus(name, "localhost", 1, True, 10, None, 0.0, progress, True)
+
+    quiet = status(stepped("worker:0", 0.0), stepped("worker:1", 5.0), now=70.0)
     decision = POLICY.decide(quiet)
     assert decision.action is Action.RESTART and decision.kind is FailureKind.STALLED and decision.cause == "worker:0"
-    busy = status(task("worker:0", progress=0.0), task("worker:1", progress=50.0), now=70.0)
+    busy = status(stepped("worker:0", 0.0), stepped("worker:1", 50.0), now=70.0)
     assert POLICY.decide(busy).action is Action.KEEP_GOING
+
+
+def test_before_the_first_step_start_up_time_applies_not_the_stall_timeout() -> None:
+    policy = RestartPolicy(RestartSpec(stall_timeout_s=2, start_timeout_s=30))
+    restoring = status(task("worker:0", progress=0.0), now=10.0)  # joined, no step yet
+    assert policy.decide(restoring).action is Action.KEEP_GOING
+    assert policy.decide(status(task("worker:0", progress=0.0), now=31.0)).kind is FailureKind.STALLED
 
 
 def test_stall_off_by_default() -> None:
