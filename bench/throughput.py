@@ -36,7 +36,7 @@ def _by_hand(steps: int) -> float:
 
 
 def run(quick: bool) -> str:
-    pairs, steps = (1, 300) if quick else (5, 2000)
+    pairs, steps = (1, 300) if quick else (10, 1000)
     launch, hand, ratios = interleaved(lambda: _under_launch(steps), lambda: _by_hand(steps), pairs)
     save("throughput", {"steps": steps, "launch_steps_per_s": launch, "by_hand_steps_per_s": hand, "ratios": ratios, "target": ">= 0.98"})
     return table(f"Throughput: 2 workers, {steps} steps, steady state (target ratio >= 0.98)", [
