@@ -9,14 +9,7 @@ if ! command -v sshd >/dev/null 2>&1 && [ ! -x /usr/sbin/sshd ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y openssh-server
 fi
 
-if [ ! -x .venv/bin/python ]; then
-  if ! python3 -m venv --system-site-packages .venv 2>/dev/null; then
-    apt-get update
-    DEBIAN_FRONTEND=noninteractive apt-get install -y python3-venv
-    python3 -m venv --system-site-packages .venv
-  fi
-fi
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+bash scripts/setup.sh test
 
 set +e
 .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
