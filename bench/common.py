@@ -136,10 +136,6 @@ def kill_all(processes: Iterable[psutil.Process]) -> None:
             continue
 
 
-def leftovers(run_dir: Path) -> int:
-    return len([p for p in worker_processes(run_dir) if not all_gone([p])])
-
-
 def interleaved(a: Callable[[], float], b: Callable[[], float], pairs: int) -> tuple[list[float], list[float], list[float]]:
     """Run A B A B ... and return the A values, the B values and the A/B ratio of each pair."""
     first, second, ratios = [], [], []

@@ -65,13 +65,6 @@ class PortInUseError(LaunchError):
         )
 
 
-class GangFailedError(LaunchError):
-    """The gang did not finish: carries the report that names the first failure."""
-
-    def __init__(self, report: str) -> None:
-        super().__init__(report)
-
-
 class InterruptedLaunchError(LaunchError):
     """The launcher received SIGINT/SIGTERM/SIGHUP; raised on the main thread."""
 

@@ -11,7 +11,7 @@ from collections import deque
 from dataclasses import asdict
 from typing import Any
 
-from launcher.gang import GroupState, RunResult, TaskResult
+from launcher.gang import RunResult, TaskResult
 
 LOG_TAIL_LINES = 15
 
@@ -144,7 +144,3 @@ def success_text(result: RunResult) -> str:
     elif len(prints) > 1:
         text += f"; WARNING: replicas disagree on final weights ({', '.join(sorted(prints))})"
     return text
-
-
-def is_success(result: RunResult) -> bool:
-    return result.state is GroupState.SUCCEEDED

@@ -75,14 +75,20 @@ def test_failed_task_stops_the_gang_and_is_named(work: Path) -> None:
     assert summary["first_failure"]["task"] == "worker:1" and summary["first_failure"]["exit_code"] == 3
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_signal_to_launch_stops_every_task(work: Path, signum: int) -> None:
+def start_sleepers(work: Path) -> tuple[subprocess.Popen[bytes], Path]:
+    """`launch` two tasks that ignore SIGTERM and have a grandchild; return once both are ready."""
     log = work / "launch.out"
     with open(log, "w") as handle:
         proc = subprocess.Popen(launch_cmd("--cluster", str(spec_for(work, 2)), "--", "python", TASK, "sleep", "--ignore-term", "--child"),
                                 cwd=work, stdout=handle, stderr=subprocess.STDOUT)
     wait_for_text(log, "ready worker:1")
     wait_for_text(log, "ready worker:0")
+    return proc, log
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_signal_to_launch_stops_every_task(work: Path, signum: int) -> None:
+    proc, log = start_sleepers(work)
     proc.send_signal(signum)
     assert proc.wait(timeout=20) == 128 + signum
     assert not processes_mentioning(str(work)), "a task survived the stop"
@@ -90,12 +96,7 @@ def test_signal_to_launch_stops_every_task(work: Path, signum: int) -> None:
 
 
 def test_sigkill_of_launch_leaves_no_task(work: Path) -> None:
-    log = work / "launch.out"
-    with open(log, "w") as handle:
-        proc = subprocess.Popen(launch_cmd("--cluster", str(spec_for(work, 2)), "--", "python", TASK, "sleep", "--ignore-term", "--child"),
-                                cwd=work, stdout=handle, stderr=subprocess.STDOUT)
-    wait_for_text(log, "ready worker:1")
-    wait_for_text(log, "ready worker:0")
+    proc, log = start_sleepers(work)
     proc.kill()
     proc.wait()
     assert not wait_until_gone(str(work), timeout=5), "tasks outlived a SIGKILLed launcher"
