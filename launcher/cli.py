@@ -22,7 +22,8 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Sequence
 
-from launcher.console import Console, describe_run
+from launcher.console import Console
+from launcher.run_status import describe_run
 from launcher.errors import LaunchError, PreflightError, UsageError
 from launcher.gang import GroupState
 from launcher.masking import mask_env
@@ -31,7 +32,7 @@ from launcher.plan import LaunchPlan, PlanInputs, build_plan, task_slots
 from launcher.policy import RestartPolicy
 from launcher.ports import check_local_ports, choose_free_ports, port_is_free
 from launcher.report import failure_text, success_text, write_summary
-from launcher.spec import BuiltinTraining, ClusterSpec, FunctionTraining, json_schema, load_spec, parse_spec
+from launcher.spec import BuiltinTraining, ClusterSpec, FunctionTraining, is_url, json_schema, load_spec, parse_spec
 from launcher.supervisor import Supervisor
 from launcher.transport import HostRouter
 
@@ -80,22 +81,30 @@ def _split_command(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     return argv, []
 
 
+def _refuse_empty(args: argparse.Namespace) -> None:
+    for flag in ("cluster", "name", "run_root"):
+        value = getattr(args, flag)
+        if value is not None and not value.strip():
+            raise UsageError(f"Got an empty --{flag.replace('_', '-')}: give a value or leave the flag out.")
+
+
 def _load(args: argparse.Namespace, command: list[str]) -> ClusterSpec:
+    _refuse_empty(args)
     if args.local is not None:
         if not 1 <= args.local <= 256:
             raise UsageError(f"Got --local {args.local}: give between 1 and 256 workers.")
         data: dict[str, Any] = {"name": args.name or "local", "hosts": [{"address": "localhost", "workers": args.local}]}
         spec = parse_spec(data, "--local")
-    elif args.cluster:
+    elif args.cluster is not None:
         spec = load_spec(Path(args.cluster))
     else:
         raise UsageError("Give --cluster FILE or --local N (see 'launch --help').")
     updates: dict[str, Any] = {}
     if command:
         updates["training"] = {"kind": "command", "argv": command}
-    if args.name and args.cluster:
+    if args.name is not None and args.cluster is not None:
         updates["name"] = args.name
-    if args.run_root:
+    if args.run_root is not None:
         updates["run_root"] = args.run_root
     if updates:  # re-validate: overrides obey the same rules as the file
         spec = parse_spec({**spec.model_dump(mode="json", exclude_unset=True), **updates}, args.cluster or "--local")
@@ -174,11 +183,17 @@ def _install_signals(supervisor: Supervisor) -> None:
 
 
 def _preflight(spec: ClusterSpec, plan: LaunchPlan) -> "PreflightReport":
-    from launcher.preflight import run_preflight  # only multi-host runs and --check need it
+    from launcher.preflight import run_preflight
 
-    if any(h.is_local for h in spec.hosts) or plan.checkpoint_dir.startswith(plan.run_dir.rstrip("/") + "/"):
-        os.makedirs(plan.checkpoint_dir, exist_ok=True)  # local (or on this machine's run dir): ours to create
     return run_preflight(spec, plan)
+
+
+def _make_checkpoint_dir(spec: ClusterSpec, plan: LaunchPlan) -> None:
+    """Create the checkpoint directory when it is ours to create: on this machine, not an object store."""
+    if is_url(plan.checkpoint_dir):
+        return
+    if any(h.is_local for h in spec.hosts) or plan.checkpoint_dir.startswith(plan.run_dir.rstrip("/") + "/"):
+        os.makedirs(plan.checkpoint_dir, exist_ok=True)
 
 
 def run_check(spec: ClusterSpec) -> int:
@@ -211,10 +226,10 @@ def run_launch(spec: ClusterSpec, quiet: bool = False, faults: dict[str, str] | 
     )
     console.attach(supervisor.status, str(run_dir / "status.json"))
     first_plan = planner(0)  # validates local ports before anything starts (raises PortInUseError)
-    if not all(h.is_local for h in spec.hosts):
-        report = _preflight(spec, first_plan)
-        if not report.ok:
-            raise PreflightError(report.problems)
+    report = _preflight(spec, first_plan)  # every host, local ones too: nothing is written before it passes
+    if not report.ok:
+        raise PreflightError(report.problems)
+    _make_checkpoint_dir(spec, first_plan)
     console.notice(f"run {spec.name}: starting {sum(h.task_count for h in spec.hosts)} task(s); logs in {run_dir}")
     _install_signals(supervisor)
     try:
@@ -232,6 +247,19 @@ def run_launch(spec: ClusterSpec, quiet: bool = False, faults: dict[str, str] | 
     return 1
 
 
+def _raise_fd_limit() -> None:
+    """Every local task holds a few pipes; the common soft limit of 1024 runs out at a few hundred tasks."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 16)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+        except (ValueError, OSError):  # a container may refuse; the default limit still serves small runs
+            log.info("could not raise the open-file limit from %d", soft)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     own, command = _split_command(argv)
@@ -242,10 +270,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if own[:1] == ["status"]:
             if len(own) != 2:
                 raise UsageError("usage: launch status RUN_DIR (e.g. runs/example)")
-            try:
-                print(describe_run(own[1]))
-            except (FileNotFoundError, ValueError) as error:
-                raise UsageError(str(error)) from None
+            print(describe_run(own[1]))
             return 0
         args = _parser().parse_args(own)
         logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
@@ -254,6 +279,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise UsageError("--json goes with --dry-run.")
         spec = _load(args, command)
         faults = _faults(spec, args.inject)
+        _raise_fd_limit()
         if args.dry_run:
             run_dir = Path(spec.run_root).resolve() / spec.name
             _print_dry_run(_planner(spec, run_dir, _next_attempt(run_dir), faults)(0), args.json)

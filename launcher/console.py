@@ -54,6 +54,7 @@ class Console:
         self._last_draw = 0.0
         self._last_status_write = 0.0
         self._attempt = 0
+        self._started: float | None = None
 
     def attach(self, status: Callable[[], GangStatus], status_path: str) -> None:
         self._status = status
@@ -71,6 +72,10 @@ class Console:
         kind = data.get("event")
         if kind == "joined":
             view.state = "running"
+        elif kind == "stopped":
+            view.state = "stopped (SIGSTOP?)"
+        elif kind == "continued":
+            view.state = "running" if view.step is not None else "starting"
         elif kind in ("step", "done") and isinstance(data.get("step"), int):
             view.saw_step(data["step"], time.monotonic())
             if kind == "done":
@@ -155,6 +160,14 @@ class Console:
         self._out.flush()
         self._drawn_lines = len(rows)
 
+    def _launcher_started(self) -> float:
+        """With the pid, tells `launch status` whether this launcher still runs (pids get reused)."""
+        if self._started is None:
+            import psutil
+
+            self._started = psutil.Process().create_time()
+        return self._started
+
     def _write_status_file(self, force: bool = False) -> None:
         if self._status_path is None or (not force and time.monotonic() - self._last_status_write < _STATUS_FILE_S):
             return
@@ -162,6 +175,7 @@ class Console:
         status = self._sync_states()
         data = {
             "launcher_pid": os.getpid(),
+            "launcher_started": self._launcher_started(),
             "updated": time.time(),
             "attempt": status.attempt if status else self._attempt,
             "restarts": status.restarts if status else 0,
@@ -175,47 +189,3 @@ class Console:
             os.replace(tmp, self._status_path)
         except OSError:  # the run directory vanished; the console output still tells
             pass
-
-
-def describe_run(run_dir: str) -> str:
-    """`launch status RUN_DIR`: a finished run from summary.json, a running one from status.json."""
-    import psutil
-
-    summary_path = os.path.join(run_dir, "summary.json")
-    status_path = os.path.join(run_dir, "status.json")
-    live = None
-    if os.path.exists(status_path):
-        with open(status_path, encoding="utf-8") as handle:
-            live = json.load(handle)
-    running = bool(live) and psutil.pid_exists(int(live.get("launcher_pid", -1))) and (
-        not os.path.exists(summary_path) or os.path.getmtime(summary_path) < os.path.getmtime(status_path) - 2)
-    lines = []
-    if running and live:
-        age = time.time() - float(live.get("updated", 0))
-        lines.append(f"{run_dir}: running (launcher pid {live['launcher_pid']}, attempt {live['attempt']}, "
-                     f"restarts {live['restarts']}, updated {age:.0f}s ago)")
-        lines.append(f"  {'task':<22} {'state':<18} {'step':>9} {'steps/s':>8}  last line")
-        for task in live["tasks"]:
-            rate = "" if task["steps_per_s"] is None else f"{task['steps_per_s']:.1f}"
-            step = "" if task["step"] is None else str(task["step"])
-            lines.append(f"  {task['task']:<22} {task['state'][:18]:<18} {step:>9} {rate:>8}  {task['last_line'][:60]}")
-        return "\n".join(lines)
-    if not os.path.exists(summary_path):
-        raise FileNotFoundError(f"{run_dir} has neither summary.json nor a live status.json: is it a run directory?")
-    with open(summary_path, encoding="utf-8") as handle:
-        summary = json.load(handle)
-    lines.append(f"{run_dir}: {summary['state']} at step {summary['final_step']} after {len(summary['attempts'])} attempt(s) "
-                 f"({summary['restarts']} restart(s), {summary['preemptions']} preemption(s))")
-    for attempt in summary["attempts"]:
-        lines.append(f"  attempt {attempt['attempt']}: {attempt['reason']}")
-        for task in attempt["tasks"]:
-            result = task.get("result") or {}
-            extra = f" step {result['step']}" if isinstance(result.get("step"), int) else ""
-            extra += f" weights {result['fingerprint']}" if result.get("fingerprint") else ""
-            lines.append(f"    {task['name']:<12} on {task['host']:<16} {task['exit']}{extra}")
-    first = summary.get("first_failure")
-    if first:
-        error = first.get("error") or {}
-        cause = f": {error.get('type')}: {error.get('message')}" if error else ""
-        lines.append(f"  first failure: {first['task']} on {first['host']} {first['exit']} (attempt {first['attempt']}){cause}")
-    return "\n".join(lines)

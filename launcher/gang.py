@@ -12,6 +12,9 @@ from typing import Any
 
 from launcher.transport.base import TaskExit
 
+# What a worker runtime reports while it starts, in order (the strategy is built at "joined").
+START_MILESTONES = ("starting", "imported", "joined")
+
 
 class GroupState(str, Enum):
     """Lifecycle of one launch. Terminal states end the run."""
@@ -41,6 +44,18 @@ class TaskStatus:
     started_mono: float
     last_progress: float
     reported: bool = False  # sent any report (the runtime came up), joined or not
+    milestone: str | None = None  # the last start-up milestone it reported: starting, imported, joined
+    stopped_since: float | None = None  # monotonic time its process was seen stopped (SIGSTOP, Ctrl-Z)
+    error: tuple[str, str] | None = None  # (exception type, message) from its error file, once it exited
+
+    @property
+    def start_rank(self) -> int:
+        """How far start-up got: 0 nothing reported .. 3 joined; the lowest is the one behind."""
+        if self.joined:
+            return len(START_MILESTONES)
+        if self.milestone in START_MILESTONES:
+            return START_MILESTONES.index(self.milestone) + 1
+        return 1 if self.reported else 0
 
     @property
     def running(self) -> bool:
@@ -61,6 +76,7 @@ class GangStatus:
     now: float
     reports_progress: bool
     tasks: tuple[TaskStatus, ...]
+    earlier_causes: tuple[str | None, ...] = ()  # root-cause signature of every earlier restarted attempt
 
     @property
     def all_succeeded(self) -> bool:

@@ -12,7 +12,7 @@ import posixpath
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from launcher.spec import ENV_PREFIX, ClusterSpec, CommandTraining, HostSpec
+from launcher.spec import ENV_PREFIX, ClusterSpec, CommandTraining, HostSpec, is_url
 
 WORKER_MODULE = "worker"
 _BARE_PYTHON = frozenset({"python", "python3"})
@@ -152,7 +152,7 @@ def build_plan(spec: ClusterSpec, inputs: PlanInputs) -> LaunchPlan:
     run_dir = inputs.run_dir
     attempt_dir = posixpath.join(run_dir, f"attempt-{inputs.attempt}")
     checkpoint_dir = spec.checkpoint_dir or posixpath.join(run_dir, "checkpoints")
-    if not posixpath.isabs(checkpoint_dir):
+    if not posixpath.isabs(checkpoint_dir) and not is_url(checkpoint_dir):  # gs://... reaches TF untouched
         checkpoint_dir = posixpath.normpath(posixpath.join(inputs.launcher_cwd, checkpoint_dir))
     training = spec.training.model_dump(mode="json")
 

@@ -36,9 +36,26 @@ class Decision:
     kind: FailureKind = FailureKind.NONE
     cause: str | None = None  # the task that caused it
     reason: str = ""
+    signature: str | None = None  # the root cause in a form that compares equal when it repeats
 
 
 KEEP_GOING = Decision(Action.KEEP_GOING)
+NOT_RETRYING = "the same failure twice; not retrying"
+
+
+def failure_signature(task: TaskStatus) -> str | None:
+    """What makes a failure repeatable: its task type with its exception, or an exit code before any step.
+
+    None for what may well go away on a retry: a signal, a lost host, an exit after training began
+    without an error file.
+    """
+    task_type = task.name.split(":")[0]
+    if task.error is not None:
+        return f"{task_type}: {task.error[0]}: {task.error[1]}"
+    exit = task.exit
+    if exit is not None and exit.code is not None and exit.lost is None and task.step is None:
+        return f"{task_type}: exit code {exit.code} before the first step"
+    return None
 
 
 @dataclass(frozen=True)
@@ -55,6 +72,20 @@ class RestartPolicy:
             return FailureKind.FATAL
         return FailureKind.RETRYABLE
 
+    def grace_s(self, decision: Decision) -> tuple[float, bool]:
+        """How to stop what still runs after `decision`: (seconds before SIGKILL, send SIGTERM first).
+
+        After a crash, hang or missed start the survivors' collectives are broken and they cannot
+        save: a short grace. Preempted workers are saving and leave by themselves, as do side-cars
+        finishing their last checkpoint after a success: no SIGTERM (it could land mid-exit), just
+        a deadline. An interrupted launcher gives tasks the full grace period to save.
+        """
+        if decision.action is Action.SUCCEED or decision.kind is FailureKind.PREEMPTED:
+            return self.spec.grace_period_s, False
+        if decision.kind is FailureKind.NONE:
+            return self.spec.grace_period_s, True
+        return self.spec.crash_grace_s, True
+
     def decide(self, status: GangStatus) -> Decision:
         if status.all_succeeded:
             return Decision(Action.SUCCEED, reason="every task exited 0")
@@ -64,43 +95,79 @@ class RestartPolicy:
             kind = self.classify(first)
             assert first.exit is not None
             what = f"{first.name} on {first.host} {first.exit.describe()}"
+            if first.error is not None:
+                what += f" ({first.error[0]}: {first.error[1][:200]})"
             if kind is FailureKind.FATAL:
                 return Decision(Action.FAIL, kind, first.name, f"{what} (a fatal exit code: not restarted)")
             if kind is FailureKind.PREEMPTED:
                 return Decision(Action.RESTART, kind, first.name, f"{what} (preempted; resumes from its checkpoint)")
-            return self._restart_or_fail(status, kind, first.name, what)
+            return self._restart_or_fail(status, kind, first.name, what, failure_signature(first))
+        hung = self._stopped_too_long(status)
+        if hung is not None:
+            return hung
         if status.unjoined and status.reports_progress:
-            late = [t for t in status.unjoined if status.now - t.started_mono >= self.spec.start_timeout_s]
-            if late:
-                # Every task blocks until all have joined; the ones whose runtime never even
-                # came up are the culprits, the rest were waiting for them.
-                silent = [t for t in late if not t.reported] or late
-                waiting = [t.name for t in late if t not in silent]
-                reason = f"{', '.join(t.name for t in silent)} did not join within start_timeout_s={self.spec.start_timeout_s:g}s"
-                if waiting:
-                    reason += f" ({', '.join(waiting)} started and waited for it)"
-                return Decision(Action.FAIL, FailureKind.START_TIMEOUT, silent[0].name, reason)
+            return self._start_deadline(status)
+        return self._stall(status)
+
+    def _stopped_too_long(self, status: GangStatus) -> Decision | None:
+        """A task frozen by SIGSTOP or Ctrl-Z is hung now; waiting for a deadline would only cost time."""
+        limit = self.spec.stopped_timeout_s
+        if limit is None:
+            return None
+        stopped = [t for t in status.tasks if t.running and t.stopped_since is not None
+                   and status.now - t.stopped_since >= limit]
+        if not stopped:
+            return None
+        first = min(stopped, key=lambda t: t.stopped_since or 0.0)
+        return self._restart_or_fail(status, FailureKind.STALLED, first.name,
+                                     f"{first.name} on {first.host} has been stopped (SIGSTOP or Ctrl-Z) for "
+                                     f"{limit:g}s or more (stopped_timeout_s): hung", None)
+
+    def _start_deadline(self, status: GangStatus) -> Decision:
+        late = [t for t in status.unjoined if status.now - t.started_mono >= self.spec.start_timeout_s]
+        if not late:
             return KEEP_GOING
+        # Every task blocks until all have joined; the ones that got least far are the culprits,
+        # the rest were waiting for them.
+        lowest = min(t.start_rank for t in late)
+        behind = [t for t in late if t.start_rank == lowest]
+        waiting = [t.name for t in late if t not in behind]
+        where = behind[0].milestone if lowest > 0 else None
+        reason = (f"{', '.join(t.name for t in behind)} did not join within start_timeout_s={self.spec.start_timeout_s:g}s"
+                  f" ({'last reported ' + repr(where) if where else 'its runtime never reported'})")
+        if waiting:
+            reason += f"; {', '.join(waiting)} started and waited for it"
+        signature = f"start timeout: {', '.join(t.name for t in behind)} at {where or 'nothing reported'}"
+        return self._restart_or_fail(status, FailureKind.START_TIMEOUT, behind[0].name, reason, signature)
+
+    def _stall(self, status: GangStatus) -> Decision:
         stall = self.spec.stall_timeout_s
-        if stall is not None:
-            running = [t for t in status.tasks if t.running]
+        if stall is None:
+            return KEEP_GOING
+        running = [t for t in status.tasks if t.running]
 
-            def quiet_for_too_long(task: TaskStatus) -> bool:
-                # Restoring and tracing before the first step is start-up, not a stall.
-                limit = stall if task.step is not None or not status.reports_progress else max(stall, self.spec.start_timeout_s)
-                return status.now - task.last_progress >= limit
+        def quiet_for_too_long(task: TaskStatus) -> bool:
+            # Restoring and tracing before the first step is start-up, not a stall.
+            limit = stall if task.step is not None or not status.reports_progress else max(stall, self.spec.start_timeout_s)
+            return status.now - task.last_progress >= limit
 
-            if running and all(quiet_for_too_long(t) for t in running):
-                slowest = min(running, key=lambda t: t.last_progress)
-                what = "reported no step" if status.reports_progress else "printed nothing"
-                return self._restart_or_fail(status, FailureKind.STALLED, slowest.name,
-                                             f"the gang {what} for {stall:g}s (stall_timeout_s); {slowest.name} was quiet longest")
+        if running and all(quiet_for_too_long(t) for t in running):
+            slowest = min(running, key=lambda t: t.last_progress)
+            what = "reported no step" if status.reports_progress else "printed nothing"
+            return self._restart_or_fail(status, FailureKind.STALLED, slowest.name,
+                                         f"the gang {what} for {stall:g}s (stall_timeout_s); {slowest.name} was quiet longest",
+                                         None)
         return KEEP_GOING
 
-    def _restart_or_fail(self, status: GangStatus, kind: FailureKind, cause: str, what: str) -> Decision:
+    def _restart_or_fail(self, status: GangStatus, kind: FailureKind, cause: str, what: str,
+                         signature: str | None) -> Decision:
+        earlier = status.earlier_causes
+        if signature is not None and earlier and all(e == signature for e in earlier):
+            return Decision(Action.FAIL, kind, cause, f"{what}: {NOT_RETRYING} (attempts so far failed alike)", signature)
         if status.restarts < self.spec.max_restarts:
-            return Decision(Action.RESTART, kind, cause, f"{what}; restart {status.restarts + 1} of {self.spec.max_restarts}")
-        return Decision(Action.FAIL, kind, cause, f"{what}; no restarts left (max_restarts={self.spec.max_restarts})")
+            return Decision(Action.RESTART, kind, cause, f"{what}; restart {status.restarts + 1} of {self.spec.max_restarts}",
+                            signature)
+        return Decision(Action.FAIL, kind, cause, f"{what}; no restarts left (max_restarts={self.spec.max_restarts})", signature)
 
     def backoff_s(self, restarts: int) -> float:
         """Wait before restart number `restarts + 1`."""

@@ -14,6 +14,8 @@ from launcher.errors import PortInUseError
 from launcher.plan import LaunchPlan, task_slots
 from launcher.spec import ClusterSpec
 
+_PICK_TRIES = 100
+
 
 def _bind(port: int) -> socket.socket:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -27,18 +29,24 @@ def _bind(port: int) -> socket.socket:
 
 
 def choose_free_ports(spec: ClusterSpec) -> dict[str, int]:
-    """A distinct free port for every local task that asked for port 0."""
-    held: list[socket.socket] = []
+    """A distinct free port for every local task that asked for port 0.
+
+    One probe socket at a time (hundreds of tasks must not run out of file descriptors); a port
+    the kernel hands out twice is simply asked for again.
+    """
     chosen: dict[str, int] = {}
-    try:
-        for slot in task_slots(spec):
-            if slot.requested_port == 0 and slot.host.is_local:
-                sock = _bind(0)
-                held.append(sock)  # keep it bound so the next pick differs
-                chosen[slot.name] = sock.getsockname()[1]
-    finally:
-        for sock in held:
-            sock.close()
+    taken: set[int] = set()
+    for slot in task_slots(spec):
+        if slot.requested_port == 0 and slot.host.is_local:
+            for _ in range(_PICK_TRIES):
+                with _bind(0) as sock:
+                    port = sock.getsockname()[1]
+                if port not in taken:
+                    break
+            else:
+                raise PortInUseError(slot.name, slot.host.address, 0)
+            taken.add(port)
+            chosen[slot.name] = port
     return chosen
 
 

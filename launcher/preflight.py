@@ -22,7 +22,8 @@ from typing import Any, Callable, TypeVar
 from launcher import probe
 from launcher.errors import HostError
 from launcher.plan import LaunchPlan, TaskLaunch
-from launcher.spec import BuiltinTraining, ClusterSpec, FunctionTraining
+from launcher.probe import creatable
+from launcher.spec import BuiltinTraining, ClusterSpec, FunctionTraining, is_url, machine_key
 from launcher.transport.bootstrap import BOOTSTRAP, remote_command, source_line
 
 log = logging.getLogger(__name__)
@@ -88,7 +89,11 @@ def _local_session(python: str) -> ProbeSession:
             proc.stdin.close()
         except BrokenPipeError:  # the probe already exited
             pass
-        proc.wait(timeout=10)
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:  # a "python" that never answers: not ours to keep
+            proc.kill()
+            proc.wait()
 
     return ProbeSession(write, proc.stdout, proc.stderr, close)
 
@@ -135,7 +140,11 @@ def _parallel(hosts: list[_Host], work: Callable[[_Host], T]) -> list[tuple[_Hos
 
 
 def run_preflight(spec: ClusterSpec, plan: LaunchPlan) -> PreflightReport:
+    """Check every host (local ones too) and the run directory; writes nothing that outlives it."""
     report = PreflightReport()
+    if not creatable(plan.run_dir):
+        report.problems.append(f"run directory {plan.run_dir} cannot be created (a parent is a file or not writable); "
+                               "set run_root or --run-root to a writable directory")
     hosts: list[_Host] = []
     for index, host in enumerate(spec.hosts):
         tasks = [t for t in plan.tasks if t.host_index == index]
@@ -187,8 +196,8 @@ def _check_info(hosts: list[_Host], plan: LaunchPlan, need_worker: bool, report:
         if not info["workdir_ok"]:
             report.problems.append(f"{host.address}: working directory {host.workdir} does not exist")
         if not info["checkpoint_ok"]:
-            report.problems.append(f"{host.address}: checkpoint_dir {plan.checkpoint_dir} does not exist or is not writable; "
-                                   "it must be storage every host shares")
+            report.problems.append(f"{host.address}: checkpoint_dir {plan.checkpoint_dir} is not a writable directory and "
+                                   "cannot be created there; it must be storage every host shares")
     for key, label in (("tensorflow", "tensorflow"), ("python", "python")):
         versions: dict[str, list[str]] = {}
         for host in hosts:
@@ -202,7 +211,11 @@ def _check_info(hosts: list[_Host], plan: LaunchPlan, need_worker: bool, report:
 
 
 def _check_shared_checkpoints(hosts: list[_Host], plan: LaunchPlan, report: PreflightReport) -> None:
-    if len(hosts) < 2:
+    if is_url(plan.checkpoint_dir):
+        report.lines.append(f"checkpoint_dir {plan.checkpoint_dir} is an object-store URL: TensorFlow reaches it from "
+                            "every worker; not checked here")
+        return
+    if len({machine_key(h.address) for h in hosts}) < 2:
         return
     token = secrets.token_hex(8)
     path = f"{plan.checkpoint_dir.rstrip('/')}/.tflaunch-preflight-{token}"

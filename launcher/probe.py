@@ -15,11 +15,35 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import socket
 import sys
 from typing import Any
 
 _listeners: list[socket.socket] = []
+_created: list[str] = []  # directories write_marker made; "remove" takes them away again
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://\S+")
+
+
+def creatable(path: str) -> bool:
+    """Whether `path` is a writable directory, or could be made as one (nothing is created)."""
+    path = os.path.abspath(os.path.expanduser(path))
+    while not os.path.exists(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            return False
+        path = parent
+    return os.path.isdir(path) and os.access(path, os.W_OK | os.X_OK)
+
+
+def _make_dirs(path: str) -> None:
+    missing = []
+    while path and not os.path.exists(path):
+        missing.append(path)
+        path = os.path.dirname(path)
+    for directory in reversed(missing):
+        os.mkdir(directory)
+        _created.append(directory)
 
 
 def _version(*names: str) -> str | None:
@@ -37,14 +61,16 @@ def _info(request: dict[str, Any]) -> dict[str, Any]:
     import importlib.util
 
     workdir = os.path.expanduser(request.get("workdir") or ".")
-    checkpoint_dir = request.get("checkpoint_dir") or ""
+    checkpoint_dir = os.path.join(workdir, os.path.expanduser(request.get("checkpoint_dir") or ""))
     answer: dict[str, Any] = {
         "hostname": socket.gethostname(),
         "python": platform.python_version(),
         "executable": sys.executable,
         "tensorflow": _version("tensorflow", "tensorflow-cpu", "tf-nightly") if importlib.util.find_spec("tensorflow") else None,
         "workdir_ok": os.path.isdir(workdir),
-        "checkpoint_ok": os.path.isdir(checkpoint_dir) and os.access(checkpoint_dir, os.W_OK | os.X_OK),
+        # an object store is TensorFlow's to reach; a directory may be made by the run itself
+        "checkpoint_url": bool(_URL.fullmatch(request.get("checkpoint_dir") or "")),
+        "checkpoint_ok": bool(_URL.fullmatch(request.get("checkpoint_dir") or "")) or creatable(checkpoint_dir),
     }
     if request.get("need_worker"):
         try:
@@ -87,6 +113,7 @@ def handle(request: dict[str, Any]) -> dict[str, Any]:
     if op == "info":
         return _info(request)
     if op == "write_marker":
+        _make_dirs(os.path.dirname(path))
         with open(path, "w", encoding="utf-8") as handle:
             handle.write(request["token"])
         return {"ok": True}
@@ -101,6 +128,11 @@ def handle(request: dict[str, Any]) -> dict[str, Any]:
             os.remove(path)
         except OSError:  # already gone, or never written
             pass
+        while _created:
+            try:
+                os.rmdir(_created.pop())
+            except OSError:  # something else was put there meanwhile: leave it
+                break
         return {"ok": True}
     if op == "bind":
         return _bind([int(p) for p in request.get("ports", [])])

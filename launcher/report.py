@@ -115,7 +115,7 @@ def failure_text(result: RunResult) -> str:
             lines.append("other failures: " + "; ".join(others[:12]) + (" ..." if len(others) > 12 else ""))
     elif last is not None and last.kind == "start_timeout":
         late = [t for t in last.tasks if not t.joined]
-        for task in [t for t in late if not t.reported] or late:
+        for task in [t for t in late if t.name == last.cause] or late:
             lines.append(f"never joined: {task.name} on {task.host} (pid {task.pid}); last lines of {task.log_path}:")
             lines += [f"    | {line}" for line in log_tail(task.log_path)] or ["    (no output)"]
     elif last is not None and last.cause:

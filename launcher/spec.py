@@ -7,29 +7,65 @@ validators and report every problem with its JSON path at once (see `load_spec`)
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from launcher.errors import SpecError, SpecProblem
+from launcher.spec_json import decode_json, decode_text, json_child, raw_problems
 
 ENV_PREFIX = "TFLAUNCH_"
-LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "ip6-localhost"})
+LOOPBACK_NAMES = frozenset({"localhost", "ip6-localhost", "ip6-loopback", "localhost.localdomain"})
 PREEMPTION_EXIT_CODE = 42
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://\S+")
+_IP_LIKE = re.compile(r"[0-9.]+|.*:.*")
+
+
+def is_url(path: str) -> bool:
+    """An object-store location such as gs://bucket/run, handed to TensorFlow's file system untouched."""
+    return bool(_URL.fullmatch(path))
+
+
+def _ip(address: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        return ipaddress.ip_address(address.strip("[]"))
+    except ValueError:
+        return None
+
+
+def is_loopback(address: str) -> bool:
+    """Whether `address` names this machine: localhost, 127.0.0.0/8, ::1 in any spelling."""
+    name = address.lower().rstrip(".")
+    if name in LOOPBACK_NAMES or name.endswith(".localhost"):
+        return True
+    ip = _ip(name)
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip is not None and ip.is_loopback
+
+
+def machine_key(address: str) -> str:
+    """One key per machine: every loopback spelling is 'localhost'; IPs in their canonical form."""
+    if is_loopback(address):
+        return "localhost"
+    ip = _ip(address)
+    return ip.compressed if ip is not None else address.lower().rstrip(".")
 
 _HOST_PATTERN = r"^(?:[A-Za-z0-9](?:[A-Za-z0-9.\-]{0,251}[A-Za-z0-9])?|[0-9A-Fa-f:]{2,39})$"
 _NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._\-]{0,63}$"
-_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _TARGET_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$"
 
 Port = Annotated[int, Field(ge=0, le=65535)]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: `true` is not a count, "2" and 2.0 are not integers (a float field still takes 2)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class CrossFieldProblems(ValueError):
@@ -43,7 +79,7 @@ class CrossFieldProblems(ValueError):
 def _check_env(env: dict[str, str], where: str) -> list[tuple[str, str]]:
     problems = []
     for key in env:
-        if not _ENV_KEY.match(key):
+        if not _ENV_KEY.fullmatch(key):
             problems.append((f"{where}.{key}", "an environment variable name is letters, digits and _ and does not start with a digit"))
         elif key == "TF_CONFIG" or key.startswith(ENV_PREFIX):
             problems.append((f"{where}.{key}", f"TF_CONFIG and {ENV_PREFIX}* are set by the launcher for each task; remove this key"))
@@ -86,6 +122,13 @@ class HostSpec(_Strict):
     workdir: str | None = Field(None, min_length=1, description="Working directory on this host (default: the cluster's).")
     ssh: SshSpec | None = Field(None, description="SSH settings for a remote host.")
 
+    @field_validator("address")
+    @classmethod
+    def _address_is_valid(cls, value: str) -> str:
+        if _IP_LIKE.fullmatch(value) and _ip(value) is None:
+            raise ValueError(f"{value!r} looks like an IP address but is not a valid one; write it as 10.1.2.3 or fd00::3")
+        return value
+
     @model_validator(mode="after")
     def _check(self) -> HostSpec:
         problems: list[tuple[str, str]] = []
@@ -127,7 +170,7 @@ class HostSpec(_Strict):
     @property
     def is_local(self) -> bool:
         if self.transport == "auto":
-            return self.address.lower() in LOOPBACK_NAMES
+            return is_loopback(self.address)
         return self.transport == "local"
 
 
@@ -197,6 +240,7 @@ class RestartSpec(_Strict):
     grace_period_s: float = Field(10.0, ge=0, le=3600, description="Seconds between SIGTERM and SIGKILL when stopping tasks that can still save (preemption, Ctrl-C).")
     crash_grace_s: float = Field(0.1, ge=0, le=3600, description="Seconds between SIGTERM and SIGKILL when stopping the rest of a gang after a crash, hang or missed start: their collectives are broken, so there is nothing left to save.")
     start_timeout_s: float = Field(300.0, gt=0, le=86400, description="Every task must join (build its strategy) within this many seconds of being started.")
+    stopped_timeout_s: float | None = Field(5.0, gt=0, le=86400, description="A task whose process stays in the stopped state (SIGSTOP, Ctrl-Z) this long is hung: the gang restarts at once instead of waiting for start_timeout_s or stall_timeout_s (None: off).")
     stall_timeout_s: float | None = Field(None, gt=0, le=86400, description="Restart the gang when no task makes progress for this many seconds (None: off). Until its first step a task gets start_timeout_s instead (restoring and tracing are start-up).")
 
     @model_validator(mode="after")
@@ -212,12 +256,19 @@ class ClusterSpec(_Strict):
     name: str = Field(pattern=_NAME_PATTERN, description="Run name: letters, digits, '.', '_', '-'; names the run directory.")
     hosts: list[HostSpec] = Field(min_length=1, max_length=4096, description="Machines and the tasks each runs.")
     run_root: str = Field("runs", min_length=1, description="Local directory under which <run_root>/<name> holds logs, results and the summary.")
-    checkpoint_dir: str | None = Field(None, min_length=1, description="Shared checkpoint directory every host can read and write (default: <run dir>/checkpoints).")
+    checkpoint_dir: str | None = Field(None, min_length=1, description="Shared checkpoint directory every host can read and write (default: <run dir>/checkpoints), or an object-store URL such as gs://bucket/run that TensorFlow reads and writes itself.")
     workdir: str | None = Field(None, min_length=1, description="Working directory of every task (default: the launcher's working directory for local hosts, the SSH home for remote ones).")
     python: str | None = Field(None, min_length=1, description="Python executable of the tasks (default: the launcher's own for local hosts, 'python3' for remote ones).")
     env: dict[str, str] = Field(default_factory=dict, description="Environment variables for every task.")
     training: TrainingSpec = Field(default_factory=BuiltinTraining, description="What every task runs.")
     restart: RestartSpec = Field(default_factory=RestartSpec, description="Supervision settings.")
+
+    @field_validator("run_root")
+    @classmethod
+    def _run_root_is_local(cls, value: str) -> str:
+        if is_url(value):
+            raise ValueError(f"{value!r} is a URL; run_root is a directory on the launcher's machine (logs, summary)")
+        return value
 
     @model_validator(mode="after")
     def _check(self) -> ClusterSpec:
@@ -242,19 +293,20 @@ class ClusterSpec(_Strict):
         seen: dict[tuple[str, int], int] = {}
         for i, host in enumerate(self.hosts):
             for j, task in enumerate(self.task_entries(host)):
+                where = f"hosts[{i}].tasks[{j}].port" if host.tasks is not None else f"hosts[{i}].ports[{j}]"
                 if task.port == 0:
                     if not host.is_local:
-                        problems.append((f"hosts[{i}].ports", f"port 0 (pick a free one) only works for local hosts; give {host.address} explicit ports"))
+                        problems.append((where if host.ports or host.tasks else f"hosts[{i}].ports",
+                                         f"port 0 (pick a free one) only works for local hosts; give {host.address} explicit ports"))
                         break
                     continue
-                key = (host.address.lower(), task.port)
+                key = (machine_key(host.address), task.port)
                 if key in seen:
-                    problems.append((f"hosts[{i}]", f"{host.address}:{task.port} is used twice (also in hosts[{seen[key]}]); every task needs its own host:port"))
+                    problems.append((where, f"{host.address}:{task.port} is used twice (also in hosts[{seen[key]}]); every task needs its own host:port"))
                 seen[key] = i
-        addresses = {h.address.lower() for h in self.hosts}
-        if len(addresses) > 1:
+        if self.is_multi_host:
             for i, host in enumerate(self.hosts):
-                if host.address.lower() in LOOPBACK_NAMES:
+                if is_loopback(host.address):
                     problems.append((f"hosts[{i}].address", f"'{host.address}' cannot be reached from the other hosts of a multi-host cluster; use this machine's name or network address"))
         if problems:
             raise CrossFieldProblems(problems)
@@ -271,7 +323,8 @@ class ClusterSpec(_Strict):
 
     @property
     def is_multi_host(self) -> bool:
-        return len({h.address.lower() for h in self.hosts}) > 1
+        """More than one machine (every spelling of loopback is this one machine)."""
+        return len({machine_key(h.address) for h in self.hosts}) > 1
 
 
 def json_schema() -> dict[str, Any]:
@@ -282,12 +335,9 @@ def json_schema() -> dict[str, Any]:
 def _json_path(loc: tuple[int | str, ...]) -> str:
     path = "$"
     for part in loc:
-        if isinstance(part, int):
-            path += f"[{part}]"
-        elif part in ("builtin", "fit", "function", "command") and path.endswith("training"):
+        if part in ("builtin", "fit", "function", "command") and path.endswith("training"):
             continue  # pydantic inserts the union tag; users never write it
-        else:
-            path += f".{part}"
+        path = json_child(path, part)
     return path
 
 
@@ -347,17 +397,36 @@ def _message(item: Any) -> str:
     if kind == "missing":
         return "is required"
     if kind == "union_tag_invalid":
-        return f"got kind {value!r}; use 'builtin', 'fit', 'function' or 'command'"
+        tag = (item.get("ctx") or {}).get("tag")
+        return f"got kind {json.dumps(tag)}; use 'builtin', 'fit', 'function' or 'command'"
+    if kind == "union_tag_not_found":
+        return "training.kind is required: 'builtin', 'fit', 'function' or 'command'"
     if kind == "string_pattern_mismatch" and isinstance(value, str):
-        return f"got {value!r}, which has characters or a form not allowed here"
-    shown = json.dumps(value) if isinstance(value, (str, int, float, bool)) or value is None else type(value).__name__
-    return f"got {shown}: {item['msg']}"
+        return f"got {_shown(value)}, which has characters or a form not allowed here"
+    if kind == "value_error":
+        return str((item.get("ctx") or {}).get("error", item["msg"]))
+    return f"got {_shown(value)}: {item['msg']}"
+
+
+def _shown(value: Any) -> str:
+    """What the user wrote, briefly: a JSON literal, or the kind of a container."""
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        text = json.dumps(value)
+        return text if len(text) <= 60 else text[:57] + "..."
+    return type(value).__name__
 
 
 def parse_spec(data: Any, source: str = "cluster spec") -> ClusterSpec:
     """Validate already-decoded JSON; raise SpecError listing every problem."""
     if not isinstance(data, dict):
-        raise SpecError(source, [SpecProblem("$", f"the spec must be a JSON object, got {type(data).__name__}")])
+        raise SpecError(source, [SpecProblem("$", f"the spec must be a JSON object, got {_shown(data)}")])
+    problems = raw_problems(data)
+    if problems:
+        raise SpecError(source, problems)
     try:
         return ClusterSpec.model_validate(data)
     except ValidationError as error:
@@ -367,11 +436,12 @@ def parse_spec(data: Any, source: str = "cluster spec") -> ClusterSpec:
 def load_spec(path: Path) -> ClusterSpec:
     """Read and validate a cluster.json file; raise SpecError (exit 2) on any problem."""
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
     except OSError as error:
         raise SpecError(str(path), [SpecProblem("$", f"cannot read the file ({error.strerror}); check the --cluster path")]) from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise SpecError(str(path), [SpecProblem("$", f"not valid JSON at line {error.lineno} column {error.colno}: {error.msg}")]) from None
+    text, problems = decode_text(raw)
+    if text is not None:
+        data, problems = decode_json(text)
+    if problems:
+        raise SpecError(str(path), problems)
     return parse_spec(data, str(path))

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from launcher.gang import AttemptResult, GangStatus, GroupState, RunResult, TaskResult, TaskStatus
+from launcher.gang import START_MILESTONES, AttemptResult, GangStatus, GroupState, RunResult, TaskResult, TaskStatus
 from launcher.plan import LaunchPlan, TaskLaunch
 from launcher.policy import Action, Decision, FailureKind, RestartPolicy
 from launcher.transport.base import Event, OutputLine, TaskExit, TaskExited, TaskProcess, Transport, WorkerReport
@@ -31,6 +31,7 @@ OutputCallback = Callable[[TaskLaunch, str], None]
 _QUEUE_LIMIT = 4096
 NoticeCallback = Callable[[str], None]
 _KILL_WAIT_S = 10.0
+_HELPER_REPORTS = ("stopped", "continued")
 
 
 @dataclass
@@ -47,6 +48,17 @@ class _Task:
     last_progress: float = 0.0
     stopped: bool = False
     reported: bool = False
+    milestone: str | None = None
+    stopped_since: float | None = None
+    error: tuple[str, str] | None = None
+
+
+def _error_of(path: str) -> tuple[str, str] | None:
+    """(exception type, message) from a task's error file, if it wrote one."""
+    data = _read_json(path)
+    if data is None:
+        return None
+    return str(data.get("type", "")), str(data.get("message", ""))
 
 
 def _read_json(path: str) -> dict[str, Any] | None:
@@ -94,6 +106,7 @@ class Supervisor:
         self._attempt_started_at = 0.0
         self.restarts = 0
         self.preemptions = 0
+        self._causes: list[str | None] = []  # root-cause signature of each restarted (not preempted) attempt
         self.hurry = False  # set on a second interrupt: skip the grace period
         self.state = GroupState.STARTING
         self.result: RunResult | None = None
@@ -115,9 +128,10 @@ class Supervisor:
             tasks=tuple(
                 TaskStatus(t.launch.name, t.launch.host, t.process.pid if t.process else None,
                            t.joined or not self._reports_progress, t.step, t.exit, t.started_mono, t.last_progress,
-                           t.reported)
+                           t.reported, t.milestone, t.stopped_since, t.error)
                 for t in self._tasks.values() if not t.launch.sidecar
             ),
+            earlier_causes=tuple(self._causes),
         )
 
     def _apply(self, task: _Task, event: Event) -> None:
@@ -128,8 +142,14 @@ class Supervisor:
                 task.last_progress = self._clock()
             self._on_output(task.launch, event.line)
         elif isinstance(event, WorkerReport):
-            task.reported = True
             kind = event.data.get("event")
+            if kind in _HELPER_REPORTS:  # from the helper watching the task, not from the runtime
+                task.stopped_since = self._clock() if kind == "stopped" else None
+                self._on_report(task.launch, event.data)
+                return
+            task.reported = True
+            if kind in START_MILESTONES:
+                task.milestone = kind
             if kind == "joined":
                 task.joined = True
                 task.last_progress = self._clock()
@@ -139,6 +159,7 @@ class Supervisor:
             self._on_report(task.launch, event.data)
         elif isinstance(event, TaskExited):
             task.exit = event.exit
+            task.error = _error_of(task.launch.error_path)
             log.debug("%s exited: %s", event.task, event.exit.describe())
             if task.launch.sidecar and not event.exit.ok and not task.stopped:
                 self._on_notice(f"side-car {task.launch.name} {event.exit.describe()} (training goes on; see {task.launch.log_path})")
@@ -204,6 +225,7 @@ class Supervisor:
         else:
             wait = self._policy.backoff_s(self.restarts)
             self.restarts += 1
+            self._causes.append(decision.signature)
         self._on_notice(f"{decision.reason}; restarting every task" + (f" in {wait:g}s" if wait else ""))
         if wait:
             self._sleep(wait)
@@ -213,22 +235,15 @@ class Supervisor:
         """Stop what still runs, then record how every task of this attempt ended."""
         if decision.action is Action.FAIL:
             self._on_notice(decision.reason)
-        # After a crash, hang or missed start the survivors' collectives are broken and they
-        # cannot save: a short grace. Preempted workers are saving and leave by themselves:
-        # no SIGTERM (it could land mid-exit), just a deadline.
         for task in self._tasks.values():
             task.stopped = task.exit is None and not (decision.action is Action.SUCCEED and task.launch.sidecar)
-        spec = self._policy.spec
-        if decision.action is Action.SUCCEED or decision.kind is FailureKind.PREEMPTED:
-            # Left: side-cars finishing their last checkpoint, or workers saving after a preemption.
-            self.stop_all(spec.grace_period_s, send_term=False)
-        else:
-            self.stop_all(spec.grace_period_s if decision.kind is FailureKind.NONE else spec.crash_grace_s)
+        grace, send_term = self._policy.grace_s(decision)
+        self.stop_all(grace, send_term=send_term)
         self._record(decision)
 
-    def stop_all(self, grace_s: float | None = None, send_term: bool = True) -> None:
+    def stop_all(self, grace_s: float, send_term: bool = True) -> None:
         """SIGTERM every live group, wait out one deadline, SIGKILL, wait until all are gone."""
-        grace = 0.0 if self.hurry else (self._policy.spec.grace_period_s if grace_s is None else grace_s)
+        grace = 0.0 if self.hurry else grace_s
         live = [t for t in self._tasks.values() if t.process is not None and t.exit is None]
         for task in live if send_term else []:
             assert task.process is not None

@@ -12,8 +12,11 @@ Its standard input is the lifeline to the launcher:
 - end of input (the launcher or the SSH connection is gone) kills the whole group with SIGKILL,
   so no task outlives its launcher (a dead-man switch).
 
-When the task ends it reports `{"event": "exit", "code": ..., "signal": ...}` on the event
-channel and exits with the task's code (128+N for signal N).
+While the task runs, the helper watches its state: a task held stopped (SIGSTOP, Ctrl-Z) is
+reported as `{"event": "stopped"}` and `{"event": "continued"}` when it runs again, so the launcher
+can call a frozen task hung without waiting for a deadline. When the task ends it reports
+`{"event": "exit", "code": ..., "signal": ...}` on the event channel and exits with the task's
+code (128+N for signal N).
 
 Standard library only: it must start fast and run on hosts where only python is installed.
 It must never catch a signal meant for the task, nor leave the task behind.
@@ -33,6 +36,7 @@ from typing import IO, Callable
 
 EVENT_FD_VAR = "TFLAUNCH_EVENT_FD"
 MIRRORED_FILES = ("TFLAUNCH_RESULT_FILE", "TFLAUNCH_ERROR_FILE")
+STATE_POLL_S = 0.5
 
 Reporter = Callable[[dict], None]
 
@@ -68,6 +72,24 @@ def _watch_lifeline(stream: IO[str]) -> None:
     _kill_group(signal.SIGKILL)
 
 
+def _process_state(pid: int) -> str | None:
+    """The one-letter state in /proc/PID/stat ('T' is stopped); None when it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):  # exited, or no /proc on this system
+        return None
+
+
+def _watch_state(child: subprocess.Popen, report: Reporter, done: threading.Event) -> None:
+    stopped = False
+    while not done.wait(STATE_POLL_S):
+        now_stopped = _process_state(child.pid) == "T"
+        if now_stopped != stopped:
+            stopped = now_stopped
+            report({"event": "stopped" if stopped else "continued", "pid": child.pid})
+
+
 def _fd_reporter(fd: int | None) -> Reporter:
     def report(event: dict) -> None:
         if fd is None:
@@ -90,9 +112,11 @@ def exit_status(code: int | None, sig: int | None) -> int:
 
 
 def supervise(argv: list[str], lifeline: IO[str], report: Reporter, env: dict[str, str] | None = None,
-              cwd: str | None = None, pass_fds: tuple[int, ...] = ()) -> tuple[int | None, int | None]:
+              cwd: str | None = None, pass_fds: tuple[int, ...] = (),
+              watch: Reporter | None = None) -> tuple[int | None, int | None]:
     """Start `argv` in our process group, wait, report its end; the lifeline kills the group.
 
+    `watch` (default: `report`) receives the stopped/continued reports while the task runs.
     Returns (exit code, None) or (None, signal number)."""
     if os.getpgid(0) != os.getpid():
         os.setsid()  # remote start: become the leader of our own group
@@ -108,7 +132,10 @@ def supervise(argv: list[str], lifeline: IO[str], report: Reporter, env: dict[st
         report({"event": "exit", "code": 127, "signal": None, "error": message})
         return 127, None
     threading.Thread(target=_watch_lifeline, args=(lifeline,), daemon=True).start()
+    done = threading.Event()
+    threading.Thread(target=_watch_state, args=(child, watch or report, done), daemon=True).start()
     status = child.wait()
+    done.set()
     _signal_others(signal.SIGKILL)  # the task is over when its whole group is; nothing may linger
     code, sig = (status, None) if status >= 0 else (None, -status)
     report({"event": "exit", "code": code, "signal": sig, "pid": child.pid})
@@ -153,7 +180,7 @@ def remote_main() -> int:
     relay.start()
     try:
         code, sig = supervise(header["argv"], sys.stdin, lambda event: None, env=env, cwd=header.get("cwd"),
-                              pass_fds=(write_fd,))
+                              pass_fds=(write_fd,), watch=report)
     finally:
         os.close(write_fd)
     relay.join(1.0)

@@ -9,6 +9,7 @@ where it stopped.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import os
@@ -111,7 +112,11 @@ class MetricsWriter:
         if enabled:
             os.makedirs(os.path.dirname(settings.metrics_file) or ".", exist_ok=True)
             self._handle = open(settings.metrics_file, "a", encoding="utf-8")
-            if tensorboard:
+            if tensorboard and importlib.util.find_spec("tensorboard") is None:
+                # a host set up without the project's dependencies: train on, say how to get summaries
+                log.warning("TensorBoard is not installed for %s: no summaries this run (pip install 'tensorboard==2.21.*' "
+                            "on this host, or set training.tensorboard to false to silence this)", sys.executable)
+            elif tensorboard:
                 self._summary = tf.summary.create_file_writer(os.path.join(settings.run_dir, "tensorboard"))
 
     def write(self, step: int, **record: Any) -> None:

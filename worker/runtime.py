@@ -59,8 +59,11 @@ def write_result(path: str, result: dict[str, Any]) -> None:
 
 
 def run(settings: WorkerSettings) -> dict[str, Any]:
-    report("starting")  # the runtime is up; "joined" follows once every task has connected
+    report("starting")  # the runtime is up; "imported" and "joined" follow
     cluster = read_cluster_info()
+    import tensorflow  # noqa: F401 - the slow part of start-up: reported, so a task stuck in it is told apart
+
+    report("imported")
     training = settings.training
     kind = training.get("kind", "builtin")
     if cluster.task_type == "evaluator":  # a side-car: no strategy, no collectives

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from tests.conftest import HELPERS, launch_cmd, local_spec, processes_mentioning, run_launch, wait_until_gone, write_spec
@@ -75,7 +76,8 @@ def test_sigterm_preempts_checkpoints_and_loses_no_step(work: Path, reference: s
 
 
 def test_hung_worker_is_caught_by_the_stall_timeout(work: Path, reference: str) -> None:
-    proc = run_launch(["--cluster", str(recovery_spec(work, "hang", stall_timeout_s=3)), "--inject", "hang:worker:1@step=40"], work)
+    spec = recovery_spec(work, "hang", stall_timeout_s=3, stopped_timeout_s=None)  # the stall timeout alone
+    proc = run_launch(["--cluster", str(spec), "--inject", "hang:worker:1@step=40"], work)
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = summary(work, "hang")
     assert run["attempts"][0]["kind"] == "stalled", run["attempts"][0]["reason"]
@@ -86,26 +88,28 @@ def test_hung_worker_is_caught_by_the_stall_timeout(work: Path, reference: str) 
 
 def test_a_task_that_never_joins_fails_the_launch_by_the_deadline(work: Path) -> None:
     spec = local_spec("late", 1, work / "runs", kind="builtin", steps=50)
-    spec["hosts"].append({"address": "localhost", "workers": 1, "python": str(HELPERS / "never_join.sh")})
+    spec["hosts"].append({"address": "localhost", "workers": 1,
+                          "env": {"PYTHONPATH": str(HELPERS / "hang_at_start"), "TEST_HANG_AT_START": "1"}})
     spec["restart"]["start_timeout_s"] = 15
     started = time.monotonic()
     proc = run_launch(["--cluster", str(write_spec(work, spec))], work)
     elapsed = time.monotonic() - started
     assert proc.returncode == 1
-    assert "worker:1 did not join within start_timeout_s=15s" in proc.stderr
+    assert "worker:1 did not join within start_timeout_s=15s (its runtime never reported)" in proc.stderr
     assert "never joined: worker:1" in proc.stderr and "stuck before joining" in proc.stderr
     assert "never joined: worker:0" not in proc.stderr
     assert 15 <= elapsed < 15 + 10
 
 
-def test_restarts_exhausted_and_fatal_codes(work: Path) -> None:
+def test_a_repeating_failure_and_fatal_codes(work: Path) -> None:
     task = str(HELPERS / "task.py")
     spec = write_spec(work, {"name": "ex", "run_root": str(work / "runs"), "hosts": [{"address": "localhost", "workers": 2}],
                              "restart": {"max_restarts": 2, "backoff_s": 0, "crash_grace_s": 0.1}})
     proc = run_launch(["--cluster", str(spec), "--", "python", task, "fail-on", "worker:1", "1"], work)
     assert proc.returncode == 1
     run = summary(work, "ex")
-    assert len(run["attempts"]) == 3 and "no restarts left" in run["attempts"][-1]["reason"]
+    # the same exit code before any progress, twice: bound to repeat, so the third attempt is spared
+    assert len(run["attempts"]) == 2 and "the same failure twice; not retrying" in run["attempts"][-1]["reason"]
     assert run["first_failure"]["task"] == "worker:1" and run["first_failure"]["attempt"] == 0
     assert "root cause: worker:1 on localhost" in proc.stderr and "attempts:" in proc.stderr
 
@@ -128,3 +132,38 @@ def test_sigkill_of_the_launcher_takes_tf_workers_with_it(work: Path) -> None:
         proc.kill()
         proc.wait()
     assert not wait_until_gone(str(work), timeout=5), "workers outlived their launcher"
+
+
+def _start_up_process(work: Path, task: str, attempt: str, timeout: float = 60) -> psutil.Process:
+    """The runtime process of `task` in `attempt` (not its helper), as soon as it exists."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for proc in processes_mentioning(str(work)):
+            try:
+                env, cmdline = proc.environ(), proc.cmdline()
+            except psutil.Error:  # exited meanwhile
+                continue
+            if env.get("TFLAUNCH_TASK") == task and env.get("TFLAUNCH_ATTEMPT") == attempt and "worker" in cmdline[-1:]:
+                return proc
+        time.sleep(0.02)
+    raise AssertionError(f"{task} of attempt {attempt} never started")
+
+
+def test_a_worker_stopped_during_start_up_is_named_and_the_gang_restarts(work: Path, reference: str) -> None:
+    log = work / "launch.out"
+    with open(log, "w") as handle:
+        proc = subprocess.Popen(launch_cmd("--cluster", str(recovery_spec(work, "frozen"))), cwd=work, stdout=handle,
+                                stderr=subprocess.STDOUT)
+        try:
+            _start_up_process(work, "worker:1", "0").suspend()  # a real SIGSTOP, while TensorFlow is still loading
+            assert proc.wait(timeout=240) == 0, log.read_text()[-3000:]
+        finally:
+            proc.kill()
+    run = summary(work, "frozen")
+    first = run["attempts"][0]
+    assert first["cause"] == "worker:1" and "has been stopped" in first["reason"], first["reason"]
+    assert not any(t["joined"] for t in first["tasks"]), "the stop landed after the strategy was built"
+    assert run["restarts"] == 1 and run["final_step"] == STEPS
+    found = results(work / "runs" / "frozen", 1)
+    assert_agree(found, 2, STEPS)
+    assert found["worker-0"]["fingerprint"] == reference

@@ -7,7 +7,8 @@ import json
 import signal
 from pathlib import Path
 
-from launcher.console import Console, describe_run
+from launcher.console import Console
+from launcher.run_status import describe_run
 from launcher.gang import GangStatus, TaskStatus
 from launcher.plan import PlanInputs, build_plan
 from launcher.spec import parse_spec

@@ -7,7 +7,7 @@ import signal
 import pytest
 
 from launcher.gang import GangStatus, TaskStatus
-from launcher.policy import Action, FailureKind, RestartPolicy
+from launcher.policy import Action, Decision, FailureKind, RestartPolicy
 from launcher.spec import RestartSpec
 from launcher.transport.base import TaskExit
 
@@ -15,12 +15,14 @@ POLICY = RestartPolicy(RestartSpec(max_restarts=2, fatal_exit_codes=[2, 7], star
 
 
 def task(name: str, exit: TaskExit | None = None, joined: bool = True, started: float = 0.0, progress: float = 0.0,
-         reported: bool = True) -> TaskStatus:
-    return TaskStatus(name, "localhost", 1, joined, None, exit, started, progress, reported)
+         reported: bool = True, milestone: str | None = None, step: int | None = None,
+         error: tuple[str, str] | None = None, stopped_since: float | None = None) -> TaskStatus:
+    return TaskStatus(name, "localhost", 1, joined, step, exit, started, progress, reported, milestone, stopped_since, error)
 
 
-def status(*tasks: TaskStatus, now: float = 10.0, restarts: int = 0, reports: bool = True) -> GangStatus:
-    return GangStatus(0, restarts, 0, now, reports, tasks)
+def status(*tasks: TaskStatus, now: float = 10.0, restarts: int = 0, reports: bool = True,
+           earlier: tuple[str | None, ...] = ()) -> GangStatus:
+    return GangStatus(0, restarts, 0, now, reports, tasks, earlier)
 
 
 def test_all_exit_zero_succeeds() -> None:
@@ -60,11 +62,12 @@ def test_preemption_restarts_even_with_no_restarts_left() -> None:
     assert decision.action is Action.RESTART
 
 
-def test_start_timeout_names_every_late_task() -> None:
+def test_start_timeout_names_every_late_task_and_restarts() -> None:
     snapshot = status(task("worker:0"), task("worker:1", joined=False), task("worker:2", joined=False), now=31.0)
     decision = POLICY.decide(snapshot)
-    assert decision.action is Action.FAIL and decision.kind is FailureKind.START_TIMEOUT
+    assert decision.action is Action.RESTART and decision.kind is FailureKind.START_TIMEOUT
     assert "worker:1, worker:2" in decision.reason
+    assert POLICY.decide(status(*snapshot.tasks, now=31.0, restarts=2)).action is Action.FAIL
     assert POLICY.decide(status(task("worker:1", joined=False), now=29.0)).action is Action.KEEP_GOING
 
 
@@ -73,6 +76,58 @@ def test_start_timeout_blames_the_tasks_whose_runtime_never_came_up() -> None:
     decision = POLICY.decide(snapshot)
     assert decision.cause == "worker:1"
     assert decision.reason.startswith("worker:1 did not join") and "worker:0 started and waited" in decision.reason
+
+
+def test_start_timeout_blames_the_task_furthest_behind() -> None:
+    # worker:1 was frozen while importing TensorFlow; the others imported it and wait in the join
+    snapshot = status(task("worker:0", joined=False, milestone="imported"), task("worker:1", joined=False, milestone="starting"),
+                      task("worker:2", joined=False, milestone="imported"), now=31.0)
+    decision = POLICY.decide(snapshot)
+    assert decision.cause == "worker:1" and decision.reason.startswith("worker:1 did not join")
+    assert "last reported 'starting'" in decision.reason and "worker:0, worker:2 started and waited" in decision.reason
+
+
+@pytest.mark.parametrize("first, second, repeats", [
+    (task("worker:1", TaskExit(1, None), error=("ValueError", "bad")), task("worker:1", TaskExit(1, None), error=("ValueError", "bad")), True),
+    (task("worker:1", TaskExit(1, None), error=("ValueError", "bad")), task("worker:2", TaskExit(1, None), error=("ValueError", "bad")), True),
+    (task("worker:1", TaskExit(1, None), error=("ValueError", "bad")), task("chief:0", TaskExit(1, None), error=("ValueError", "bad")), False),
+    (task("worker:1", TaskExit(1, None), error=("ValueError", "bad")), task("worker:1", TaskExit(1, None), error=("ValueError", "other")), False),
+    (task("worker:1", TaskExit(3, None)), task("worker:0", TaskExit(3, None)), True),  # same code, no step yet
+    (task("worker:1", TaskExit(3, None)), task("worker:0", TaskExit(4, None)), False),
+    (task("worker:1", TaskExit(3, None), step=5), task("worker:0", TaskExit(3, None), step=9), False),  # training ran
+    (task("worker:1", TaskExit(None, 9)), task("worker:1", TaskExit(None, 9)), False),  # a signal: keep retrying
+])
+def test_the_same_root_cause_twice_is_not_retried(first: TaskStatus, second: TaskStatus, repeats: bool) -> None:
+    earlier = POLICY.decide(status(task("worker:0"), first))
+    assert earlier.action is Action.RESTART
+    decision = POLICY.decide(status(task("worker:9"), second, restarts=1, earlier=(earlier.signature,)))
+    assert (decision.action is Action.FAIL) is repeats
+    assert ("the same failure twice; not retrying" in decision.reason) is repeats
+
+
+def test_a_different_failure_in_between_keeps_retrying() -> None:
+    policy = RestartPolicy(RestartSpec(max_restarts=5))
+    bad = task("worker:1", TaskExit(1, None), error=("ValueError", "bad"))
+    signature = policy.decide(status(bad)).signature
+    assert policy.decide(status(bad, restarts=2, earlier=(signature, None))).action is Action.RESTART
+    assert policy.decide(status(bad, restarts=1, earlier=(signature,))).action is Action.FAIL
+
+
+def test_a_task_stopped_for_too_long_is_hung() -> None:
+    policy = RestartPolicy(RestartSpec(stopped_timeout_s=5, max_restarts=1))
+    assert policy.decide(status(task("worker:0"), task("worker:1", stopped_since=6.0), now=10.0)).action is Action.KEEP_GOING
+    decision = policy.decide(status(task("worker:0"), task("worker:1", stopped_since=5.0), now=10.0))
+    assert (decision.action, decision.kind, decision.cause) == (Action.RESTART, FailureKind.STALLED, "worker:1")
+    off = RestartPolicy(RestartSpec(stopped_timeout_s=None))
+    assert off.decide(status(task("worker:1", stopped_since=0.0), now=1e6)).action is Action.KEEP_GOING
+
+
+def test_grace_depends_on_why_the_gang_stops() -> None:
+    policy = RestartPolicy(RestartSpec(grace_period_s=10, crash_grace_s=0.1))
+    assert policy.grace_s(Decision(Action.RESTART, FailureKind.RETRYABLE)) == (0.1, True)
+    assert policy.grace_s(Decision(Action.RESTART, FailureKind.PREEMPTED)) == (10, False)
+    assert policy.grace_s(Decision(Action.SUCCEED)) == (10, False)
+    assert policy.grace_s(Decision(Action.FAIL, FailureKind.NONE)) == (10, True)
 
 
 def test_stall_restarts_only_when_every_running_task_is_quiet() -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from launcher.cli import main
 from launcher.errors import SpecError
-from launcher.spec import ClusterSpec, json_schema, load_spec, parse_spec
+from launcher.spec import ClusterSpec, is_loopback, json_schema, load_spec, parse_spec
 from tests.conftest import REPO
 
 GOOD: dict[str, Any] = {"name": "ok", "hosts": [{"address": "localhost", "workers": 2}]}
@@ -90,6 +90,47 @@ BAD: list[tuple[str, Any, str]] = [
     ("unknown precision", with_("training", {"kind": "builtin", "mixed_precision": "fp8"}), "$.training.mixed_precision"),
     ("model target malformed", with_("training", {"kind": "builtin", "model": "mymodel"}), "$.training.model"),
     ("fit with bad save freq", with_("training", {"kind": "fit", "checkpoint_every": 0}), "$.training.checkpoint_every"),
+    # strict types: a boolean is not a count, "2" and 2.0 are not integers
+    ("workers true", with_("hosts.0.workers", True), "$.hosts[0].workers"),
+    ("workers as a numeric string", with_("hosts.0.workers", "2"), "$.hosts[0].workers"),
+    ("workers as a float", with_("hosts.0.workers", 2.0), "$.hosts[0].workers"),
+    ("port true", with_("hosts.0.ports", [True, 0]), "$.hosts[0].ports[0]"),
+    ("chief as 1", with_("hosts.0.chief", 1), "$.hosts[0].chief"),
+    ("max_restarts as a string", with_("restart", {"max_restarts": "2"}), "$.restart.max_restarts"),
+    ("grace period true", with_("restart", {"grace_period_s": True}), "$.restart.grace_period_s"),
+    # NUL bytes and newlines in strings that become paths, arguments, environment, hosts, users
+    ("newline in an address", with_("hosts.0.address", "localhost\n"), "$.hosts[0].address"),
+    ("NUL in an env value", with_("env", {"A": "x\x00y"}), "$.env.A"),
+    ("newline in an env value", with_("hosts.0.env", {"A": "x\ny"}), "$.hosts[0].env.A"),
+    ("newline in python", with_("python", "/usr/bin/python3\n"), "$.python"),
+    ("NUL in workdir", with_("workdir", "/tmp\x00/x"), "$.workdir"),
+    ("newline in run_root", with_("run_root", "runs\nx"), "$.run_root"),
+    ("newline in checkpoint_dir", with_("checkpoint_dir", "/ck\r"), "$.checkpoint_dir"),
+    ("newline in an argument", with_("training", {"kind": "command", "argv": ["python", "a\nb"]}), "$.training.argv[1]"),
+    ("newline in an ssh user", {**MULTI, "hosts": [{**MULTI["hosts"][0], "ssh": {"user": "root\n"}}, MULTI["hosts"][1]]},
+     "$.hosts[0].ssh.user"),
+    # environment keys: every spelling an environment would take
+    ("env key with a trailing newline", with_("env", {"TF_CONFIG\n": "{}"}), '$.env["TF_CONFIG\\n"]'),
+    ("env key with a trailing space", with_("env", {"TF_CONFIG ": "{}"}), '$.env["TF_CONFIG "]'),
+    ("env key with an equals sign", with_("env", {"A=B": "x"}), '$.env["A=B"]'),
+    # addresses
+    ("malformed IPv6", with_("hosts.0.address", "fe80::1::2"), "$.hosts[0].address"),
+    ("malformed IPv4", with_("hosts.0.address", "10.0.0.256"), "$.hosts[0].address"),
+    ("loopback IPv6 spelled long in a multi-host cluster",
+     {"name": "m", "hosts": [{"address": "0:0:0:0:0:0:0:1"}, {"address": "10.0.0.2", "ports": [2222]}]}, "$.hosts[0].address"),
+    ("loopback 127.0.0.2 in a multi-host cluster",
+     {"name": "m", "hosts": [{"address": "127.0.0.2", "transport": "local"}, {"address": "10.0.0.2", "ports": [2222]}]},
+     "$.hosts[0].address"),
+    ("localhost and 127.0.0.1 share a port", {"name": "m", "hosts": [{"address": "localhost", "ports": [5000]},
+                                                                      {"address": "127.0.0.1", "ports": [5000]}]},
+     "$.hosts[1].ports[0]"),
+    # messages point where the user wrote the problem
+    ("port 0 on a remote host, tasks form", {"name": "m", "hosts": [
+        {"address": "10.0.0.1", "tasks": [{"type": "worker", "index": 0, "port": 2222}, {"type": "worker", "index": 1}]},
+        {"address": "10.0.0.2", "tasks": [{"type": "worker", "index": 2, "port": 2222}]}]}, "$.hosts[0].tasks[1].port"),
+    ("duplicate port, tasks form", {"name": "m", "hosts": [{"address": "localhost", "tasks": [
+        {"type": "worker", "index": 0, "port": 7000}, {"type": "worker", "index": 1, "port": 7000}]}]}, "$.hosts[0].tasks[1].port"),
+    ("run_root is a URL", with_("run_root", "gs://bucket/runs"), "$.run_root"),
 ]
 
 
@@ -98,7 +139,7 @@ def test_bad_spec_exits_2_names_path_and_starts_nothing(case: str, spec: Any, pa
                                                          capsys: pytest.CaptureFixture[str]) -> None:
     spec = json.loads(json.dumps(spec))
     if isinstance(spec, dict):
-        spec["run_root"] = str(tmp_path / "runs")
+        spec.setdefault("run_root", str(tmp_path / "runs"))
     file = tmp_path / "cluster.json"
     file.write_text(json.dumps(spec))
     code = main(["--cluster", str(file)])
@@ -108,18 +149,75 @@ def test_bad_spec_exits_2_names_path_and_starts_nothing(case: str, spec: Any, pa
     assert "Traceback" not in err
     assert "Nothing was started" in err
     assert not (tmp_path / "runs").exists(), "a run directory was created for a bad spec"
+    assert not (Path.cwd() / "runs" / str(spec.get("name", "-"))).exists(), "a run directory was created for a bad spec"
 
 
 @pytest.mark.parametrize("text, needle", [
     ("{not json", "not valid JSON at line 1"),
     ("[1, 2]", "must be a JSON object"),
-    ("", "not valid JSON"),
+    ("", "the file is empty"),
 ])
 def test_broken_json(text: str, needle: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     file = tmp_path / "cluster.json"
     file.write_text(text)
     assert main(["--cluster", str(file)]) == 2
     assert needle in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("spec, needle", [
+    (with_("training", {"kind": "magic", "steps": 5}), 'got kind "magic"'),
+    (with_("training", {"steps": 5}), "training.kind is required"),
+    (with_("hosts.0.workers", {"n": 2}), "got an object"),
+])
+def test_messages_show_what_the_user_wrote(spec: dict[str, Any], needle: str) -> None:
+    with pytest.raises(SpecError) as caught:
+        parse_spec(spec)
+    assert needle in str(caught.value)
+    assert "{'kind'" not in str(caught.value), "a Python dict leaked into the message"
+
+
+GOOD_TEXT = json.dumps(GOOD)
+
+
+@pytest.mark.parametrize("raw, needle", [
+    (GOOD_TEXT.replace("ok", "caf\u00e9").encode("latin-1"), "not UTF-8 (byte 0xe9 on line 1"),
+    (GOOD_TEXT.encode("utf-16"), "UTF-16"),
+    (GOOD_TEXT.encode("utf-16-le"), "NUL bytes"),
+    (b"", "the file is empty"),
+    (b"  \n\t ", "the file is empty"),
+    (b"[" * 100_000 + b"]" * 100_000, "nested far deeper"),
+    (b'{"name": "ok", "hosts": ' + b"[" * 30 + b"]" * 30 + b"}", "nested more than 16 levels"),
+    (GOOD_TEXT.replace('"workers": 2', '"workers": ' + "7" * 5000).encode(), "$.hosts[0].workers: got an integer with 5000 digits"),
+    (GOOD_TEXT.replace('"workers": 2', '"workers": NaN').encode(), "$.hosts[0].workers: got NaN"),
+    (GOOD_TEXT.replace('"workers": 2', '"workers": -Infinity').encode(), "$.hosts[0].workers: got -Infinity"),
+    (GOOD_TEXT.replace('"workers": 2', '"workers": 1e999').encode(), "$.hosts[0].workers: got inf"),
+    (GOOD_TEXT.replace('"workers": 2', '"workers": 2, "workers": 3').encode(), "$.hosts[0].workers: given 2 times in one object (2, then 3)"),
+    (b'{"name": "a", "name": "b", "hosts": []}', "$.name: given 2 times"),
+])
+def test_files_that_are_not_strict_utf8_json(raw: bytes, needle: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    file = tmp_path / "cluster.json"
+    file.write_bytes(raw)
+    assert main(["--cluster", str(file)]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and str(file) in err, err
+    assert "Traceback" not in err and "Nothing was started" in err
+
+
+def test_a_utf8_bom_is_fine(tmp_path: Path) -> None:
+    file = tmp_path / "cluster.json"
+    file.write_bytes(b"\xef\xbb\xbf" + GOOD_TEXT.encode())
+    assert load_spec(file).name == "ok"
+
+
+def test_loopback_spellings_are_one_machine() -> None:
+    spec = parse_spec({"name": "one", "hosts": [{"address": "localhost"}, {"address": "127.0.0.1"}, {"address": "::1"},
+                                                 {"address": "0:0:0:0:0:0:0:1"}, {"address": "127.0.0.2"}]})
+    assert not spec.is_multi_host and all(host.is_local for host in spec.hosts)
+    assert is_loopback("::ffff:127.0.0.1") and not is_loopback("10.0.0.1") and not is_loopback("localhost.example.com")
+
+
+def test_a_float_setting_still_takes_an_integer() -> None:
+    assert parse_spec(with_("restart", {"grace_period_s": 5})).restart.grace_period_s == 5.0
 
 
 def test_missing_file_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

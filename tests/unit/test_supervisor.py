@@ -77,6 +77,7 @@ def test_fatal_exit_code_fails_without_restart(tmp_path: Path) -> None:
 def test_restarts_exhausted_fails_after_max_plus_one_attempts(tmp_path: Path) -> None:
     sup, transport, _, _ = make(tmp_path, max_restarts=2)
     for _ in range(3):
+        transport.started[-1].say("step", step=5)  # failed after training began: may well pass next time
         transport.started[-1].exit(1)
         state = sup.step(0)
     assert state is GroupState.FAILED
@@ -93,15 +94,58 @@ def test_preemption_restarts_without_using_a_restart(tmp_path: Path) -> None:
     assert all(t.signals == [] for t in transport.started[:2]), "preempted workers are saving: no SIGTERM"
 
 
-def test_start_timeout_fails_naming_the_task(tmp_path: Path) -> None:
-    sup, transport, clock, notices = make(tmp_path, start_timeout_s=30)
+def test_start_timeout_restarts_naming_the_task_then_stops_when_it_repeats(tmp_path: Path) -> None:
+    sup, transport, clock, notices = make(tmp_path, start_timeout_s=30, max_restarts=5)
     transport.started[0].say("joined")
+    transport.started[1].say("starting")
     clock.now += 29
     assert sup.step(0) is GroupState.STARTING
     clock.now += 2
-    assert sup.step(0) is GroupState.FAILED
-    assert "worker:1 did not join" in notices[-1]
-    assert all(signal.SIGTERM in t.signals for t in transport.started)
+    assert sup.step(0) is GroupState.STARTING and sup.restarts == 1  # a missed start is retried
+    assert "worker:1 did not join" in notices[-1] and "restart 1 of 5" in notices[-1]
+    assert all(signal.SIGTERM in t.signals for t in transport.started[:2])
+    transport.started[2].say("joined")
+    transport.started[3].say("starting")
+    clock.now += 31
+    assert sup.step(0) is GroupState.FAILED  # the same task stuck at the same point: not retried again
+    assert "worker:1 did not join" in notices[-1] and "the same failure twice; not retrying" in notices[-1]
+
+
+def test_a_stopped_task_is_hung_at_once(tmp_path: Path) -> None:
+    sup, transport, clock, notices = make(tmp_path, start_timeout_s=300, max_restarts=1, stopped_timeout_s=5)
+    transport.started[0].say("imported")
+    transport.started[1].say("starting")
+    transport.started[1].say("stopped")  # the helper saw the task in the stopped state
+    assert sup.step(0) is GroupState.STARTING
+    clock.now += 4
+    assert sup.step(0) is GroupState.STARTING and sup.restarts == 0
+    clock.now += 1
+    assert sup.step(0) is GroupState.STARTING and sup.restarts == 1
+    assert "worker:1 on localhost has been stopped" in notices[-1]
+
+
+def test_a_continued_task_is_not_hung(tmp_path: Path) -> None:
+    sup, transport, clock, _ = make(tmp_path, stopped_timeout_s=5)
+    transport.started[1].say("stopped")
+    sup.step(0)
+    clock.now += 3
+    transport.started[1].say("continued")
+    sup.step(0)
+    clock.now += 10
+    assert sup.step(0) is GroupState.STARTING and sup.restarts == 0
+
+
+def test_the_same_error_twice_is_not_retried(tmp_path: Path) -> None:
+    sup, transport, _, notices = make(tmp_path, max_restarts=3)
+    for attempt in range(2):
+        task = transport.started[-1]
+        error = {"type": "TBNotInstalledError", "message": "TensorBoard is not installed", "time": 1.0}
+        Path(task.launch.error_path).write_text(__import__("json").dumps(error))
+        task.say("step", step=1)
+        task.exit(1)
+        state = sup.step(0)
+    assert state is GroupState.FAILED and len(sup.result.attempts) == 2  # type: ignore[union-attr]
+    assert "the same failure twice; not retrying" in notices[-1] and "TBNotInstalledError" in notices[-1]
 
 
 def test_stall_restarts_the_gang(tmp_path: Path) -> None:
@@ -153,7 +197,7 @@ def test_hurry_skips_the_grace_period(tmp_path: Path) -> None:
     for task in transport.started:
         task.ignore_term = True
     sup.hurry = True
-    sup.stop_all()
+    sup.stop_all(3600)
     assert all(t.signals == [signal.SIGTERM, signal.SIGKILL] for t in transport.started)
 
 

@@ -1,0 +1,142 @@
+"""Read a cluster spec file as strict JSON: UTF-8 text, no duplicate keys, no NaN, sane sizes.
+
+Python's json module is lenient where a spec must not be: the last of two equal keys silently
+wins, NaN and Infinity are accepted, an integer may have thousands of digits, and very deep
+nesting ends in a RecursionError. This step turns every such case into a SpecProblem with its
+JSON path, so `load_spec` can refuse the file before anything is validated or started.
+It only reads bytes it is given; it never touches the file system.
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+import math
+import re
+from typing import Any
+
+from launcher.errors import SpecProblem
+
+# No spec nests deeper than $.hosts[i].tasks[j].port (5 levels); anything far deeper is not a spec.
+MAX_DEPTH = 16
+# Ports, counts and seconds fit in far fewer digits; 30 still admits any 64-bit number.
+MAX_INT_DIGITS = 30
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9_]+")
+
+
+class JsonConstant:
+    """Stands in for NaN, Infinity or -Infinity, which JSON does not have."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+class HugeInteger:
+    """Stands in for an integer literal with more than MAX_INT_DIGITS digits."""
+
+    def __init__(self, digits: int) -> None:
+        self.digits = digits
+
+
+class JsonObject(dict):  # type: ignore[type-arg]
+    """A decoded JSON object that remembers keys given more than once, with every value."""
+
+    def __init__(self, pairs: list[tuple[str, Any]]) -> None:
+        super().__init__()
+        self.duplicates: dict[str, list[Any]] = {}
+        for key, value in pairs:
+            if key in self:
+                self.duplicates.setdefault(key, [self[key]]).append(value)
+            self[key] = value
+
+
+def _integer(text: str) -> int | HugeInteger:
+    digits = len(text.lstrip("-"))
+    return HugeInteger(digits) if digits > MAX_INT_DIGITS else int(text)
+
+
+def decode_text(raw: bytes) -> tuple[str | None, list[SpecProblem]]:
+    """The file's text (UTF-8, a leading BOM allowed), or the problem that stops reading it."""
+    if not raw.strip():
+        return None, [SpecProblem("$", "the file is empty; write a JSON object such as "
+                                       '{"name": "run", "hosts": [{"address": "localhost", "workers": 2}]}')]
+    for bom, name in ((codecs.BOM_UTF32_LE, "UTF-32"), (codecs.BOM_UTF32_BE, "UTF-32"),
+                      (codecs.BOM_UTF16_LE, "UTF-16"), (codecs.BOM_UTF16_BE, "UTF-16")):
+        if raw.startswith(bom):
+            return None, [SpecProblem("$", f"the file is {name} text (as some Windows editors save it); save it as UTF-8")]
+    if b"\x00" in raw:
+        return None, [SpecProblem("$", "the file contains NUL bytes (UTF-16 text, or not a text file); save it as UTF-8")]
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = raw[:error.start].count(b"\n") + 1
+        byte = raw[error.start]
+        return None, [SpecProblem("$", f"the file is not UTF-8 (byte 0x{byte:02x} on line {line}, perhaps Latin-1 "
+                                       "or Windows-1252 text); save it as UTF-8")]
+    return text.removeprefix("\ufeff"), []
+
+
+def decode_json(text: str) -> tuple[Any, list[SpecProblem]]:
+    """The decoded document, or the syntax problem; markers stand in for NaN and huge integers."""
+    try:
+        return json.loads(text, object_pairs_hook=JsonObject, parse_constant=JsonConstant, parse_int=_integer), []
+    except json.JSONDecodeError as error:
+        return None, [SpecProblem("$", f"not valid JSON at line {error.lineno} column {error.colno}: {error.msg}")]
+    except RecursionError:
+        return None, [SpecProblem("$", f"the JSON is nested far deeper than a spec can be (at most {MAX_DEPTH} levels)")]
+
+
+def json_child(path: str, key: str | int) -> str:
+    """`path` extended by one key or index, as a user would write it: $.env.A, $.env["A B"], $.hosts[0]."""
+    if isinstance(key, int):
+        return f"{path}[{key}]"
+    return f"{path}.{key}" if _PLAIN_KEY.fullmatch(key) else f"{path}[{json.dumps(key)}]"
+
+
+def _bad_characters(text: str) -> str | None:
+    for char, name in (("\x00", "a NUL byte"), ("\n", "a newline"), ("\r", "a carriage return")):
+        if char in text:
+            return name
+    return None
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value, default=lambda v: type(v).__name__)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def raw_problems(data: Any, path: str = "$", depth: int = 0) -> list[SpecProblem]:
+    """Problems visible before validation: depth, duplicate keys, NaN, huge integers, control characters.
+
+    Newlines and NUL bytes are refused in every string and key: each one ends up as a path, an
+    argument, an environment variable, a host or a user, where they cut a line or a C string.
+    """
+    if depth > MAX_DEPTH:
+        return [SpecProblem(path, f"nested more than {MAX_DEPTH} levels deep; no spec field goes this deep")]
+    problems: list[SpecProblem] = []
+    if isinstance(data, dict):
+        for key, values in getattr(data, "duplicates", {}).items():
+            shown = ", then ".join(_shown(v) for v in values)
+            problems.append(SpecProblem(json_child(path, key), f"given {len(values)} times in one object ({shown}); "
+                                                           "keep one: JSON readers disagree on which one wins"))
+        for key, value in data.items():
+            bad = _bad_characters(key)
+            if bad:
+                problems.append(SpecProblem(json_child(path, key), f"the key contains {bad}; remove it"))
+            problems += raw_problems(value, json_child(path, key), depth + 1)
+    elif isinstance(data, list):
+        for index, value in enumerate(data):
+            problems += raw_problems(value, json_child(path, index), depth + 1)
+    elif isinstance(data, str):
+        bad = _bad_characters(data)
+        if bad:
+            problems.append(SpecProblem(path, f"contains {bad} ({_shown(data)}); every string here becomes a path, "
+                                              "argument, environment value, host or user, where that cannot appear"))
+    elif isinstance(data, JsonConstant):
+        problems.append(SpecProblem(path, f"got {data.text}, which JSON does not allow; write a number"))
+    elif isinstance(data, HugeInteger):
+        problems.append(SpecProblem(path, f"got an integer with {data.digits} digits; no setting needs more than "
+                                          f"{MAX_INT_DIGITS}"))
+    elif isinstance(data, float) and not math.isfinite(data):  # 1e999, or NaN handed in by a caller
+        problems.append(SpecProblem(path, f"got {data}, which is not a finite number; write a number"))
+    return problems

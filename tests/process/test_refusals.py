@@ -1,0 +1,164 @@
+"""Refused launches, as a user runs them: exit 2, one clear message, nothing started, nothing written.
+
+Also `launch status` on what is not (or no longer) a healthy run, and a task frozen by SIGSTOP.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from tests.conftest import HELPERS, launch_cmd, run_launch, wait_until_gone, write_spec
+
+TASK = str(HELPERS / "task.py")
+
+
+def snapshot(root: Path) -> dict[str, tuple[bool, int, int]]:
+    """Every path under `root` with its kind, size and modification time."""
+    found = {}
+    for path in [root, *root.rglob("*")]:
+        info = path.lstat()
+        found[str(path.relative_to(root))] = (path.is_dir(), info.st_size, info.st_mtime_ns)
+    return found
+
+
+def good(work: Path, **changes: Any) -> dict[str, Any]:
+    spec: dict[str, Any] = {"name": "r", "run_root": str(work / "runs"), "hosts": [{"address": "localhost", "workers": 2}],
+                            "restart": {"max_restarts": 0}}
+    spec.update(changes)
+    return spec
+
+
+REFUSALS: list[tuple[str, Any, list[str], str]] = [
+    ("spec error", lambda w: good(w, hosts=[{"address": "localhost", "workers": True}]), [], "$.hosts[0].workers"),
+    ("python missing", lambda w: good(w, python="/no/such/python3"), [], "cannot run '/no/such/python3'"),
+    ("workdir missing", lambda w: good(w, workdir=str(w / "absent")), [], "working directory"),
+    ("run root under a file", lambda w: good(w, run_root=str(w / "afile" / "runs")), [], "cannot be created"),
+    ("checkpoints under a file", lambda w: good(w, checkpoint_dir=str(w / "afile" / "ck")), [], "checkpoint_dir"),
+    ("empty --name", lambda w: good(w), ["--name", ""], "empty --name"),
+    ("empty --run-root", lambda w: good(w), ["--run-root", ""], "empty --run-root"),
+    ("newline in argv", lambda w: good(w), ["--", "python", "a\nb"], "$.training.argv[1]"),
+]
+
+
+@pytest.mark.parametrize("case, make, extra, needle", REFUSALS, ids=[r[0] for r in REFUSALS])
+def test_a_refused_launch_leaves_the_working_directory_as_it_was(case: str, make: Any, extra: list[str], needle: str,
+                                                                   work: Path) -> None:
+    (work / "afile").write_text("not a directory")
+    spec = write_spec(work, make(work))
+    before = snapshot(work)
+    args = ["--cluster", str(spec), *extra]
+    if "--" not in extra:
+        args += ["--", "python", TASK, "sleep"]
+    proc = run_launch(args, work, timeout=90)
+    assert proc.returncode == 2, proc.stderr
+    assert needle in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert snapshot(work) == before, "a refused launch wrote something"
+
+
+def test_check_passes_and_leaves_no_directory(work: Path) -> None:
+    spec = write_spec(work, good(work, checkpoint_dir=str(work / "shared" / "ck")))
+    before = snapshot(work)
+    proc = run_launch(["--cluster", str(spec), "--check", "--", "python", TASK, "sleep"], work, timeout=90)
+    assert proc.returncode == 0, proc.stderr
+    assert "preflight passed" in proc.stdout
+    assert snapshot(work) == before
+
+
+def test_object_store_checkpoints_reach_tensorflow_untouched(work: Path) -> None:
+    spec = write_spec(work, good(work, checkpoint_dir="gs://bucket/run"))
+    proc = run_launch(["--cluster", str(spec), "--dry-run", "--json"], work)
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads(proc.stdout)
+    assert plan["checkpoint_dir"] == "gs://bucket/run"
+    assert {t["env"]["TFLAUNCH_CHECKPOINT_DIR"] for t in plan["tasks"]} == {"gs://bucket/run"}
+    out = work / "out"
+    out.mkdir()
+    ran = run_launch(["--cluster", str(spec), "--", "python", TASK, "record", str(out)], work)
+    assert ran.returncode == 0, ran.stderr
+    assert not (work / "gs:").exists(), "the URL was taken for a local path"
+
+
+def test_hundreds_of_local_tasks_with_a_small_open_file_limit(work: Path) -> None:
+    spec = write_spec(work, {"name": "many", "run_root": str(work / "runs"),
+                             "hosts": [{"address": "localhost", "workers": 200} for _ in range(3)]})
+
+    def small_limit() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (128, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+
+    proc = subprocess.run(launch_cmd("--cluster", str(spec), "--dry-run", "--json"), cwd=work, capture_output=True,
+                          text=True, timeout=120, preexec_fn=small_limit)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    ports = [task["port"] for task in json.loads(proc.stdout)["tasks"]]
+    assert len(ports) == 600 and len(set(ports)) == 600
+
+
+@pytest.mark.parametrize("files, needle", [
+    ({}, "has neither summary.json nor status.json"),
+    ({"summary.json": '{"state": "succ'}, "summary.json: not valid JSON"),
+    ({"summary.json": "[1, 2]"}, "summary.json: not a launch summary.json"),
+    ({"summary.json": '{"name": "someone else\'s"}'}, "summary.json: field 'attempts' is missing"),
+    ({"status.json": '{"launcher_pid": "x", "tasks": []}'}, "status.json: field"),
+    ({"status.json": "\udcff"}, "status.json: cannot read it"),
+])
+def test_status_of_what_is_not_a_healthy_run(files: dict[str, str], needle: str, work: Path) -> None:
+    run = work / "run"
+    run.mkdir()
+    for name, text in files.items():
+        (run / name).write_bytes(text.encode("utf-8", "surrogateescape"))
+    proc = run_launch(["status", str(run)], work)
+    assert proc.returncode == 2, proc.stdout
+    assert needle in proc.stderr and str(run) in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_status_after_the_launcher_was_killed_says_stopped(work: Path) -> None:
+    spec = write_spec(work, good(work))
+    log = work / "launch.out"
+    with open(log, "w") as handle:
+        proc = subprocess.Popen(launch_cmd("--cluster", str(spec), "--", "python", TASK, "sleep"), cwd=work,
+                                stdout=handle, stderr=subprocess.STDOUT)
+    status_file = work / "runs" / "r" / "status.json"
+    deadline = time.monotonic() + 30
+    while not status_file.exists():
+        assert time.monotonic() < deadline and proc.poll() is None, log.read_text()
+        time.sleep(0.05)
+    running = run_launch(["status", str(work / "runs" / "r")], work)
+    assert running.returncode == 0 and ": running (launcher pid" in running.stdout, running.stdout + running.stderr
+    proc.kill()
+    proc.wait()
+    assert not wait_until_gone(str(work), timeout=10)
+    stopped = run_launch(["status", str(work / "runs" / "r")], work)
+    assert stopped.returncode == 0, stopped.stderr
+    assert "stopped: its launcher" in stopped.stdout and "is gone" in stopped.stdout
+
+
+def test_a_stopped_task_is_called_hung_within_seconds(work: Path) -> None:
+    spec = write_spec(work, good(work, restart={"max_restarts": 0, "stopped_timeout_s": 2, "crash_grace_s": 0.1}))
+    log = work / "launch.out"
+    with open(log, "w") as handle:
+        proc = subprocess.Popen(launch_cmd("--cluster", str(spec), "--", "python", TASK, "sleep"), cwd=work,
+                                stdout=handle, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 30
+    while "ready worker:1" not in log.read_text():
+        assert time.monotonic() < deadline and proc.poll() is None, log.read_text()
+        time.sleep(0.05)
+    victim = next(p for p in psutil.Process(proc.pid).children(recursive=True)
+                  if p.environ().get("TFLAUNCH_TASK") == "worker:1" and p.cmdline()[1:2] == [TASK])  # not its helper
+    stopped_at = time.monotonic()
+    os.kill(victim.pid, signal.SIGSTOP)
+    assert proc.wait(timeout=30) == 1
+    elapsed = time.monotonic() - stopped_at
+    text = log.read_text()
+    assert "worker:1 on localhost has been stopped (SIGSTOP or Ctrl-Z)" in text, text
+    assert elapsed < 2 + 3, f"took {elapsed:.1f}s to call a stopped task hung"
