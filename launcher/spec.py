@@ -37,22 +37,40 @@ def _ip(address: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
         return None
 
 
+def _plain_ip(address: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    ip = _ip(address)
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    return ip
+
+
 def is_loopback(address: str) -> bool:
-    """Whether `address` names this machine: localhost, 127.0.0.0/8, ::1 in any spelling."""
+    """Whether `address` only works on this machine: localhost, 127.0.0.0/8, ::1 in any spelling.
+
+    No other machine can reach such an address, so it cannot be mixed with real remote hosts."""
     name = address.lower().rstrip(".")
     if name in LOOPBACK_NAMES or name.endswith(".localhost"):
         return True
-    ip = _ip(name)
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
+    ip = _plain_ip(name)
     return ip is not None and ip.is_loopback
 
 
+def is_this_machine(address: str) -> bool:
+    """localhost, 127.0.0.1 or ::1, however spelled: the launcher's own machine.
+
+    Other 127.x.y.z aliases are separate simulated hosts (each may run its own sshd)."""
+    name = address.lower().rstrip(".")
+    if name in LOOPBACK_NAMES or name.endswith(".localhost"):
+        return True
+    ip = _plain_ip(name)
+    return ip is not None and ip in (ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::1"))
+
+
 def machine_key(address: str) -> str:
-    """One key per machine: every loopback spelling is 'localhost'; IPs in their canonical form."""
-    if is_loopback(address):
+    """One key per machine: every spelling of this machine is 'localhost'; IPs in canonical form."""
+    if is_this_machine(address):
         return "localhost"
-    ip = _ip(address)
+    ip = _plain_ip(address)
     return ip.compressed if ip is not None else address.lower().rstrip(".")
 
 _HOST_PATTERN = r"^(?:[A-Za-z0-9](?:[A-Za-z0-9.\-]{0,251}[A-Za-z0-9])?|[0-9A-Fa-f:]{2,39})$"
@@ -170,7 +188,7 @@ class HostSpec(_Strict):
     @property
     def is_local(self) -> bool:
         if self.transport == "auto":
-            return is_loopback(self.address)
+            return is_this_machine(self.address)
         return self.transport == "local"
 
 
@@ -304,7 +322,7 @@ class ClusterSpec(_Strict):
                 if key in seen:
                     problems.append((where, f"{host.address}:{task.port} is used twice (also in hosts[{seen[key]}]); every task needs its own host:port"))
                 seen[key] = i
-        if self.is_multi_host:
+        if self.is_multi_host and not all(is_loopback(h.address) for h in self.hosts):
             for i, host in enumerate(self.hosts):
                 if is_loopback(host.address):
                     problems.append((f"hosts[{i}].address", f"'{host.address}' cannot be reached from the other hosts of a multi-host cluster; use this machine's name or network address"))

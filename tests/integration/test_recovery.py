@@ -143,7 +143,9 @@ def _start_up_process(work: Path, task: str, attempt: str, timeout: float = 60) 
                 env, cmdline = proc.environ(), proc.cmdline()
             except psutil.Error:  # exited meanwhile
                 continue
-            if env.get("TFLAUNCH_TASK") == task and env.get("TFLAUNCH_ATTEMPT") == attempt and "worker" in cmdline[-1:]:
+            is_helper = any("task_runner" in part for part in cmdline)
+            if env.get("TFLAUNCH_TASK") == task and env.get("TFLAUNCH_ATTEMPT") == attempt and not is_helper \
+                    and cmdline[-2:] == ["-m", "worker"]:
                 return proc
         time.sleep(0.02)
     raise AssertionError(f"{task} of attempt {attempt} never started")

@@ -211,9 +211,18 @@ def test_a_utf8_bom_is_fine(tmp_path: Path) -> None:
 
 def test_loopback_spellings_are_one_machine() -> None:
     spec = parse_spec({"name": "one", "hosts": [{"address": "localhost"}, {"address": "127.0.0.1"}, {"address": "::1"},
-                                                 {"address": "0:0:0:0:0:0:0:1"}, {"address": "127.0.0.2"}]})
+                                                 {"address": "0:0:0:0:0:0:0:1"}, {"address": "::0001"}]})
     assert not spec.is_multi_host and all(host.is_local for host in spec.hosts)
     assert is_loopback("::ffff:127.0.0.1") and not is_loopback("10.0.0.1") and not is_loopback("localhost.example.com")
+
+
+def test_loopback_aliases_are_simulated_hosts_but_never_mix_with_real_ones() -> None:
+    aliases = parse_spec({"name": "sim", "hosts": [{"address": "127.0.0.2", "ports": [2222]}, {"address": "127.0.0.3", "ports": [2222]}]})
+    assert aliases.is_multi_host and not any(host.is_local for host in aliases.hosts)
+    with pytest.raises(SpecError) as caught:
+        parse_spec({"name": "mix", "hosts": [{"address": "localhost"}, {"address": "127.0.0.3", "ports": [2222]},
+                                             {"address": "10.0.0.2", "ports": [2222]}]})
+    assert {p.path for p in caught.value.problems} == {"$.hosts[0].address", "$.hosts[1].address"}
 
 
 def test_a_float_setting_still_takes_an_integer() -> None:
