@@ -15,7 +15,6 @@ import argparse
 import json
 import logging
 import os
-import re
 import signal
 import sys
 from pathlib import Path
@@ -35,12 +34,12 @@ from launcher.report import failure_text, success_text, write_summary
 from launcher.spec import BuiltinTraining, ClusterSpec, FunctionTraining, is_url, json_schema, load_spec, parse_spec
 from launcher.supervisor import Supervisor
 from launcher.transport import HostRouter
+from worker.contract import RunLayout
 
 if TYPE_CHECKING:
     from launcher.preflight import PreflightReport
 
 log = logging.getLogger(__name__)
-_ATTEMPT_DIR = re.compile(r"^attempt-(\d+)$")
 
 
 class _ArgumentParser(argparse.ArgumentParser):
@@ -115,7 +114,7 @@ def _next_attempt(run_dir: Path) -> int:
     """Attempts of earlier launches of the same run keep their logs: number after them."""
     if not run_dir.is_dir():
         return 0
-    numbers = [int(m.group(1)) for p in run_dir.iterdir() if (m := _ATTEMPT_DIR.match(p.name))]
+    numbers = [n for p in run_dir.iterdir() if (n := RunLayout.attempt_of(p.name)) is not None]
     return max(numbers, default=-1) + 1
 
 
@@ -224,7 +223,7 @@ def run_launch(spec: ClusterSpec, quiet: bool = False, faults: dict[str, str] | 
         on_report=console.report,
         on_drained=console.flush,
     )
-    console.attach(supervisor.status, str(run_dir / "status.json"))
+    console.attach(supervisor.status, RunLayout(str(run_dir)).status_file)
     first_plan = planner(0)  # validates local ports before anything starts (raises PortInUseError)
     report = _preflight(spec, first_plan)  # every host, local ones too: nothing is written before it passes
     if not report.ok:

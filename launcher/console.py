@@ -19,6 +19,7 @@ from typing import Any, Callable, TextIO
 
 from launcher.gang import GangStatus
 from launcher.plan import TaskLaunch
+from worker.contract import CONTINUED, DONE, JOINED, PROGRESS_EVENTS, STOPPED
 
 _REDRAW_S = 0.25
 _STATUS_FILE_S = 1.0
@@ -70,15 +71,15 @@ class Console:
     def report(self, launch: TaskLaunch, data: dict[str, Any]) -> None:
         view = self._view(launch)
         kind = data.get("event")
-        if kind == "joined":
+        if kind == JOINED:
             view.state = "running"
-        elif kind == "stopped":
+        elif kind == STOPPED:
             view.state = "stopped (SIGSTOP?)"
-        elif kind == "continued":
+        elif kind == CONTINUED:
             view.state = "running" if view.step is not None else "starting"
-        elif kind in ("step", "done") and isinstance(data.get("step"), int):
+        elif kind in PROGRESS_EVENTS and isinstance(data.get("step"), int):
             view.saw_step(data["step"], time.monotonic())
-            if kind == "done":
+            if kind == DONE:
                 view.state = "done"
 
     def notice(self, text: str) -> None:

@@ -11,9 +11,7 @@ from enum import Enum
 from typing import Any
 
 from launcher.transport.base import TaskExit
-
-# What a worker runtime reports while it starts, in order (the strategy is built at "joined").
-START_MILESTONES = ("starting", "imported", "joined")
+from worker.contract import START_MILESTONES
 
 
 class GroupState(str, Enum):

@@ -12,7 +12,8 @@ import posixpath
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from launcher.spec import ENV_PREFIX, ClusterSpec, CommandTraining, HostSpec, is_url
+from launcher.spec import ClusterSpec, CommandTraining, HostSpec, is_url
+from worker.contract import TF_CONFIG, RunLayout, TaskEnv, task_stem
 
 WORKER_MODULE = "worker"
 _BARE_PYTHON = frozenset({"python", "python3"})
@@ -42,7 +43,7 @@ class PlanInputs:
     launcher_python: str
     launcher_cwd: str
     ports: Mapping[str, int] = field(default_factory=dict)
-    faults: Mapping[str, str] = field(default_factory=dict)  # task name -> TFLAUNCH_FAULT value
+    faults: Mapping[str, str] = field(default_factory=dict)  # task name -> the fault rehearsed in attempt 0
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,7 @@ class TaskLaunch:
 
     @property
     def file_stem(self) -> str:
-        return f"{self.task_type}-{self.task_index}"
+        return task_stem(self.name)
 
     @property
     def label(self) -> str:
@@ -133,6 +134,50 @@ def _gpu_share(host: HostSpec, position: int, count: int) -> str | None:
     return ",".join(str(g) for g in share)
 
 
+def _checkpoint_dir(spec: ClusterSpec, layout: RunLayout, launcher_cwd: str) -> str:
+    checkpoint_dir = spec.checkpoint_dir or layout.default_checkpoint_dir
+    if not posixpath.isabs(checkpoint_dir) and not is_url(checkpoint_dir):  # gs://... reaches TF untouched
+        checkpoint_dir = posixpath.normpath(posixpath.join(launcher_cwd, checkpoint_dir))
+    return checkpoint_dir
+
+
+def _cluster(slots: list[TaskSlot], ports: Mapping[str, int]) -> dict[str, list[str]]:
+    """The trainers' `cluster` of TF_CONFIG (the evaluator is outside the coordination service)."""
+    cluster: dict[str, list[str]] = {}
+    for slot in slots:
+        if slot.task_type != "evaluator":
+            cluster.setdefault(slot.task_type, []).append(_address(slot.host.address, ports[slot.name]))
+    return cluster
+
+
+def _task_env(spec: ClusterSpec, inputs: PlanInputs, slot: TaskSlot, layout: RunLayout, checkpoint_dir: str,
+              tf_config: dict[str, Any], gpus: str | None) -> dict[str, str]:
+    """The environment one task gets on top of its host's: the spec's env, TF_CONFIG and the contract."""
+    stem = task_stem(slot.name)
+    env = {**spec.env, **slot.host.env}
+    env[TF_CONFIG] = json.dumps(tf_config, sort_keys=True)
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(TaskEnv(
+        run_name=spec.name,
+        run_dir=layout.run_dir,
+        attempt=inputs.attempt,
+        task=slot.name,
+        checkpoint_dir=checkpoint_dir,
+        result_file=layout.result_file(inputs.attempt, stem),
+        error_file=layout.error_file(inputs.attempt, stem),
+        metrics_file=layout.metrics_file,
+        export_dir=layout.export_dir,
+        training=spec.training.model_dump(mode="json"),
+        preemption_exit_code=spec.restart.preemption_exit_code,
+        fault=inputs.faults.get(slot.name),
+    ).to_env())
+    if spec.training.kind == "fit":
+        env["TF_USE_LEGACY_KERAS"] = "1"  # tf-keras: Keras 3 fit is broken under MWMS
+    if gpus is not None:
+        env["CUDA_VISIBLE_DEVICES"] = gpus
+    return env
+
+
 def build_plan(spec: ClusterSpec, inputs: PlanInputs) -> LaunchPlan:
     """Derive every task's TF_CONFIG, environment, argv and files for one attempt."""
     slots = task_slots(spec)
@@ -140,21 +185,13 @@ def build_plan(spec: ClusterSpec, inputs: PlanInputs) -> LaunchPlan:
     missing = [name for name, port in ports.items() if port == 0]
     if missing:
         raise ValueError(f"no port chosen for {', '.join(missing)}; resolve port 0 before planning")
-    cluster: dict[str, list[str]] = {}
-    for slot in slots:
-        if slot.task_type != "evaluator":  # the evaluator is outside the coordination service
-            cluster.setdefault(slot.task_type, []).append(_address(slot.host.address, ports[slot.name]))
+    cluster = _cluster(slots, ports)
     trainers_on: dict[int, int] = {}
     for slot in slots:
         if slot.task_type != "evaluator":
             trainers_on[slot.host_index] = trainers_on.get(slot.host_index, 0) + 1
-
-    run_dir = inputs.run_dir
-    attempt_dir = posixpath.join(run_dir, f"attempt-{inputs.attempt}")
-    checkpoint_dir = spec.checkpoint_dir or posixpath.join(run_dir, "checkpoints")
-    if not posixpath.isabs(checkpoint_dir) and not is_url(checkpoint_dir):  # gs://... reaches TF untouched
-        checkpoint_dir = posixpath.normpath(posixpath.join(inputs.launcher_cwd, checkpoint_dir))
-    training = spec.training.model_dump(mode="json")
+    layout = RunLayout(inputs.run_dir)
+    checkpoint_dir = _checkpoint_dir(spec, layout, inputs.launcher_cwd)
 
     positions: dict[int, int] = {}
     tasks: list[TaskLaunch] = []
@@ -163,44 +200,19 @@ def build_plan(spec: ClusterSpec, inputs: PlanInputs) -> LaunchPlan:
         sidecar = slot.task_type == "evaluator"
         python = host.python or spec.python or (inputs.launcher_python if host.is_local else "python3")
         cwd = host.workdir or spec.workdir or (inputs.launcher_cwd if host.is_local else ".")
-        stem = f"{slot.task_type}-{slot.task_index}"
         own = {"evaluator": [_address(host.address, ports[slot.name])]} if sidecar else cluster
         tf_config = {"cluster": own, "task": {"type": slot.task_type, "index": slot.task_index}}
-        result_path = posixpath.join(attempt_dir, f"{stem}.result.json")
-        error_path = posixpath.join(attempt_dir, f"{stem}.error.json")
-        env = {**spec.env, **host.env}
-        env.update({
-            "TF_CONFIG": json.dumps(tf_config, sort_keys=True),
-            "PYTHONUNBUFFERED": "1",
-            f"{ENV_PREFIX}RUN_NAME": spec.name,
-            f"{ENV_PREFIX}RUN_DIR": run_dir,
-            f"{ENV_PREFIX}ATTEMPT": str(inputs.attempt),
-            f"{ENV_PREFIX}TASK": slot.name,
-            f"{ENV_PREFIX}CHECKPOINT_DIR": checkpoint_dir,
-            f"{ENV_PREFIX}RESULT_FILE": result_path,
-            f"{ENV_PREFIX}ERROR_FILE": error_path,
-            f"{ENV_PREFIX}METRICS_FILE": posixpath.join(run_dir, "metrics.jsonl"),
-            f"{ENV_PREFIX}EXPORT_DIR": posixpath.join(run_dir, "model"),
-            f"{ENV_PREFIX}TRAINING": json.dumps(training, sort_keys=True),
-            f"{ENV_PREFIX}PREEMPTION_EXIT_CODE": str(spec.restart.preemption_exit_code),
-        })
-        if slot.name in inputs.faults:
-            env[f"{ENV_PREFIX}FAULT"] = inputs.faults[slot.name]
-        if spec.training.kind == "fit":
-            env["TF_USE_LEGACY_KERAS"] = "1"  # tf-keras: Keras 3 fit is broken under MWMS
         if sidecar:
-            if host.gpus is not None:
-                env["CUDA_VISIBLE_DEVICES"] = ""  # the evaluator scores on CPU, leaving GPUs to training
+            gpus = "" if host.gpus is not None else None  # the evaluator scores on CPU, leaving GPUs to training
         else:
             position = positions.get(slot.host_index, 0)
             positions[slot.host_index] = position + 1
             gpus = _gpu_share(host, position, trainers_on[slot.host_index])
-            if gpus is not None:
-                env["CUDA_VISIBLE_DEVICES"] = gpus
         if isinstance(spec.training, CommandTraining):
             argv = [python if arg in _BARE_PYTHON and i == 0 else arg for i, arg in enumerate(spec.training.argv)]
         else:
             argv = [python, "-m", WORKER_MODULE]
+        stem = task_stem(slot.name)
         tasks.append(TaskLaunch(
             name=slot.name,
             task_type=slot.task_type,
@@ -212,11 +224,12 @@ def build_plan(spec: ClusterSpec, inputs: PlanInputs) -> LaunchPlan:
             python=python,
             sidecar=sidecar,
             tf_config=tf_config,
-            env=env,
+            env=_task_env(spec, inputs, slot, layout, checkpoint_dir, tf_config, gpus),
             argv=argv,
             cwd=cwd,
-            log_path=posixpath.join(attempt_dir, f"{stem}.log"),
-            result_path=result_path,
-            error_path=error_path,
+            log_path=layout.log_file(inputs.attempt, stem),
+            result_path=layout.result_file(inputs.attempt, stem),
+            error_path=layout.error_file(inputs.attempt, stem),
         ))
-    return LaunchPlan(spec.name, run_dir, inputs.attempt, attempt_dir, checkpoint_dir, tuple(tasks))
+    return LaunchPlan(spec.name, inputs.run_dir, inputs.attempt, layout.attempt_dir(inputs.attempt), checkpoint_dir,
+                      tuple(tasks))

@@ -12,6 +12,7 @@ from dataclasses import asdict
 from typing import Any
 
 from launcher.gang import RunResult, TaskResult
+from worker.contract import RunLayout
 
 LOG_TAIL_LINES = 15
 
@@ -85,7 +86,7 @@ def summary(result: RunResult) -> dict[str, Any]:
 
 
 def write_summary(result: RunResult) -> str:
-    path = os.path.join(result.run_dir, "summary.json")
+    path = RunLayout(result.run_dir).summary_file
     os.makedirs(result.run_dir, exist_ok=True)
     tmp = f"{path}.tmp"
     with open(tmp, "w", encoding="utf-8") as handle:

@@ -15,9 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from launcher.errors import UsageError
+from worker.contract import RunLayout
 
-SUMMARY_FILE = "summary.json"
-STATUS_FILE = "status.json"
 
 
 class RunStatusError(UsageError):
@@ -123,8 +122,8 @@ def describe_run(run_dir: str) -> str:
     """A running run from status.json; a finished one from summary.json; an abandoned one as stopped."""
     if not os.path.isdir(run_dir):
         raise RunStatusError(f"{run_dir}: no such directory; give a run directory such as runs/example.")
-    summary_path = os.path.join(run_dir, SUMMARY_FILE)
-    status_path = os.path.join(run_dir, STATUS_FILE)
+    layout = RunLayout(run_dir)
+    summary_path, status_path = layout.summary_file, layout.status_file
     status = _load(status_path)
     summary = _load(summary_path)
     live = _live(status, status_path) if status is not None else None
@@ -138,6 +137,7 @@ def describe_run(run_dir: str) -> str:
                     f"(killed?); last status from {age:.0f}s ago, attempt {live.attempt}, restarts {live.restarts}")
         return "\n".join([head, *_task_rows(live.tasks)])
     if summary is None:
-        raise RunStatusError(f"{run_dir}: has neither {SUMMARY_FILE} nor {STATUS_FILE}; is it a run directory "
+        raise RunStatusError(f"{run_dir}: has neither {os.path.basename(summary_path)} nor {os.path.basename(status_path)}; "
+                             "is it a run directory "
                              "(<run_root>/<name>, e.g. runs/example)?")
     return "\n".join(_describe_summary(run_dir, summary, summary_path))

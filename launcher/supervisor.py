@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from launcher.gang import START_MILESTONES, AttemptResult, GangStatus, GroupState, RunResult, TaskResult, TaskStatus
+from launcher.gang import AttemptResult, GangStatus, GroupState, RunResult, TaskResult, TaskStatus
 from launcher.plan import LaunchPlan, TaskLaunch
 from launcher.policy import Action, Decision, FailureKind, RestartPolicy
+from worker.contract import CONTINUED, JOINED, PROGRESS_EVENTS, START_MILESTONES, STOPPED
 from launcher.transport.base import Event, OutputLine, TaskExit, TaskExited, TaskProcess, Transport, WorkerReport
 
 log = logging.getLogger(__name__)
@@ -31,7 +32,7 @@ OutputCallback = Callable[[TaskLaunch, str], None]
 _QUEUE_LIMIT = 4096
 NoticeCallback = Callable[[str], None]
 _KILL_WAIT_S = 10.0
-_HELPER_REPORTS = ("stopped", "continued")
+_HELPER_REPORTS = (STOPPED, CONTINUED)
 
 
 @dataclass
@@ -144,16 +145,16 @@ class Supervisor:
         elif isinstance(event, WorkerReport):
             kind = event.data.get("event")
             if kind in _HELPER_REPORTS:  # from the helper watching the task, not from the runtime
-                task.stopped_since = self._clock() if kind == "stopped" else None
+                task.stopped_since = self._clock() if kind == STOPPED else None
                 self._on_report(task.launch, event.data)
                 return
             task.reported = True
             if kind in START_MILESTONES:
                 task.milestone = kind
-            if kind == "joined":
+            if kind == JOINED:
                 task.joined = True
                 task.last_progress = self._clock()
-            elif kind in ("step", "done") and isinstance(event.data.get("step"), int):
+            elif kind in PROGRESS_EVENTS and isinstance(event.data.get("step"), int):
                 task.step = event.data["step"]
                 task.last_progress = self._clock()
             self._on_report(task.launch, event.data)

@@ -19,8 +19,9 @@ import tensorflow as tf
 
 from worker import example
 from worker.events import report
-from worker.loop import BuiltinConfig, build_model, per_example_loss
-from worker.settings import WorkerSettings
+from worker.contract import EVAL, RunLayout, TaskEnv
+from worker.loop import build_model, per_example_loss
+from worker.training_spec import BuiltinTraining
 
 log = logging.getLogger(__name__)
 EVAL_OFFSET = 10**9  # held-out example indices: training never reaches them
@@ -32,13 +33,13 @@ def _step_of(path: str) -> int:
     return int(match.group(1)) if match else -1
 
 
-def run_evaluator(settings: WorkerSettings) -> dict[str, Any]:
-    config = BuiltinConfig.from_training(settings.training)
+def run_evaluator(settings: TaskEnv) -> dict[str, Any]:
+    config = BuiltinTraining.model_validate(settings.training)
     model = build_model(config)
     checkpoint = tf.train.Checkpoint(model=model)
     x, y = example.examples(tf.range(EVAL_OFFSET, EVAL_OFFSET + config.eval_examples, dtype=tf.int64), config.features, config.seed)
     loss_fn = per_example_loss(config.loss)
-    out_path = os.path.join(settings.run_dir, "eval.jsonl")
+    out_path = RunLayout(settings.run_dir).eval_file
     os.makedirs(settings.run_dir, exist_ok=True)
     scored: list[dict[str, Any]] = []
     last = None
@@ -54,7 +55,7 @@ def run_evaluator(settings: WorkerSettings) -> dict[str, Any]:
                 handle.write(json.dumps(record) + "\n")
             scored.append(record)
             log.info("evaluator: step %d eval_loss %.5f", record["step"], loss)
-            report("eval", step=record["step"], eval_loss=loss)
+            report(EVAL, step=record["step"], eval_loss=loss)
             if record["step"] >= config.steps:
                 break
         time.sleep(_POLL_S)

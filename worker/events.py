@@ -13,7 +13,7 @@ import os
 import time
 from typing import Any
 
-EVENT_FD_VAR = "TFLAUNCH_EVENT_FD"
+from worker.contract import EVENT_FD_VAR
 
 
 def report(event: str, **fields: Any) -> None:

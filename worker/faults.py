@@ -8,7 +8,7 @@ import signal
 import sys
 
 log = logging.getLogger(__name__)
-FAULT_VAR = "TFLAUNCH_FAULT"
+from worker.contract import FAULT_VAR
 
 
 class FaultInjector:

@@ -20,7 +20,8 @@ from worker.cluster import ClusterInfo
 from worker.events import report
 from worker.faults import FaultInjector
 from worker.fingerprint import weights_fingerprint
-from worker.settings import WorkerSettings
+from worker.contract import STEP, TaskEnv
+from worker.training_spec import FitTraining
 from worker.targets import WorkerUsageError, load_target
 
 log = logging.getLogger(__name__)
@@ -36,29 +37,28 @@ def _keras() -> Any:
     return tf_keras
 
 
-def _example_model(keras: Any, training: dict[str, Any]) -> Any:
-    seed, width = int(training.get("seed", 0)), int(training.get("hidden_units", 64))
+def _example_model(keras: Any, training: FitTraining) -> Any:
+    seed, width = training.seed, training.hidden_units
     init = lambda offset: keras.initializers.GlorotUniform(seed=seed + offset)  # noqa: E731
     model = keras.Sequential([
-        keras.Input(shape=(int(training.get("features", 16)),)),
+        keras.Input(shape=(training.features,)),
         keras.layers.Dense(width, activation="relu", kernel_initializer=init(1)),
         keras.layers.Dense(width, activation="relu", kernel_initializer=init(2)),
         keras.layers.Dense(1, kernel_initializer=init(3)),
     ])
-    rate = float(training.get("learning_rate", 0.01))
-    optimizer = keras.optimizers.SGD(rate) if training.get("optimizer") == "sgd" else keras.optimizers.Adam(rate)
+    rate = training.learning_rate
+    optimizer = keras.optimizers.SGD(rate) if training.optimizer == "sgd" else keras.optimizers.Adam(rate)
     model.compile(optimizer=optimizer, loss="mse")
     return model
 
 
-def train_fit(strategy: tf.distribute.Strategy, cluster: ClusterInfo, settings: WorkerSettings) -> dict[str, Any]:
+def train_fit(strategy: tf.distribute.Strategy, cluster: ClusterInfo, settings: TaskEnv) -> dict[str, Any]:
     keras = _keras()
-    training = settings.training
-    steps, every = int(training.get("steps", 200)), int(training.get("checkpoint_every", 50))
-    features, seed = int(training.get("features", 16)), int(training.get("seed", 0))
-    global_batch = int(training.get("batch_per_replica", 32)) * strategy.num_replicas_in_sync
+    training = FitTraining.model_validate(settings.training)
+    steps, every, features, seed = training.steps, training.checkpoint_every, training.features, training.seed
+    global_batch = training.batch_per_replica * strategy.num_replicas_in_sync
     with strategy.scope():
-        model = load_target(training["model"])(dict(training)) if training.get("model") else _example_model(keras, training)
+        model = load_target(training.model)(training.model_dump()) if training.model else _example_model(keras, training)
 
     data = tf.data.Dataset.range(steps * global_batch).batch(global_batch, drop_remainder=True)
     data = data.map(lambda indices: example.examples(indices, features, seed)).repeat()
@@ -77,7 +77,7 @@ def train_fit(strategy: tf.distribute.Strategy, cluster: ClusterInfo, settings: 
         def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
             step = int(model.optimizer.iterations.numpy())
             faults.at_step(step)
-            report("step", step=step)
+            report(STEP, step=step)
 
     backup = keras.callbacks.BackupAndRestore(os.path.join(settings.checkpoint_dir, "fit-backup"), save_freq=every,
                                               delete_checkpoint=False)

@@ -15,7 +15,6 @@ import logging
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
 import tensorflow as tf
@@ -26,41 +25,15 @@ from worker.cluster import ClusterInfo
 from worker.events import report
 from worker.faults import FaultInjector
 from worker.fingerprint import weights_fingerprint
-from worker.settings import WorkerSettings
+from worker.contract import STEP, RunLayout, TaskEnv
+from worker.training_spec import BuiltinTraining
 from worker.targets import load_target
 
 log = logging.getLogger(__name__)
 _REPORT_INTERVAL_S = 0.5
 
 
-@dataclass(frozen=True)
-class BuiltinConfig:
-    steps: int = 200
-    batch_per_replica: int = 32
-    learning_rate: float = 0.01
-    optimizer: str = "adam"
-    checkpoint_every: int = 50
-    seed: int = 0
-    features: int = 16
-    hidden_units: int = 64
-    log_every: int = 10
-    accumulation_steps: int = 1
-    devices_per_worker: int = 1
-    collective: str = "auto"
-    mixed_precision: str | None = None
-    model: str | None = None
-    dataset: str | None = None
-    loss: str = "mse"
-    tensorboard: bool = True
-    eval_examples: int = 1024
-
-    @classmethod
-    def from_training(cls, training: dict[str, Any]) -> BuiltinConfig:
-        known = set(cls.__dataclass_fields__)
-        return cls(**{k: v for k, v in training.items() if k in known})
-
-
-def build_optimizer(config: BuiltinConfig) -> Any:
+def build_optimizer(config: BuiltinTraining) -> Any:
     import keras
 
     optimizer = keras.optimizers.SGD(config.learning_rate) if config.optimizer == "sgd" else keras.optimizers.Adam(config.learning_rate)
@@ -69,14 +42,14 @@ def build_optimizer(config: BuiltinConfig) -> Any:
     return optimizer
 
 
-def build_model(config: BuiltinConfig) -> Any:
+def build_model(config: BuiltinTraining) -> Any:
     """The user's model (`model` target) or the example MLP; built, with float32 outputs."""
     if config.mixed_precision:
         import keras
 
         keras.mixed_precision.set_global_policy(config.mixed_precision)
     if config.model:
-        model = load_target(config.model)(asdict(config))
+        model = load_target(config.model)(config.model_dump())
         if not model.built:
             model.build((None, config.features))
         return model
@@ -94,19 +67,19 @@ def per_example_loss(name: str) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
     return losses[name]()
 
 
-def make_dataset_fn(config: BuiltinConfig, start_step: int, replicas: int) -> Callable[[tf.distribute.InputContext], tf.data.Dataset]:
+def make_dataset_fn(config: BuiltinTraining, start_step: int, replicas: int) -> Callable[[tf.distribute.InputContext], tf.data.Dataset]:
     """Per-replica batches of batch_per_replica x accumulation_steps examples, from start_step."""
     batch = config.batch_per_replica * config.accumulation_steps
     if config.dataset:
         user = load_target(config.dataset)
-        return lambda context: user(context, start_step, asdict(config))
+        return lambda context: user(context, start_step, config.model_dump())
     return example.dataset_fn(start_step, config.steps, batch, config.features, config.seed, replicas)
 
 
 class MetricsWriter:
     """JSON lines (step, loss, steps/s) and TensorBoard scalars, written by the chief only."""
 
-    def __init__(self, settings: WorkerSettings, enabled: bool, tensorboard: bool) -> None:
+    def __init__(self, settings: TaskEnv, enabled: bool, tensorboard: bool) -> None:
         self._handle = None
         self._summary = None
         if enabled:
@@ -117,7 +90,7 @@ class MetricsWriter:
                 log.warning("TensorBoard is not installed for %s: no summaries this run (pip install 'tensorboard==2.21.*' "
                             "on this host, or set training.tensorboard to false to silence this)", sys.executable)
             elif tensorboard:
-                self._summary = tf.summary.create_file_writer(os.path.join(settings.run_dir, "tensorboard"))
+                self._summary = tf.summary.create_file_writer(RunLayout(settings.run_dir).tensorboard_dir)
 
     def write(self, step: int, **record: Any) -> None:
         if self._handle is not None:
@@ -141,9 +114,9 @@ def _learning_rate(optimizer: Any) -> float:
     return float(tf.convert_to_tensor(inner.learning_rate).numpy())
 
 
-def train_builtin(strategy: tf.distribute.Strategy, cluster: ClusterInfo, settings: WorkerSettings) -> dict[str, Any]:
+def train_builtin(strategy: tf.distribute.Strategy, cluster: ClusterInfo, settings: TaskEnv) -> dict[str, Any]:
     """Train to `steps`; returns what goes into the result file."""
-    config = BuiltinConfig.from_training(settings.training)
+    config = BuiltinTraining.model_validate(settings.training)
     replicas = strategy.num_replicas_in_sync
     micro = config.accumulation_steps
     global_batch = config.batch_per_replica * micro * replicas
@@ -215,7 +188,7 @@ def train_builtin(strategy: tf.distribute.Strategy, cluster: ClusterInfo, settin
                 metrics.write(step, loss=loss, steps_per_s=rate, learning_rate=_learning_rate(optimizer),
                               replicas=replicas, time=time.time(), attempt=settings.attempt)
             if time.monotonic() - last_report >= _REPORT_INTERVAL_S or step == config.steps:
-                report("step", step=step)
+                report(STEP, step=step)
                 last_report = time.monotonic()
             if step < config.steps:
                 preemption.save_checkpoint_if_preempted(checkpoint_number=step)

@@ -17,11 +17,11 @@ from typing import Any, Callable
 from worker.cluster import ClusterInfo, read_cluster_info
 from worker.errors import write_error_file
 from worker.events import report
-from worker.settings import WorkerSettings, read_settings
+from worker.contract import DONE, IMPORTED, JOINED, PREEMPTED, STARTING, STEP, USAGE_EXIT_CODE, TaskEnv
 from worker.targets import WorkerUsageError, load_target
+from worker.training_spec import BuiltinTraining, FitTraining, FunctionTraining, TrainingSettingsError, parse_training
 
 log = logging.getLogger("worker")
-USAGE_EXIT_CODE = 2
 
 
 @dataclass(frozen=True)
@@ -30,24 +30,23 @@ class WorkerContext:
 
     strategy: Any
     cluster: ClusterInfo
-    settings: WorkerSettings
+    settings: TaskEnv
     steps: int
     checkpoint_every: int
 
     def report_step(self, step: int, **fields: Any) -> None:
         """Tell the launcher training advanced (feeds stall detection and the summary)."""
-        report("step", step=step, **fields)
+        report(STEP, step=step, **fields)
 
 
-def build_strategy(training: dict[str, Any]) -> Any:
+def build_strategy(devices_per_worker: int = 1, collective: str = "auto") -> Any:
     import tensorflow as tf
 
     from worker.devices import communication_options, split_cpu
 
-    if split_cpu(int(training.get("devices_per_worker", 1))):
-        log.info("split the CPU into %s logical devices", training["devices_per_worker"])
-    return tf.distribute.MultiWorkerMirroredStrategy(
-        communication_options=communication_options(str(training.get("collective", "auto"))))
+    if split_cpu(devices_per_worker):
+        log.info("split the CPU into %s logical devices", devices_per_worker)
+    return tf.distribute.MultiWorkerMirroredStrategy(communication_options=communication_options(collective))
 
 
 def write_result(path: str, result: dict[str, Any]) -> None:
@@ -58,33 +57,41 @@ def write_result(path: str, result: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def run(settings: WorkerSettings) -> dict[str, Any]:
-    report("starting")  # the runtime is up; "imported" and "joined" follow
+def run(settings: TaskEnv) -> dict[str, Any]:
+    report(STARTING)  # the runtime is up; "imported" and "joined" follow
     cluster = read_cluster_info()
+    try:
+        training = parse_training(settings.training)
+    except TrainingSettingsError as error:
+        raise WorkerUsageError(str(error)) from None
     import tensorflow  # noqa: F401 - the slow part of start-up: reported, so a task stuck in it is told apart
 
-    report("imported")
-    training = settings.training
-    kind = training.get("kind", "builtin")
+    report(IMPORTED)
     if cluster.task_type == "evaluator":  # a side-car: no strategy, no collectives
         from worker.evaluator import run_evaluator
 
         return {**run_evaluator(settings), "task": cluster.name, "attempt": settings.attempt, "pid": os.getpid()}
     function: Callable[[WorkerContext], Any] | None = None
-    if kind == "function":
+    if isinstance(training, FunctionTraining):
         try:
-            function = load_target(training["target"])
+            function = load_target(training.target)
         except WorkerUsageError as error:
             raise WorkerUsageError(f"cannot load training function: {error}") from None
-    strategy = build_strategy(training)
-    report("joined", replicas=strategy.num_replicas_in_sync)
+    elif not isinstance(training, (BuiltinTraining, FitTraining)):
+        raise WorkerUsageError(f"training kind {training.kind!r} does not run in the worker runtime")
+    if isinstance(training, BuiltinTraining):
+        strategy = build_strategy(training.devices_per_worker, training.collective)
+    else:
+        strategy = build_strategy()
+    report(JOINED, replicas=strategy.num_replicas_in_sync)
     log.info("%s joined: %d task(s), %d replica(s) in sync, attempt %d",
              cluster.name, max(cluster.num_trainers, 1), strategy.num_replicas_in_sync, settings.attempt)
-    if function is not None:
-        context = WorkerContext(strategy, cluster, settings, int(training.get("steps", 0)), int(training.get("checkpoint_every", 0)))
+    if isinstance(training, FunctionTraining):
+        assert function is not None
+        context = WorkerContext(strategy, cluster, settings, training.steps, training.checkpoint_every)
         outcome = function(context)
         result = dict(outcome) if isinstance(outcome, dict) else {}
-    elif kind == "fit":
+    elif isinstance(training, FitTraining):
         from worker.fit import train_fit
 
         result = train_fit(strategy, cluster, settings)
@@ -99,11 +106,11 @@ def run(settings: WorkerSettings) -> dict[str, Any]:
 def main() -> int:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stdout)
     log.setLevel(logging.INFO)
-    settings = read_settings()
+    settings = TaskEnv.from_env()
     try:
         result = run(settings)
         write_result(settings.result_file, result)
-        report("done", step=result.get("step"))
+        report(DONE, step=result.get("step"))
         return 0
     except WorkerUsageError as error:
         write_error_file(settings.error_file, settings.task, error)
@@ -112,7 +119,7 @@ def main() -> int:
     except SystemExit as stop:
         if stop.code == settings.preemption_exit_code:
             log.warning("%s: preempted; checkpoint saved, leaving with exit code %s", settings.task, stop.code)
-            report("preempted")
+            report(PREEMPTED)
             # The checkpoint is written and the loop's cleanup has run; skip the interpreter's
             # TensorFlow teardown (about a second) so the restarted gang comes back sooner.
             logging.shutdown()

@@ -19,6 +19,7 @@ from typing import IO, Any
 
 from launcher import task_runner
 from launcher.plan import TaskLaunch
+from worker.contract import EVENT_FD_VAR, EXIT
 from launcher.transport.base import EventSink, OutputLine, TaskExit, TaskExited, exit_from_report, parse_report
 
 log = logging.getLogger(__name__)
@@ -53,7 +54,7 @@ class LocalTask:
         self._exit_report: dict[str, object] | None = None
         Path(launch.log_path).parent.mkdir(parents=True, exist_ok=True)
         read_fd, write_fd = os.pipe()
-        env = {**os.environ, **launch.env, task_runner.EVENT_FD_VAR: str(write_fd)}
+        env = {**os.environ, **launch.env, EVENT_FD_VAR: str(write_fd)}
         try:
             self._proc = subprocess.Popen(
                 [sys.executable, "-I", "-S", _HELPER, "--", *launch.argv],
@@ -89,7 +90,7 @@ class LocalTask:
                 report = parse_report(self.launch.name, raw)
                 if report is None:
                     continue
-                if report.data["event"] == "exit":
+                if report.data["event"] == EXIT:
                     self._exit_report = report.data
                 else:
                     self._sink(report)

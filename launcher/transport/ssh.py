@@ -23,6 +23,7 @@ from launcher.spec import HostSpec
 from launcher.transport.base import EventSink, OutputLine, TaskExit, TaskExited, exit_from_report, parse_report
 from launcher.transport.bootstrap import remote_command, source_line
 from launcher.transport.ssh_client import connect, resolve_target
+from worker.contract import ERROR_FILE_VAR, EXIT, FILES, RESULT_FILE_VAR
 
 log = logging.getLogger(__name__)
 _DRAIN_TIMEOUT_S = 1.0
@@ -64,16 +65,16 @@ class SshTask:
             if report is None:
                 continue
             kind = report.data["event"]
-            if kind == "exit":
+            if kind == EXIT:
                 self._exit_report = report.data
-            elif kind == "files":
+            elif kind == FILES:
                 self._mirror(report.data.get("files") or {})
             else:
                 self._sink(report)
 
     def _mirror(self, files: dict[str, str]) -> None:
         """Write the remote result/error files where the launcher reads local ones."""
-        targets = {"TFLAUNCH_RESULT_FILE": self.launch.result_path, "TFLAUNCH_ERROR_FILE": self.launch.error_path}
+        targets = {RESULT_FILE_VAR: self.launch.result_path, ERROR_FILE_VAR: self.launch.error_path}
         for key, text in files.items():
             path = targets.get(key)
             if path is None or not isinstance(text, str):

@@ -1,0 +1,56 @@
+"""The launcher-worker contract: defined once, read back as written, mirrored only where it must be."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from launcher import task_runner
+from tests.conftest import REPO
+from worker import contract
+from worker.contract import RunLayout, TaskEnv
+
+
+def test_task_env_round_trips() -> None:
+    env = TaskEnv(run_name="r", run_dir="/runs/r", attempt=3, task="worker:1", checkpoint_dir="gs://b/r",
+                  result_file="/runs/r/attempt-3/worker-1.result.json", error_file="/e", metrics_file="/m",
+                  export_dir="/x", training={"kind": "builtin", "steps": 5}, preemption_exit_code=43, fault="kill:5:1")
+    assert TaskEnv.from_env(env.to_env()) == env
+    assert all(key.startswith(contract.ENV_PREFIX) for key in env.to_env())
+
+
+def test_task_env_without_a_launcher_has_local_defaults(tmp_path: Path) -> None:
+    env = TaskEnv.from_env({contract.RUN_DIR_VAR: str(tmp_path)})
+    assert env.task == "worker:0" and env.attempt == 0 and env.fault is None
+    assert env.result_file == f"{tmp_path}/attempt-0/worker-0.result.json"
+    assert env.preemption_exit_code == contract.PREEMPTION_EXIT_CODE
+
+
+def test_layout_names_and_parses_attempts() -> None:
+    layout = RunLayout("/runs/x")
+    assert layout.attempt_dir(4) == "/runs/x/attempt-4"
+    assert RunLayout.attempt_of("attempt-4") == 4
+    assert RunLayout.attempt_of("attempt-4.tmp") is None and RunLayout.attempt_of("summary.json") is None
+
+
+def test_the_stdlib_only_helper_mirrors_the_contract() -> None:
+    """task_runner runs on hosts with nothing but python: it keeps copies, which must agree."""
+    assert task_runner.EVENT_FD_VAR == contract.EVENT_FD_VAR
+    assert task_runner.MIRRORED_FILES == contract.MIRRORED_FILE_VARS
+    source = Path(task_runner.__file__).read_text()
+    for event in ("stopped", "continued", "exit", "files"):
+        assert f'"{event}"' in source and event in contract.HELPER_EVENTS
+
+
+def test_no_second_definition_of_a_contract_name() -> None:
+    """Every TFLAUNCH_* name is written out only in the contract (and the helper's checked copies)."""
+    allowed = {REPO / "worker" / "contract.py", REPO / "launcher" / "task_runner.py"}
+    offenders = []
+    for path in [*(REPO / "launcher").rglob("*.py"), *(REPO / "worker").rglob("*.py")]:
+        if path in allowed:
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            code = line.split("#")[0]
+            if re.search(r"[\"']TFLAUNCH_[A-Z_]*[\"']", code):
+                offenders.append(f"{path.relative_to(REPO)}:{number}: {line.strip()}")
+    assert not offenders, "\n".join(offenders)

@@ -1,0 +1,177 @@
+"""The contract between the launcher and every task: names, codes and files both sides agree on.
+
+Defined once, here: the environment variables the launcher sets on a task (all `TFLAUNCH_*`),
+the events a task reports on its event channel, the exit codes with a meaning, and the layout
+of a run directory. The launcher writes a `TaskEnv` with `to_env()`; the worker reads it back
+with `from_env()`. Standard library only: it is imported by the launcher, by the worker runtime
+and by user scripts, none of which may pay for TensorFlow or pydantic here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+import re
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+ENV_PREFIX = "TFLAUNCH_"
+TF_CONFIG = "TF_CONFIG"
+
+# Environment variables the launcher sets on every task.
+RUN_NAME_VAR = "TFLAUNCH_RUN_NAME"
+RUN_DIR_VAR = "TFLAUNCH_RUN_DIR"
+ATTEMPT_VAR = "TFLAUNCH_ATTEMPT"
+TASK_VAR = "TFLAUNCH_TASK"
+CHECKPOINT_DIR_VAR = "TFLAUNCH_CHECKPOINT_DIR"
+RESULT_FILE_VAR = "TFLAUNCH_RESULT_FILE"
+ERROR_FILE_VAR = "TFLAUNCH_ERROR_FILE"
+METRICS_FILE_VAR = "TFLAUNCH_METRICS_FILE"
+EXPORT_DIR_VAR = "TFLAUNCH_EXPORT_DIR"
+TRAINING_VAR = "TFLAUNCH_TRAINING"
+PREEMPTION_EXIT_CODE_VAR = "TFLAUNCH_PREEMPTION_EXIT_CODE"
+FAULT_VAR = "TFLAUNCH_FAULT"  # --inject rehearsals, first attempt only
+EVENT_FD_VAR = "TFLAUNCH_EVENT_FD"  # set by the task's helper, not by the plan
+# Files a remote helper writes in its scratch directory and sends back over the channel.
+MIRRORED_FILE_VARS = (RESULT_FILE_VAR, ERROR_FILE_VAR)
+
+# Exit codes with a meaning.
+PREEMPTION_EXIT_CODE = 42  # checkpointed and left on request: restart without counting a failure
+USAGE_EXIT_CODE = 2  # what the task was asked to run is wrong: retrying cannot help
+
+# Events, one JSON object per line on the event channel: {"event": NAME, ...}.
+STARTING = "starting"  # the runtime is up, TensorFlow not yet imported
+IMPORTED = "imported"  # TensorFlow imported; building the strategy (joining) comes next
+JOINED = "joined"  # the strategy is built: every task of the gang has connected
+STEP = "step"  # {"step": n}: training advanced
+DONE = "done"  # {"step": n}: training finished; the result file is written
+PREEMPTED = "preempted"  # checkpoint written after a preemption notice
+EVAL = "eval"  # the evaluator scored a checkpoint
+STOPPED = "stopped"  # from the helper: the task's process is held stopped (SIGSTOP, Ctrl-Z)
+CONTINUED = "continued"  # from the helper: it runs again
+EXIT = "exit"  # from the helper: {"code": c, "signal": s}
+FILES = "files"  # from a remote helper: the mirrored files' contents
+START_MILESTONES = (STARTING, IMPORTED, JOINED)
+PROGRESS_EVENTS = (STEP, DONE)
+HELPER_EVENTS = (STOPPED, CONTINUED, EXIT, FILES)
+
+_ATTEMPT_DIR = re.compile(r"attempt-(\d+)")
+
+
+@dataclass(frozen=True)
+class RunLayout:
+    """Where everything of one run lives, under `<run_root>/<name>`. Paths only; creates nothing."""
+
+    run_dir: str
+
+    def attempt_dir(self, attempt: int) -> str:
+        return posixpath.join(self.run_dir, f"attempt-{attempt}")
+
+    def log_file(self, attempt: int, stem: str) -> str:
+        return posixpath.join(self.attempt_dir(attempt), f"{stem}.log")
+
+    def result_file(self, attempt: int, stem: str) -> str:
+        return posixpath.join(self.attempt_dir(attempt), f"{stem}.result.json")
+
+    def error_file(self, attempt: int, stem: str) -> str:
+        return posixpath.join(self.attempt_dir(attempt), f"{stem}.error.json")
+
+    @property
+    def summary_file(self) -> str:
+        return posixpath.join(self.run_dir, "summary.json")
+
+    @property
+    def status_file(self) -> str:
+        return posixpath.join(self.run_dir, "status.json")
+
+    @property
+    def metrics_file(self) -> str:
+        return posixpath.join(self.run_dir, "metrics.jsonl")
+
+    @property
+    def eval_file(self) -> str:
+        return posixpath.join(self.run_dir, "eval.jsonl")
+
+    @property
+    def export_dir(self) -> str:
+        return posixpath.join(self.run_dir, "model")
+
+    @property
+    def tensorboard_dir(self) -> str:
+        return posixpath.join(self.run_dir, "tensorboard")
+
+    @property
+    def default_checkpoint_dir(self) -> str:
+        return posixpath.join(self.run_dir, "checkpoints")
+
+    @staticmethod
+    def attempt_of(name: str) -> int | None:
+        """The attempt number of a directory entry named like an attempt directory, else None."""
+        match = _ATTEMPT_DIR.fullmatch(name)
+        return int(match.group(1)) if match else None
+
+
+def task_stem(task: str) -> str:
+    """File name stem of a task: `worker:1` -> `worker-1`."""
+    return task.replace(":", "-")
+
+
+@dataclass(frozen=True)
+class TaskEnv:
+    """Everything the launcher tells a task besides TF_CONFIG, as typed values."""
+
+    run_name: str
+    run_dir: str
+    attempt: int
+    task: str
+    checkpoint_dir: str
+    result_file: str
+    error_file: str
+    metrics_file: str
+    export_dir: str
+    training: Mapping[str, Any]
+    preemption_exit_code: int = PREEMPTION_EXIT_CODE
+    fault: str | None = None
+
+    def to_env(self) -> dict[str, str]:
+        env = {
+            RUN_NAME_VAR: self.run_name,
+            RUN_DIR_VAR: self.run_dir,
+            ATTEMPT_VAR: str(self.attempt),
+            TASK_VAR: self.task,
+            CHECKPOINT_DIR_VAR: self.checkpoint_dir,
+            RESULT_FILE_VAR: self.result_file,
+            ERROR_FILE_VAR: self.error_file,
+            METRICS_FILE_VAR: self.metrics_file,
+            EXPORT_DIR_VAR: self.export_dir,
+            TRAINING_VAR: json.dumps(dict(self.training), sort_keys=True),
+            PREEMPTION_EXIT_CODE_VAR: str(self.preemption_exit_code),
+        }
+        if self.fault is not None:
+            env[FAULT_VAR] = self.fault
+        return env
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> TaskEnv:
+        """Read it back; without a launcher (a bare `python -m worker`) local defaults apply."""
+        env = os.environ if env is None else env
+        run_dir = env.get(RUN_DIR_VAR, os.path.abspath("worker-run"))
+        layout = RunLayout(run_dir)
+        task = env.get(TASK_VAR, "worker:0")
+        attempt = int(env.get(ATTEMPT_VAR, "0"))
+        stem = task_stem(task)
+        return cls(
+            run_name=env.get(RUN_NAME_VAR, "worker-run"),
+            run_dir=run_dir,
+            attempt=attempt,
+            task=task,
+            checkpoint_dir=env.get(CHECKPOINT_DIR_VAR, layout.default_checkpoint_dir),
+            result_file=env.get(RESULT_FILE_VAR, layout.result_file(attempt, stem)),
+            error_file=env.get(ERROR_FILE_VAR, layout.error_file(attempt, stem)),
+            metrics_file=env.get(METRICS_FILE_VAR, layout.metrics_file),
+            export_dir=env.get(EXPORT_DIR_VAR, layout.export_dir),
+            training=json.loads(env.get(TRAINING_VAR, '{"kind": "builtin"}')),
+            preemption_exit_code=int(env.get(PREEMPTION_EXIT_CODE_VAR, str(PREEMPTION_EXIT_CODE))),
+            fault=env.get(FAULT_VAR) or None,
+        )
