@@ -16,8 +16,16 @@ import sys
 def main() -> int:
     with open(sys.argv[1], encoding="utf-8") as handle:
         tasks = json.load(handle)
-    procs = [subprocess.Popen(t["argv"], cwd=t["cwd"], env={**os.environ, **t["env"]},
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for t in tasks]
+    procs = [
+        subprocess.Popen(
+            t["argv"],
+            cwd=t["cwd"],
+            env={**os.environ, **t["env"]},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for t in tasks
+    ]
     return max(p.wait() for p in procs)
 
 

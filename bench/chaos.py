@@ -13,7 +13,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import builtin_spec, kill_all, save, start_launch, summarize, table, worker_processes, workdir, write_spec
+from bench.common import (
+    builtin_spec,
+    kill_all,
+    save,
+    start_launch,
+    summarize,
+    table,
+    workdir,
+    worker_processes,
+    write_spec,
+)
 
 EVERY = 20
 FAULTS = ("kill", "term", "hang", "exit=1")
@@ -44,27 +54,50 @@ def run(quick: bool, seed: int = 7) -> str:
         fault, task, step = rng.choice(FAULTS), f"worker:{rng.randrange(3)}", rng.randrange(10, steps - 10)
         name = f"chaos{number}"
         started = time.monotonic()
-        code = start_launch(_spec(directory, name, steps), "--inject", f"{fault}:{task}@step={step}", cwd=directory).wait(timeout=600)
+        code = start_launch(
+            _spec(directory, name, steps), "--inject", f"{fault}:{task}@step={step}", cwd=directory
+        ).wait(timeout=600)
         run_dir = directory / "runs" / name
         steps_seen, prints, summary = _final(run_dir)
         left = worker_processes(run_dir)
         kill_all(left)
         resumed = [t for t in summary["attempts"][1]["tasks"]] if len(summary["attempts"]) > 1 else []
         start_step = min(((t.get("result") or {}).get("start_step", step) for t in resumed), default=step)
-        records.append({
-            "fault": fault, "task": task, "step": step, "exit": code, "attempts": len(summary["attempts"]),
-            "exact": code == 0 and steps_seen == {steps} and len(prints) == 1 and prints == reference,
-            "redone": max(0, step - start_step), "leftover": len(left), "seconds": time.monotonic() - started,
-        })
+        records.append(
+            {
+                "fault": fault,
+                "task": task,
+                "step": step,
+                "exit": code,
+                "attempts": len(summary["attempts"]),
+                "exact": code == 0 and steps_seen == {steps} and len(prints) == 1 and prints == reference,
+                "redone": max(0, step - start_step),
+                "leftover": len(left),
+                "seconds": time.monotonic() - started,
+            }
+        )
     shutil.rmtree(directory, ignore_errors=True)
     exact = sum(r["exact"] for r in records)
     left = sum(r["leftover"] for r in records)
     save("chaos", {"seed": seed, "runs": records, "exact": exact, "leftover_processes": left})
-    lines = [table(f"Chaos: {runs} runs of 3 workers x {steps} steps, checkpoint every {EVERY}, one random fault each", [
-        ("steps redone", summarize([float(r["redone"]) for r in records]), "steps"),
-        ("run time", summarize([r["seconds"] for r in records]), "s"),
-    ]), "", f"Finished at exactly step {steps} with identical fingerprints equal to an uninterrupted run: "
-            f"**{exact}/{runs}**. Worker processes left behind: **{left}**.", "",
-        "| fault | worker | step | attempts | exact | redone |", "| --- | --- | ---: | ---: | --- | ---: |"]
-    lines += [f"| {r['fault']} | {r['task']} | {r['step']} | {r['attempts']} | {'yes' if r['exact'] else 'NO'} | {r['redone']} |" for r in records]
+    lines = [
+        table(
+            f"Chaos: {runs} runs of 3 workers x {steps} steps, checkpoint every {EVERY}, one random fault each",
+            [
+                ("steps redone", summarize([float(r["redone"]) for r in records]), "steps"),
+                ("run time", summarize([r["seconds"] for r in records]), "s"),
+            ],
+        ),
+        "",
+        f"Finished at exactly step {steps} with identical fingerprints equal to an uninterrupted run: "
+        f"**{exact}/{runs}**. Worker processes left behind: **{left}**.",
+        "",
+        "| fault | worker | step | attempts | exact | redone |",
+        "| --- | --- | ---: | ---: | --- | ---: |",
+    ]
+    lines += [
+        f"| {r['fault']} | {r['task']} | {r['step']} | {r['attempts']} | {'yes' if r['exact'] else 'NO'} | "
+        f"{r['redone']} |"
+        for r in records
+    ]
     return "\n".join(lines)

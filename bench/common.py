@@ -14,8 +14,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import psutil
 
@@ -30,7 +31,8 @@ QUIET_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2"}
 
 def builtin_spec(name: str, workers: int, run_root: Path, **training: Any) -> dict[str, Any]:
     return {
-        "name": name, "run_root": str(run_root),
+        "name": name,
+        "run_root": str(run_root),
         "hosts": [{"address": "localhost", "workers": workers}],
         "env": dict(QUIET_ENV),
         "training": {"kind": "builtin", **training},
@@ -49,8 +51,12 @@ def write_spec(directory: Path, spec: dict[str, Any]) -> Path:
 
 
 def start_launch(spec_path: Path, *args: str, cwd: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-m", "launcher", "--cluster", str(spec_path), "--quiet", *args],
-                            cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return subprocess.Popen(
+        [sys.executable, "-m", "launcher", "--cluster", str(spec_path), "--quiet", *args],
+        cwd=cwd,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 def plan_by_hand(spec_data: dict[str, Any]) -> LaunchPlan:
@@ -100,6 +106,7 @@ def wait_step(run_dir: Path, step: int, timeout: float = 120, attempt: int | Non
     def reached() -> dict[str, Any] | None:
         rows = [m for m in metrics(run_dir) if m["step"] >= step and (attempt is None or m.get("attempt") == attempt)]
         return rows[0] if rows else None
+
     return wait_for(reached, timeout, f"step {step} in {run_dir}")
 
 
@@ -136,7 +143,9 @@ def kill_all(processes: Iterable[psutil.Process]) -> None:
             continue
 
 
-def interleaved(a: Callable[[], float], b: Callable[[], float], pairs: int) -> tuple[list[float], list[float], list[float]]:
+def interleaved(
+    a: Callable[[], float], b: Callable[[], float], pairs: int
+) -> tuple[list[float], list[float], list[float]]:
     """Run A B A B ... and return the A values, the B values and the A/B ratio of each pair."""
     first, second, ratios = [], [], []
     for _ in range(pairs):
@@ -152,9 +161,16 @@ def summarize(values: list[float]) -> dict[str, float]:
 
 
 def table(title: str, rows: list[tuple[str, dict[str, float], str]]) -> str:
-    lines = [f"### {title}", "", "| measure | median | min | max | n | unit |", "| --- | ---: | ---: | ---: | ---: | --- |"]
+    lines = [
+        f"### {title}",
+        "",
+        "| measure | median | min | max | n | unit |",
+        "| --- | ---: | ---: | ---: | ---: | --- |",
+    ]
     for name, stats, unit in rows:
-        lines.append(f"| {name} | {stats['median']:.3f} | {stats['min']:.3f} | {stats['max']:.3f} | {int(stats['n'])} | {unit} |")
+        lines.append(
+            f"| {name} | {stats['median']:.3f} | {stats['min']:.3f} | {stats['max']:.3f} | {int(stats['n'])} | {unit} |"
+        )
     return "\n".join(lines)
 
 
@@ -169,5 +185,9 @@ def save(name: str, data: dict[str, Any]) -> Path:
 def machine() -> dict[str, Any]:
     import platform
 
-    return {"cpus": os.cpu_count(), "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
-            "python": platform.python_version(), "platform": platform.platform()}
+    return {
+        "cpus": os.cpu_count(),
+        "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }

@@ -52,14 +52,37 @@ def run(quick: bool) -> str:
     train = _peak([sys.executable, "-m", "launcher", "--cluster", str(path)], str(directory))
     lines = 50_000 if quick else 400_000
     (directory / "flood.py").write_text(FLOOD.format(n=lines))
-    flood = _peak([sys.executable, "-m", "launcher", "--local", "3", "--name", "flood", "--run-root", str(directory / "runs"),
-                   "--", "python", str(directory / "flood.py")], str(directory))
+    flood = _peak(
+        [
+            sys.executable,
+            "-m",
+            "launcher",
+            "--local",
+            "3",
+            "--name",
+            "flood",
+            "--run-root",
+            str(directory / "runs"),
+            "--",
+            "python",
+            str(directory / "flood.py"),
+        ],
+        str(directory),
+    )
     shutil.rmtree(directory, ignore_errors=True)
-    save("memory", {"training": {"launcher_mb": train[0], "task_mb": train[1], "seconds": train[2]},
-                    "flood": {"lines_per_task": lines, "launcher_mb": flood[0], "task_mb": flood[1], "seconds": flood[2]}})
+    save(
+        "memory",
+        {
+            "training": {"launcher_mb": train[0], "task_mb": train[1], "seconds": train[2]},
+            "flood": {"lines_per_task": lines, "launcher_mb": flood[0], "task_mb": flood[1], "seconds": flood[2]},
+        },
+    )
     one = lambda v: {"median": v, "min": v, "max": v, "n": 1}  # noqa: E731
-    return table("Memory: peak RSS of the launcher process during 3-task runs (output echoed to the console)", [
-        ("launcher, 3 TF workers logging every step", one(train[0]), "MB"),
-        ("one TF worker, for scale", one(train[1]), "MB"),
-        (f"launcher, 3 tasks printing {lines} lines each", one(flood[0]), "MB"),
-    ])
+    return table(
+        "Memory: peak RSS of the launcher process during 3-task runs (output echoed to the console)",
+        [
+            ("launcher, 3 TF workers logging every step", one(train[0]), "MB"),
+            ("one TF worker, for scale", one(train[1]), "MB"),
+            (f"launcher, 3 tasks printing {lines} lines each", one(flood[0]), "MB"),
+        ],
+    )

@@ -10,7 +10,18 @@ from __future__ import annotations
 import shutil
 import time
 
-from bench.common import builtin_spec, interleaved, plan_by_hand, save, start_by_hand, start_launch, summarize, table, workdir, write_spec
+from bench.common import (
+    builtin_spec,
+    interleaved,
+    plan_by_hand,
+    save,
+    start_by_hand,
+    start_launch,
+    summarize,
+    table,
+    workdir,
+    write_spec,
+)
 
 
 def _under_launch(steps: int) -> float:
@@ -41,8 +52,11 @@ def run(quick: bool) -> str:
     pairs, steps = (1, 10) if quick else (7, 30)
     launch, hand, ratios = interleaved(lambda: _under_launch(steps), lambda: _by_hand(steps), pairs)
     save("overhead", {"steps": steps, "launch_s": launch, "by_hand_s": hand, "ratios": ratios, "target": "<= 1.05"})
-    return table(f"Launch overhead: 2 workers, {steps} steps (target ratio <= 1.05)", [
-        ("launch wall time", summarize(launch), "s"),
-        ("by hand wall time", summarize(hand), "s"),
-        ("ratio launch / by hand", summarize(ratios), "x"),
-    ])
+    return table(
+        f"Launch overhead: 2 workers, {steps} steps (target ratio <= 1.05)",
+        [
+            ("launch wall time", summarize(launch), "s"),
+            ("by hand wall time", summarize(hand), "s"),
+            ("ratio launch / by hand", summarize(ratios), "x"),
+        ],
+    )

@@ -11,8 +11,20 @@ import shutil
 import signal
 import time
 
-from bench.common import (builtin_spec, kill_all, metrics, save, start_launch, summarize, table, wait_for, wait_step,
-                          worker_processes, workdir, write_spec)
+from bench.common import (
+    builtin_spec,
+    kill_all,
+    metrics,
+    save,
+    start_launch,
+    summarize,
+    table,
+    wait_for,
+    wait_step,
+    workdir,
+    worker_processes,
+    write_spec,
+)
 
 KILL_AT = 40
 
@@ -27,7 +39,9 @@ def _one(signum: int) -> dict[str, float]:
     wait_step(run_dir, KILL_AT)
     worker_processes(run_dir, "worker:1")[0].send_signal(signum)
     signalled = time.time()
-    resumed = wait_for(lambda: [m for m in metrics(run_dir) if m.get("attempt") == 1], 120, "the new attempt's first step")[0]
+    resumed = wait_for(
+        lambda: [m for m in metrics(run_dir) if m.get("attempt") == 1], 120, "the new attempt's first step"
+    )[0]
     code = proc.wait(timeout=120)
     assert code == 0, f"launch exited {code}"
     last_before = max(m["step"] for m in metrics(run_dir) if m.get("attempt") == 0)
@@ -36,7 +50,12 @@ def _one(signum: int) -> dict[str, float]:
     shutil.rmtree(directory, ignore_errors=True)
     cold = first["time"] - launched
     recovery = resumed["time"] - signalled
-    return {"cold_s": cold, "recovery_s": recovery, "ratio": recovery / cold, "redone": float(max(0, last_before - start_step))}
+    return {
+        "cold_s": cold,
+        "recovery_s": recovery,
+        "ratio": recovery / cold,
+        "redone": float(max(0, last_before - start_step)),
+    }
 
 
 def run(quick: bool) -> str:
@@ -45,7 +64,15 @@ def run(quick: bool) -> str:
     for _ in range(runs):  # interleaved: kill, term, kill, term ...
         results["kill"].append(_one(signal.SIGKILL))
         results["term"].append(_one(signal.SIGTERM))
-    save("recovery", {"kill_at_step": KILL_AT, "checkpoint_every": 25, **results, "target": "ratio <= 1.2; preemption redoes 0 steps"})
+    save(
+        "recovery",
+        {
+            "kill_at_step": KILL_AT,
+            "checkpoint_every": 25,
+            **results,
+            "target": "ratio <= 1.2; preemption redoes 0 steps",
+        },
+    )
     rows = []
     for kind, label in (("kill", "SIGKILL"), ("term", "SIGTERM (preemption)")):
         rows += [

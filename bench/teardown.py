@@ -10,13 +10,24 @@ from __future__ import annotations
 import shutil
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
-import psutil
-
-from bench.common import (all_gone, builtin_spec, kill_all, plan_by_hand, save, start_by_hand, start_launch, summarize,
-                          table, wait_step, worker_processes, workdir, write_spec)
+from bench.common import (
+    all_gone,
+    builtin_spec,
+    kill_all,
+    plan_by_hand,
+    save,
+    start_by_hand,
+    start_launch,
+    summarize,
+    table,
+    wait_step,
+    workdir,
+    worker_processes,
+    write_spec,
+)
 
 CAP_S = 30.0
 QUICK_CAP_S = 8.0
@@ -73,10 +84,21 @@ def run(quick: bool) -> str:
         if not quick:  # by hand a hang costs the whole cap; the full run measures it
             data["hang_by_hand"].append(_by_hand(signal.SIGSTOP, cap))
     save("teardown", {**data, "cap_s": cap, "stall_timeout_s": 2, "target": "crash under launch <= 0.5 s"})
-    rows = [(label, summarize(data[key]), "s") for key, label in (
-        ("crash_launch", "SIGKILL, under launch"), ("crash_by_hand", "SIGKILL, by hand"),
-        ("hang_launch", "SIGSTOP, under launch"), ("hang_by_hand", "SIGSTOP, by hand")) if data[key]]
-    return table(f"Teardown: time until every other worker is gone (by hand capped at {cap:g} s; stall_timeout_s=2 for the hang)", rows)
+    rows = [
+        (label, summarize(data[key]), "s")
+        for key, label in (
+            ("crash_launch", "SIGKILL, under launch"),
+            ("crash_by_hand", "SIGKILL, by hand"),
+            ("hang_launch", "SIGSTOP, under launch"),
+            ("hang_by_hand", "SIGSTOP, by hand"),
+        )
+        if data[key]
+    ]
+    return table(
+        f"Teardown: time until every other worker is gone (by hand capped at {cap:g} s; stall_timeout_s=2 for the "
+        f"hang)",
+        rows,
+    )
 
 
 if __name__ == "__main__":

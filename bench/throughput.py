@@ -9,7 +9,19 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from bench.common import builtin_spec, interleaved, metrics, plan_by_hand, save, start_by_hand, start_launch, summarize, table, workdir, write_spec
+from bench.common import (
+    builtin_spec,
+    interleaved,
+    metrics,
+    plan_by_hand,
+    save,
+    start_by_hand,
+    start_launch,
+    summarize,
+    table,
+    workdir,
+    write_spec,
+)
 
 
 def _steady_rate(run_dir: Path) -> float:
@@ -38,9 +50,21 @@ def _by_hand(steps: int) -> float:
 def run(quick: bool) -> str:
     pairs, steps = (1, 300) if quick else (10, 1000)
     launch, hand, ratios = interleaved(lambda: _under_launch(steps), lambda: _by_hand(steps), pairs)
-    save("throughput", {"steps": steps, "launch_steps_per_s": launch, "by_hand_steps_per_s": hand, "ratios": ratios, "target": ">= 0.98"})
-    return table(f"Throughput: 2 workers, {steps} steps, steady state (target ratio >= 0.98)", [
-        ("under launch", summarize(launch), "steps/s"),
-        ("by hand", summarize(hand), "steps/s"),
-        ("ratio launch / by hand", summarize(ratios), "x"),
-    ])
+    save(
+        "throughput",
+        {
+            "steps": steps,
+            "launch_steps_per_s": launch,
+            "by_hand_steps_per_s": hand,
+            "ratios": ratios,
+            "target": ">= 0.98",
+        },
+    )
+    return table(
+        f"Throughput: 2 workers, {steps} steps, steady state (target ratio >= 0.98)",
+        [
+            ("under launch", summarize(launch), "steps/s"),
+            ("by hand", summarize(hand), "steps/s"),
+            ("ratio launch / by hand", summarize(ratios), "x"),
+        ],
+    )

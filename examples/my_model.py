@@ -18,11 +18,13 @@ CLASSES = 4
 
 def build_model(config: dict[str, Any]) -> keras.Model:
     """Called once per worker inside the strategy scope; return a built Keras 3 model (logits)."""
-    return keras.Sequential([
-        keras.Input(shape=(config["features"],)),
-        keras.layers.Dense(32, activation="relu", kernel_initializer=keras.initializers.GlorotUniform(seed=1)),
-        keras.layers.Dense(CLASSES, kernel_initializer=keras.initializers.GlorotUniform(seed=2)),
-    ])
+    return keras.Sequential(
+        [
+            keras.Input(shape=(config["features"],)),
+            keras.layers.Dense(32, activation="relu", kernel_initializer=keras.initializers.GlorotUniform(seed=1)),
+            keras.layers.Dense(CLASSES, kernel_initializer=keras.initializers.GlorotUniform(seed=2)),
+        ]
+    )
 
 
 def make_dataset(context: tf.distribute.InputContext, start_step: int, config: dict[str, Any]) -> tf.data.Dataset:

@@ -1,5 +1,5 @@
-"""`python -m launcher` is the same as the `launch` command."""
+"""`python -m launcher`: the same as the `launch` command."""
 
-from launcher.cli import main
+from launcher.cli import entry
 
-raise SystemExit(main())
+entry()

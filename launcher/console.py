@@ -14,8 +14,9 @@ import os
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, TextIO
+from typing import Any, TextIO
 
 from launcher.gang import GangStatus
 from launcher.plan import TaskLaunch
@@ -34,6 +35,9 @@ class TaskView:
     last_line: str = ""
     _last_step: tuple[float, int] | None = field(default=None, repr=False)
 
+    def new_attempt(self) -> None:
+        self.state, self.rate, self._last_step = "starting", None, None
+
     def saw_step(self, step: int, now: float) -> None:
         if self._last_step is not None and step > self._last_step[1] and now > self._last_step[0]:
             self.rate = (step - self._last_step[1]) / (now - self._last_step[0])
@@ -44,12 +48,14 @@ class TaskView:
 class Console:
     """Renders task output and notices; `live` selects the in-place table."""
 
-    def __init__(self, quiet: bool = False, live: bool = False, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> None:
+    def __init__(
+        self, quiet: bool = False, live: bool = False, out: TextIO = sys.stdout, err: TextIO = sys.stderr
+    ) -> None:
         self.quiet = quiet
         self.live = live and not quiet
         self._out, self._err = out, err
         self._views: dict[str, TaskView] = {}
-        self._status: Callable[[], GangStatus] | None = None
+        self._status: Callable[[], GangStatus | None] | None = None
         self._status_path: str | None = None
         self._drawn_lines = 0
         self._last_draw = 0.0
@@ -57,7 +63,7 @@ class Console:
         self._attempt = 0
         self._started: float | None = None
 
-    def attach(self, status: Callable[[], GangStatus], status_path: str) -> None:
+    def attach(self, status: Callable[[], GangStatus | None], status_path: str) -> None:
         self._status = status
         self._status_path = status_path
 
@@ -114,22 +120,21 @@ class Console:
     def _sync_states(self) -> GangStatus | None:
         if self._status is None:
             return None
-        try:
-            status = self._status()
-        except AssertionError:  # no attempt has started yet
+        status = self._status()
+        if status is None:  # no attempt has started yet
             return None
         if status.attempt != self._attempt:  # a new attempt: fresh rows
             self._attempt = status.attempt
             for view in self._views.values():
-                view.state, view.rate, view._last_step = "starting", None, None
+                view.new_attempt()
         for task in status.tasks:
-            view = self._views.get(task.name)
-            if view is None:
+            row = self._views.get(task.name)
+            if row is None:
                 continue
             if task.exit is not None:
-                view.state = "exited 0" if task.exit.ok else task.exit.describe()
-            elif task.joined and view.state == "starting":
-                view.state = "running"
+                row.state = "exited 0" if task.exit.ok else task.exit.describe()
+            elif task.joined and row.state == "starting":
+                row.state = "running"
         return status
 
     def rows(self) -> list[str]:
@@ -180,8 +185,16 @@ class Console:
             "updated": time.time(),
             "attempt": status.attempt if status else self._attempt,
             "restarts": status.restarts if status else 0,
-            "tasks": [{"task": v.label, "state": v.state, "step": v.step, "steps_per_s": v.rate, "last_line": v.last_line[-300:]}
-                      for v in self._views.values()],
+            "tasks": [
+                {
+                    "task": v.label,
+                    "state": v.state,
+                    "step": v.step,
+                    "steps_per_s": v.rate,
+                    "last_line": v.last_line[-300:],
+                }
+                for v in self._views.values()
+            ],
         }
         tmp = f"{self._status_path}.tmp"
         try:

@@ -16,7 +16,9 @@ from dataclasses import dataclass
 
 from launcher.errors import UsageError
 
-_FAULT = re.compile(r"^(?P<kind>kill|term|hang|exit(?:=(?P<code>\d{1,3}))?):(?P<task>(?:chief|worker):\d+)@step=(?P<step>\d+)$")
+_FAULT = re.compile(
+    r"^(?P<kind>kill|term|hang|exit(?:=(?P<code>\d{1,3}))?):(?P<task>(?:chief|worker):\d+)@step=(?P<step>\d+)$"
+)
 
 
 @dataclass(frozen=True)
@@ -33,8 +35,10 @@ class Fault:
 def parse_fault(text: str) -> Fault:
     match = _FAULT.match(text.strip())
     if not match:
-        raise UsageError(f"Got --inject {text!r}: write KIND:TASK@step=N, e.g. kill:worker:1@step=50 "
-                         "(KIND is kill, term, hang or exit=CODE).")
+        raise UsageError(
+            f"Got --inject {text!r}: write KIND:TASK@step=N, e.g. kill:worker:1@step=50 "
+            "(KIND is kill, term, hang or exit=CODE)."
+        )
     kind = match["kind"].split("=")[0]
     code = int(match["code"]) if match["code"] else 1
     if kind == "exit" and not 0 < code < 256:

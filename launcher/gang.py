@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from launcher.transport.base import TaskExit
+from launcher.transport.base import ExitStatus
 from worker.contract import START_MILESTONES
 
 
-class GroupState(str, Enum):
+class LaunchState(str, Enum):
     """Lifecycle of one launch. Terminal states end the run."""
 
     STARTING = "starting"  # tasks started, not all joined yet
@@ -26,7 +26,7 @@ class GroupState(str, Enum):
 
     @property
     def is_terminal(self) -> bool:
-        return self in (GroupState.SUCCEEDED, GroupState.FAILED, GroupState.INTERRUPTED)
+        return self in (LaunchState.SUCCEEDED, LaunchState.FAILED, LaunchState.INTERRUPTED)
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ class TaskStatus:
     pid: int | None
     joined: bool
     step: int | None
-    exit: TaskExit | None
+    exit: ExitStatus | None
     started_mono: float
     last_progress: float
     reported: bool = False  # sent any report (the runtime came up), joined or not
@@ -115,7 +115,7 @@ class TaskResult:
     def describe_exit(self) -> str:
         if self.exit_code is None and self.signal is None and self.lost is None:
             return "did not exit"
-        return TaskExit(self.exit_code, self.signal, lost=self.lost).describe()
+        return ExitStatus(self.exit_code, self.signal, lost=self.lost).describe()
 
     @property
     def failed(self) -> bool:
@@ -139,7 +139,7 @@ class RunResult:
 
     run_name: str
     run_dir: str
-    state: GroupState = GroupState.STARTING
+    state: LaunchState = LaunchState.STARTING
     attempts: list[AttemptResult] = field(default_factory=list)
     final_step: int | None = None
     message: str = ""

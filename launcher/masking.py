@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import re
 
-_SECRET = re.compile(r"(SECRET|TOKEN|PASSW|PASSPHRASE|CREDENTIAL|AUTH|PRIVATE|API_?KEY|ACCESS_?KEY|_KEY$)", re.IGNORECASE)
+_SECRET = re.compile(
+    r"(SECRET|TOKEN|PASSW|PASSPHRASE|CREDENTIAL|AUTH|PRIVATE|API_?KEY|ACCESS_?KEY|_KEY$)", re.IGNORECASE
+)
 MASK = "****"
 
 

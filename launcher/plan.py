@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 import posixpath
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from launcher.spec import ClusterSpec, CommandTraining, HostSpec, is_url
 from worker.contract import TF_CONFIG, RunLayout, TaskEnv, task_stem
@@ -130,7 +131,7 @@ def _gpu_share(host: HostSpec, position: int, count: int) -> str | None:
     per_task = len(host.gpus) // count if count else 0
     if per_task == 0:
         return ",".join(str(g) for g in host.gpus)  # fewer GPUs than tasks: all share
-    share = host.gpus[position * per_task:(position + 1) * per_task]
+    share = host.gpus[position * per_task : (position + 1) * per_task]
     return ",".join(str(g) for g in share)
 
 
@@ -150,27 +151,36 @@ def _cluster(slots: list[TaskSlot], ports: Mapping[str, int]) -> dict[str, list[
     return cluster
 
 
-def _task_env(spec: ClusterSpec, inputs: PlanInputs, slot: TaskSlot, layout: RunLayout, checkpoint_dir: str,
-              tf_config: dict[str, Any], gpus: str | None) -> dict[str, str]:
+def _task_env(
+    spec: ClusterSpec,
+    inputs: PlanInputs,
+    slot: TaskSlot,
+    layout: RunLayout,
+    checkpoint_dir: str,
+    tf_config: dict[str, Any],
+    gpus: str | None,
+) -> dict[str, str]:
     """The environment one task gets on top of its host's: the spec's env, TF_CONFIG and the contract."""
     stem = task_stem(slot.name)
     env = {**spec.env, **slot.host.env}
     env[TF_CONFIG] = json.dumps(tf_config, sort_keys=True)
     env["PYTHONUNBUFFERED"] = "1"
-    env.update(TaskEnv(
-        run_name=spec.name,
-        run_dir=layout.run_dir,
-        attempt=inputs.attempt,
-        task=slot.name,
-        checkpoint_dir=checkpoint_dir,
-        result_file=layout.result_file(inputs.attempt, stem),
-        error_file=layout.error_file(inputs.attempt, stem),
-        metrics_file=layout.metrics_file,
-        export_dir=layout.export_dir,
-        training=spec.training.model_dump(mode="json"),
-        preemption_exit_code=spec.restart.preemption_exit_code,
-        fault=inputs.faults.get(slot.name),
-    ).to_env())
+    env.update(
+        TaskEnv(
+            run_name=spec.name,
+            run_dir=layout.run_dir,
+            attempt=inputs.attempt,
+            task=slot.name,
+            checkpoint_dir=checkpoint_dir,
+            result_file=layout.result_file(inputs.attempt, stem),
+            error_file=layout.error_file(inputs.attempt, stem),
+            metrics_file=layout.metrics_file,
+            export_dir=layout.export_dir,
+            training=spec.training.model_dump(mode="json"),
+            preemption_exit_code=spec.restart.preemption_exit_code,
+            fault=inputs.faults.get(slot.name),
+        ).to_env()
+    )
     if spec.training.kind == "fit":
         env["TF_USE_LEGACY_KERAS"] = "1"  # tf-keras: Keras 3 fit is broken under MWMS
     if gpus is not None:
@@ -213,23 +223,26 @@ def build_plan(spec: ClusterSpec, inputs: PlanInputs) -> LaunchPlan:
         else:
             argv = [python, "-m", WORKER_MODULE]
         stem = task_stem(slot.name)
-        tasks.append(TaskLaunch(
-            name=slot.name,
-            task_type=slot.task_type,
-            task_index=slot.task_index,
-            host=host.address,
-            host_index=slot.host_index,
-            is_local=host.is_local,
-            port=ports[slot.name],
-            python=python,
-            sidecar=sidecar,
-            tf_config=tf_config,
-            env=_task_env(spec, inputs, slot, layout, checkpoint_dir, tf_config, gpus),
-            argv=argv,
-            cwd=cwd,
-            log_path=layout.log_file(inputs.attempt, stem),
-            result_path=layout.result_file(inputs.attempt, stem),
-            error_path=layout.error_file(inputs.attempt, stem),
-        ))
-    return LaunchPlan(spec.name, inputs.run_dir, inputs.attempt, layout.attempt_dir(inputs.attempt), checkpoint_dir,
-                      tuple(tasks))
+        tasks.append(
+            TaskLaunch(
+                name=slot.name,
+                task_type=slot.task_type,
+                task_index=slot.task_index,
+                host=host.address,
+                host_index=slot.host_index,
+                is_local=host.is_local,
+                port=ports[slot.name],
+                python=python,
+                sidecar=sidecar,
+                tf_config=tf_config,
+                env=_task_env(spec, inputs, slot, layout, checkpoint_dir, tf_config, gpus),
+                argv=argv,
+                cwd=cwd,
+                log_path=layout.log_file(inputs.attempt, stem),
+                result_path=layout.result_file(inputs.attempt, stem),
+                error_path=layout.error_file(inputs.attempt, stem),
+            )
+        )
+    return LaunchPlan(
+        spec.name, inputs.run_dir, inputs.attempt, layout.attempt_dir(inputs.attempt), checkpoint_dir, tuple(tasks)
+    )

@@ -114,14 +114,22 @@ class RestartPolicy:
         limit = self.spec.stopped_timeout_s
         if limit is None:
             return None
-        stopped = [t for t in status.tasks if t.running and t.stopped_since is not None
-                   and status.now - t.stopped_since >= limit]
+        stopped = [
+            t
+            for t in status.tasks
+            if t.running and t.stopped_since is not None and status.now - t.stopped_since >= limit
+        ]
         if not stopped:
             return None
         first = min(stopped, key=lambda t: t.stopped_since or 0.0)
-        return self._restart_or_fail(status, FailureKind.STALLED, first.name,
-                                     f"{first.name} on {first.host} has been stopped (SIGSTOP or Ctrl-Z) for "
-                                     f"{limit:g}s or more (stopped_timeout_s): hung", None)
+        return self._restart_or_fail(
+            status,
+            FailureKind.STALLED,
+            first.name,
+            f"{first.name} on {first.host} has been stopped (SIGSTOP or Ctrl-Z) for "
+            f"{limit:g}s or more (stopped_timeout_s): hung",
+            None,
+        )
 
     def _start_deadline(self, status: GangStatus) -> Decision:
         late = [t for t in status.unjoined if status.now - t.started_mono >= self.spec.start_timeout_s]
@@ -133,8 +141,10 @@ class RestartPolicy:
         behind = [t for t in late if t.start_rank == lowest]
         waiting = [t.name for t in late if t not in behind]
         where = behind[0].milestone if lowest > 0 else None
-        reason = (f"{', '.join(t.name for t in behind)} did not join within start_timeout_s={self.spec.start_timeout_s:g}s"
-                  f" ({'last reported ' + repr(where) if where else 'its runtime never reported'})")
+        reason = (
+            f"{', '.join(t.name for t in behind)} did not join within start_timeout_s={self.spec.start_timeout_s:g}s"
+            f" ({'last reported ' + repr(where) if where else 'its runtime never reported'})"
+        )
         if waiting:
             reason += f"; {', '.join(waiting)} started and waited for it"
         signature = f"start timeout: {', '.join(t.name for t in behind)} at {where or 'nothing reported'}"
@@ -148,27 +158,43 @@ class RestartPolicy:
 
         def quiet_for_too_long(task: TaskStatus) -> bool:
             # Restoring and tracing before the first step is start-up, not a stall.
-            limit = stall if task.step is not None or not status.reports_progress else max(stall, self.spec.start_timeout_s)
+            limit = (
+                stall if task.step is not None or not status.reports_progress else max(stall, self.spec.start_timeout_s)
+            )
             return status.now - task.last_progress >= limit
 
         if running and all(quiet_for_too_long(t) for t in running):
             slowest = min(running, key=lambda t: t.last_progress)
             what = "reported no step" if status.reports_progress else "printed nothing"
-            return self._restart_or_fail(status, FailureKind.STALLED, slowest.name,
-                                         f"the gang {what} for {stall:g}s (stall_timeout_s); {slowest.name} was quiet longest",
-                                         None)
+            return self._restart_or_fail(
+                status,
+                FailureKind.STALLED,
+                slowest.name,
+                f"the gang {what} for {stall:g}s (stall_timeout_s); {slowest.name} was quiet longest",
+                None,
+            )
         return KEEP_GOING
 
-    def _restart_or_fail(self, status: GangStatus, kind: FailureKind, cause: str, what: str,
-                         signature: str | None) -> Decision:
+    def _restart_or_fail(
+        self, status: GangStatus, kind: FailureKind, cause: str, what: str, signature: str | None
+    ) -> Decision:
         earlier = status.earlier_causes
         if signature is not None and earlier and all(e == signature for e in earlier):
-            return Decision(Action.FAIL, kind, cause, f"{what}: {NOT_RETRYING} (attempts so far failed alike)", signature)
+            return Decision(
+                Action.FAIL, kind, cause, f"{what}: {NOT_RETRYING} (attempts so far failed alike)", signature
+            )
         if status.restarts < self.spec.max_restarts:
-            return Decision(Action.RESTART, kind, cause, f"{what}; restart {status.restarts + 1} of {self.spec.max_restarts}",
-                            signature)
-        return Decision(Action.FAIL, kind, cause, f"{what}; no restarts left (max_restarts={self.spec.max_restarts})", signature)
+            return Decision(
+                Action.RESTART,
+                kind,
+                cause,
+                f"{what}; restart {status.restarts + 1} of {self.spec.max_restarts}",
+                signature,
+            )
+        return Decision(
+            Action.FAIL, kind, cause, f"{what}; no restarts left (max_restarts={self.spec.max_restarts})", signature
+        )
 
     def backoff_s(self, restarts: int) -> float:
         """Wait before restart number `restarts + 1`."""
-        return min(self.spec.backoff_s * (2 ** restarts), self.spec.max_backoff_s)
+        return min(self.spec.backoff_s * (2**restarts), self.spec.max_backoff_s)

@@ -15,9 +15,10 @@ import queue
 import secrets
 import subprocess
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 from launcher import probe
 from launcher.errors import HostError
@@ -72,8 +73,9 @@ class ProbeSession:
 
 def _local_session(python: str) -> ProbeSession:
     try:
-        proc = subprocess.Popen([python, "-u", "-c", BOOTSTRAP], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE)
+        proc = subprocess.Popen(
+            [python, "-u", "-c", BOOTSTRAP], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
     except OSError as error:
         raise RuntimeError(f"cannot run python {python!r}: {error.strerror}") from None
     assert proc.stdin is not None
@@ -143,12 +145,14 @@ def run_preflight(spec: ClusterSpec, plan: LaunchPlan) -> PreflightReport:
     """Check every host (local ones too) and the run directory; writes nothing that outlives it."""
     report = PreflightReport()
     if not creatable(plan.run_dir):
-        report.problems.append(f"run directory {plan.run_dir} cannot be created (a parent is a file or not writable); "
-                               "set run_root or --run-root to a writable directory")
+        report.problems.append(
+            f"run directory {plan.run_dir} cannot be created (a parent is a file or not writable); "
+            "set run_root or --run-root to a writable directory"
+        )
     hosts: list[_Host] = []
-    for index, host in enumerate(spec.hosts):
+    for index, entry in enumerate(spec.hosts):
         tasks = [t for t in plan.tasks if t.host_index == index]
-        hosts.append(_Host(index, host.address, host.is_local, tasks[0].python, tasks[0].cwd, tasks))
+        hosts.append(_Host(index, entry.address, entry.is_local, tasks[0].python, tasks[0].cwd, tasks))
     need_worker = isinstance(spec.training, (BuiltinTraining, FunctionTraining))
 
     def open_session(host: _Host) -> None:
@@ -159,23 +163,28 @@ def run_preflight(spec: ClusterSpec, plan: LaunchPlan) -> PreflightReport:
 
             host.client = connect(resolve_target(spec.hosts[host.index]))
             host.session = _ssh_session(host.client, host.python)
-        host.info = host.session.call({"op": "info", "workdir": host.workdir, "checkpoint_dir": plan.checkpoint_dir,
-                                       "need_worker": need_worker})
+        host.info = host.session.call(
+            {"op": "info", "workdir": host.workdir, "checkpoint_dir": plan.checkpoint_dir, "need_worker": need_worker}
+        )
 
     try:
         for host, outcome in _parallel(hosts, open_session):
             if isinstance(outcome, HostError):
                 report.problems.append(str(outcome))
             elif isinstance(outcome, BaseException):
-                report.problems.append(f"{host.address}: cannot run {host.python!r} there ({outcome}); set python for this host")
+                report.problems.append(
+                    f"{host.address}: cannot run {host.python!r} there ({outcome}); set python for this host"
+                )
         live = [h for h in hosts if h.info]
         _check_info(live, plan, need_worker, report)
         _check_shared_checkpoints([h for h in live if h.info.get("checkpoint_ok")], plan, report)
         _check_ports_and_mesh(live, report)
         for host in live:
             info = host.info
-            report.lines.append(f"{host.address}: python {info['python']}, tensorflow {info['tensorflow'] or 'MISSING'}, "
-                                f"{len(host.tasks)} task(s) on port(s) {', '.join(str(t.port) for t in host.tasks)}")
+            report.lines.append(
+                f"{host.address}: python {info['python']}, tensorflow {info['tensorflow'] or 'MISSING'}, "
+                f"{len(host.tasks)} task(s) on port(s) {', '.join(str(t.port) for t in host.tasks)}"
+            )
     finally:
         for host in hosts:
             if host.session is not None:
@@ -189,15 +198,22 @@ def _check_info(hosts: list[_Host], plan: LaunchPlan, need_worker: bool, report:
     for host in hosts:
         info = host.info
         if not info["tensorflow"]:
-            report.problems.append(f"{host.address}: tensorflow is not installed for {info['executable']}; pip install 'tensorflow==2.21.*' there")
+            report.problems.append(
+                f"{host.address}: tensorflow is not installed for {info['executable']}; pip install "
+                f"'tensorflow==2.21.*' there"
+            )
         if need_worker and not info.get("worker_ok"):
-            report.problems.append(f"{host.address}: the worker runtime (package 'worker') is not importable by {info['executable']}; "
-                                   "install this project there (pip install .)")
+            report.problems.append(
+                f"{host.address}: the worker runtime (package 'worker') is not importable by {info['executable']}; "
+                "install this project there (pip install .)"
+            )
         if not info["workdir_ok"]:
             report.problems.append(f"{host.address}: working directory {host.workdir} does not exist")
         if not info["checkpoint_ok"]:
-            report.problems.append(f"{host.address}: checkpoint_dir {plan.checkpoint_dir} is not a writable directory and "
-                                   "cannot be created there; it must be storage every host shares")
+            report.problems.append(
+                f"{host.address}: checkpoint_dir {plan.checkpoint_dir} is not a writable directory and "
+                "cannot be created there; it must be storage every host shares"
+            )
     for key, label in (("tensorflow", "tensorflow"), ("python", "python")):
         versions: dict[str, list[str]] = {}
         for host in hosts:
@@ -207,13 +223,17 @@ def _check_info(hosts: list[_Host], plan: LaunchPlan, need_worker: bool, report:
                 versions.setdefault(version, []).append(host.address)
         if len(versions) > 1:
             spread = "; ".join(f"{v} on {', '.join(a)}" for v, a in sorted(versions.items()))
-            report.problems.append(f"{label} versions differ across hosts ({spread}); install the same version everywhere")
+            report.problems.append(
+                f"{label} versions differ across hosts ({spread}); install the same version everywhere"
+            )
 
 
 def _check_shared_checkpoints(hosts: list[_Host], plan: LaunchPlan, report: PreflightReport) -> None:
     if is_url(plan.checkpoint_dir):
-        report.lines.append(f"checkpoint_dir {plan.checkpoint_dir} is an object-store URL: TensorFlow reaches it from "
-                            "every worker; not checked here")
+        report.lines.append(
+            f"checkpoint_dir {plan.checkpoint_dir} is an object-store URL: TensorFlow reaches it from "
+            "every worker; not checked here"
+        )
         return
     if len({machine_key(h.address) for h in hosts}) < 2:
         return
@@ -226,8 +246,10 @@ def _check_shared_checkpoints(hosts: list[_Host], plan: LaunchPlan, report: Pref
         for host, outcome in _parallel(hosts[1:], lambda h: h.session.call({"op": "read_marker", "path": path})):  # type: ignore[union-attr]
             seen = outcome.get("token") if isinstance(outcome, dict) else None
             if seen != token:
-                report.problems.append(f"{host.address}: checkpoint_dir {plan.checkpoint_dir} is not shared with {writer.address} "
-                                       f"(a marker written there is not visible here); workers must see each other's checkpoints")
+                report.problems.append(
+                    f"{host.address}: checkpoint_dir {plan.checkpoint_dir} is not shared with {writer.address} "
+                    f"(a marker written there is not visible here); workers must see each other's checkpoints"
+                )
     finally:
         writer.session.call({"op": "remove", "path": path})
 
@@ -240,8 +262,10 @@ def _check_ports_and_mesh(hosts: list[_Host], report: PreflightReport) -> None:
             for task in host.tasks:
                 status = results.get(str(task.port), str(outcome))
                 if status != "ok":
-                    report.problems.append(f"{host.address}: port {task.port} for {task.name} is not free ({status}); "
-                                           "free it or choose another port")
+                    report.problems.append(
+                        f"{host.address}: port {task.port} for {task.name} is not free ({status}); "
+                        "free it or choose another port"
+                    )
 
         def reach(host: _Host) -> dict[str, Any]:
             targets = [[t.host, t.port] for other in hosts if other is not host for t in other.tasks]
@@ -253,7 +277,9 @@ def _check_ports_and_mesh(hosts: list[_Host], report: PreflightReport) -> None:
             results = outcome.get("results", {}) if isinstance(outcome, dict) else {"*": str(outcome)}
             for address, status in results.items():
                 if status != "ok":
-                    report.problems.append(f"{host.address}: cannot open a TCP connection to task address {address} ({status}); "
-                                           "check firewalls and that the address resolves from this host")
+                    report.problems.append(
+                        f"{host.address}: cannot open a TCP connection to task address {address} ({status}); "
+                        "check firewalls and that the address resolves from this host"
+                    )
     finally:
         _parallel(hosts, lambda h: h.session.call({"op": "release"}))  # type: ignore[union-attr]

@@ -66,7 +66,9 @@ def _info(request: dict[str, Any]) -> dict[str, Any]:
         "hostname": socket.gethostname(),
         "python": platform.python_version(),
         "executable": sys.executable,
-        "tensorflow": _version("tensorflow", "tensorflow-cpu", "tf-nightly") if importlib.util.find_spec("tensorflow") else None,
+        "tensorflow": _version("tensorflow", "tensorflow-cpu", "tf-nightly")
+        if importlib.util.find_spec("tensorflow")
+        else None,
         "workdir_ok": os.path.isdir(workdir),
         # an object store is TensorFlow's to reach; a directory may be made by the run itself
         "checkpoint_url": bool(_URL.fullmatch(request.get("checkpoint_dir") or "")),

@@ -67,8 +67,16 @@ def summary(result: RunResult) -> dict[str, Any]:
     first = None
     if ordered:
         attempt, task = ordered[0]
-        first = {"attempt": attempt, "task": task.name, "host": task.host, "exit": task.describe_exit,
-                 "exit_code": task.exit_code, "signal": task.signal, "error": task.error, "log": task.log_path}
+        first = {
+            "attempt": attempt,
+            "task": task.name,
+            "host": task.host,
+            "exit": task.describe_exit,
+            "exit_code": task.exit_code,
+            "signal": task.signal,
+            "error": task.error,
+            "log": task.log_path,
+        }
     return {
         "run_name": result.run_name,
         "run_dir": result.run_dir,
@@ -78,8 +86,15 @@ def summary(result: RunResult) -> dict[str, Any]:
         "preemptions": sum(1 for a in result.attempts[:-1] if a.kind == "preempted"),
         "first_failure": first,
         "attempts": [
-            {"attempt": a.attempt, "reason": a.reason, "kind": a.kind, "cause": a.cause,
-             "started_at": a.started_at, "ended_at": a.ended_at, "tasks": [_task_json(t) for t in a.tasks]}
+            {
+                "attempt": a.attempt,
+                "reason": a.reason,
+                "kind": a.kind,
+                "cause": a.cause,
+                "started_at": a.started_at,
+                "ended_at": a.ended_at,
+                "tasks": [_task_json(t) for t in a.tasks],
+            }
             for a in result.attempts
         ],
     }
@@ -102,7 +117,9 @@ def failure_text(result: RunResult) -> str:
     lines = [f"launch {result.state.value}: {last.reason if last else 'nothing ran'}"]
     if ordered:
         attempt, task = ordered[0]
-        lines.append(f"root cause: {task.name} on {task.host} (pid {task.pid}) {task.describe_exit} in attempt {attempt}")
+        lines.append(
+            f"root cause: {task.name} on {task.host} (pid {task.pid}) {task.describe_exit} in attempt {attempt}"
+        )
         if task.error:
             lines.append(f"  {task.error.get('type')}: {task.error.get('message')}")
             trace = str(task.error.get("traceback", "")).rstrip().splitlines()[-6:]
@@ -120,10 +137,10 @@ def failure_text(result: RunResult) -> str:
             lines.append(f"never joined: {task.name} on {task.host} (pid {task.pid}); last lines of {task.log_path}:")
             lines += [f"    | {line}" for line in log_tail(task.log_path)] or ["    (no output)"]
     elif last is not None and last.cause:
-        task = next((t for t in last.tasks if t.name == last.cause), None)
-        if task is not None:
-            lines.append(f"  last lines of {task.log_path}:")
-            lines += [f"    | {line}" for line in log_tail(task.log_path)] or ["    (no output)"]
+        cause = next((t for t in last.tasks if t.name == last.cause), None)
+        if cause is not None:
+            lines.append(f"  last lines of {cause.log_path}:")
+            lines += [f"    | {line}" for line in log_tail(cause.log_path)] or ["    (no output)"]
     if len(result.attempts) > 1:
         lines.append("attempts:")
         lines += [f"  {a.attempt}: {a.reason}" for a in result.attempts]
@@ -143,5 +160,5 @@ def success_text(result: RunResult) -> str:
     if len(prints) == 1:
         text += f"; every replica has weights {prints.pop()}"
     elif len(prints) > 1:
-        text += f"; WARNING: replicas disagree on final weights ({', '.join(sorted(prints))})"
+        text += f"; WARNING: replicas disagree on final weights ({', '.join(sorted(str(p) for p in prints))})"
     return text

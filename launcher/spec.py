@@ -11,21 +11,21 @@ import ipaddress
 import json
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union, get_args
+from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from launcher.errors import SpecError, SpecProblem
 from launcher.spec_json import decode_json, decode_text, json_child, raw_problems
 from worker.contract import ENV_PREFIX, PREEMPTION_EXIT_CODE
 from worker.training_spec import (  # noqa: F401 - re-exported: the spec's `training` section
+    TRAINING_KINDS,
     BuiltinTraining,
     CommandTraining,
     FitTraining,
     FunctionTraining,
     StrictModel,
     TrainingSpec,
-    TRAINING_KINDS,
 )
 
 LOOPBACK_NAMES = frozenset({"localhost", "ip6-localhost", "ip6-loopback", "localhost.localdomain"})
@@ -81,14 +81,12 @@ def machine_key(address: str) -> str:
     ip = _plain_ip(address)
     return ip.compressed if ip is not None else address.lower().rstrip(".")
 
+
 _HOST_PATTERN = r"^(?:[A-Za-z0-9](?:[A-Za-z0-9.\-]{0,251}[A-Za-z0-9])?|[0-9A-Fa-f:]{2,39})$"
 _NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._\-]{0,63}$"
 _ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 Port = Annotated[int, Field(ge=0, le=65535)]
-
-
-_Strict = StrictModel
 
 
 class CrossFieldProblems(ValueError):
@@ -103,53 +101,123 @@ def _check_env(env: dict[str, str], where: str) -> list[tuple[str, str]]:
     problems = []
     for key in env:
         if not _ENV_KEY.fullmatch(key):
-            problems.append((f"{where}.{key}", "an environment variable name is letters, digits and _ and does not start with a digit"))
+            problems.append(
+                (
+                    f"{where}.{key}",
+                    "an environment variable name is letters, digits and _ and does not start with a digit",
+                )
+            )
         elif key == "TF_CONFIG" or key.startswith(ENV_PREFIX):
-            problems.append((f"{where}.{key}", f"TF_CONFIG and {ENV_PREFIX}* are set by the launcher for each task; remove this key"))
+            problems.append(
+                (
+                    f"{where}.{key}",
+                    f"TF_CONFIG and {ENV_PREFIX}* are set by the launcher for each task; remove this key",
+                )
+            )
     return problems
 
 
-class SshSpec(_Strict):
+class SshSpec(StrictModel):
     """How to reach a remote host. Unset fields fall back to ~/.ssh/config, then to defaults."""
 
-    user: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_.\-]{0,31}$", description="SSH user name (default: ~/.ssh/config, then the local user).")
+    user: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z_][A-Za-z0-9_.\-]{0,31}$",
+        description="SSH user name (default: ~/.ssh/config, then the local user).",
+    )
     port: int | None = Field(None, ge=1, le=65535, description="SSH port (default: ~/.ssh/config, then 22).")
-    identity_file: str | None = Field(None, min_length=1, description="Private key file (default: ~/.ssh/config, the SSH agent, ~/.ssh/id_*).")
-    known_hosts: str | None = Field(None, min_length=1, description="known_hosts file to trust (default: ~/.ssh/known_hosts).")
-    connect_timeout_s: float = Field(10.0, gt=0, le=300, description="Seconds to wait for the TCP connection and SSH handshake.")
-    accept_unknown_host_keys: bool = Field(False, description="Trust and record host keys never seen before. Off by default: unknown keys are rejected.")
+    identity_file: str | None = Field(
+        None, min_length=1, description="Private key file (default: ~/.ssh/config, the SSH agent, ~/.ssh/id_*)."
+    )
+    known_hosts: str | None = Field(
+        None, min_length=1, description="known_hosts file to trust (default: ~/.ssh/known_hosts)."
+    )
+    connect_timeout_s: float = Field(
+        10.0, gt=0, le=300, description="Seconds to wait for the TCP connection and SSH handshake."
+    )
+    accept_unknown_host_keys: bool = Field(
+        False, description="Trust and record host keys never seen before. Off by default: unknown keys are rejected."
+    )
 
 
-class TaskSpec(_Strict):
+TaskType = Literal["chief", "worker", "evaluator"]
+
+
+class TaskSpec(StrictModel):
     """One task written out explicitly (the alternative to a host's `workers` count)."""
 
-    type: Literal["chief", "worker", "evaluator"] = Field(description="Task type: 'chief' (at most one), 'worker', or 'evaluator' (at most one side-car that scores checkpoints).")
-    index: int = Field(ge=0, le=4095, description="Task index within its type; indices of a type run 0..n-1 across all hosts.")
+    type: TaskType = Field(
+        description="Task type: 'chief' (at most one), 'worker', or 'evaluator' (at most one side-car that scores "
+        "checkpoints)."
+    )
+    index: int = Field(
+        ge=0, le=4095, description="Task index within its type; indices of a type run 0..n-1 across all hosts."
+    )
     port: Port = Field(0, description="TF gRPC port of this task; 0 picks a free port at launch (local hosts only).")
 
 
-class HostSpec(_Strict):
+class HostSpec(StrictModel):
     """One machine and the tasks it runs."""
 
-    address: str = Field(pattern=_HOST_PATTERN, description="Host name or IP address that every other host can reach this host by.")
-    transport: Literal["auto", "local", "ssh"] = Field("auto", description="'local' starts tasks on this machine, 'ssh' over SSH; 'auto' is local for localhost/127.0.0.1/::1.")
-    workers: int | None = Field(None, ge=0, le=256, description="Number of worker tasks on this host (default 1). Indices are given in host order.")
+    address: str = Field(
+        pattern=_HOST_PATTERN, description="Host name or IP address that every other host can reach this host by."
+    )
+    transport: Literal["auto", "local", "ssh"] = Field(
+        "auto",
+        description="'local' starts tasks on this machine, 'ssh' over SSH; 'auto' is local for "
+        "localhost/127.0.0.1/::1.",
+    )
+    workers: int | None = Field(
+        None,
+        ge=0,
+        le=256,
+        description="Number of worker tasks on this host (default 1). Indices are given in host order.",
+    )
     chief: bool = Field(False, description="Run the chief task on this host (in addition to its workers).")
-    evaluator: bool = Field(False, description="Run the evaluator side-car on this host: it scores each new checkpoint and does not count toward the gang's success.")
-    ports: list[Port] | None = Field(None, max_length=258, description="TF port per task on this host: chief first, then workers, then the evaluator; 0 picks a free port (local hosts only). Default: all 0.")
-    tasks: list[TaskSpec] | None = Field(None, min_length=1, max_length=257, description="Explicit tasks with type, index and port, instead of workers/chief/ports.")
-    gpus: list[Annotated[int, Field(ge=0, le=255)]] | None = Field(None, max_length=256, description="GPU ids this host's training tasks use, as CUDA_VISIBLE_DEVICES: split evenly across them (one worker gets them all), or one each with worker_per_gpu.")
-    worker_per_gpu: bool = Field(False, description="With gpus: one worker per listed GPU (workers defaults to the number of GPUs).")
-    env: dict[str, str] = Field(default_factory=dict, description="Environment variables for this host's tasks (override the cluster's).")
-    python: str | None = Field(None, min_length=1, description="Python executable on this host (default: the cluster's).")
-    workdir: str | None = Field(None, min_length=1, description="Working directory on this host (default: the cluster's).")
+    evaluator: bool = Field(
+        False,
+        description="Run the evaluator side-car on this host: it scores each new checkpoint and does not count "
+        "toward the gang's success.",
+    )
+    ports: list[Port] | None = Field(
+        None,
+        max_length=258,
+        description="TF port per task on this host: chief first, then workers, then the evaluator; 0 picks a free "
+        "port (local hosts only). Default: all 0.",
+    )
+    tasks: list[TaskSpec] | None = Field(
+        None,
+        min_length=1,
+        max_length=257,
+        description="Explicit tasks with type, index and port, instead of workers/chief/ports.",
+    )
+    gpus: list[Annotated[int, Field(ge=0, le=255)]] | None = Field(
+        None,
+        max_length=256,
+        description="GPU ids this host's training tasks use, as CUDA_VISIBLE_DEVICES: split evenly across them (one "
+        "worker gets them all), or one each with worker_per_gpu.",
+    )
+    worker_per_gpu: bool = Field(
+        False, description="With gpus: one worker per listed GPU (workers defaults to the number of GPUs)."
+    )
+    env: dict[str, str] = Field(
+        default_factory=dict, description="Environment variables for this host's tasks (override the cluster's)."
+    )
+    python: str | None = Field(
+        None, min_length=1, description="Python executable on this host (default: the cluster's)."
+    )
+    workdir: str | None = Field(
+        None, min_length=1, description="Working directory on this host (default: the cluster's)."
+    )
     ssh: SshSpec | None = Field(None, description="SSH settings for a remote host.")
 
     @field_validator("address")
     @classmethod
     def _address_is_valid(cls, value: str) -> str:
         if _IP_LIKE.fullmatch(value) and _ip(value) is None:
-            raise ValueError(f"{value!r} looks like an IP address but is not a valid one; write it as 10.1.2.3 or fd00::3")
+            raise ValueError(
+                f"{value!r} looks like an IP address but is not a valid one; write it as 10.1.2.3 or fd00::3"
+            )
         return value
 
     @model_validator(mode="after")
@@ -163,7 +231,13 @@ class HostSpec(_Strict):
                 if getattr(self, key):
                     problems.append((key, f"with 'tasks', declare the {key} as a task of type '{key}'"))
         elif self.ports is not None and len(self.ports) != self.task_count:
-            problems.append(("ports", f"has {len(self.ports)} entries but this host runs {self.task_count} task(s) (chief first, then workers); give one port per task"))
+            problems.append(
+                (
+                    "ports",
+                    f"has {len(self.ports)} entries but this host runs {self.task_count} task(s) (chief first, then "
+                    f"workers); give one port per task",
+                )
+            )
         if self.tasks is None and self.task_count == 0:
             problems.append(("workers", "this host runs no task; set workers >= 1 or chief: true, or remove the host"))
         if self.gpus is not None and len(set(self.gpus)) != len(self.gpus):
@@ -172,7 +246,13 @@ class HostSpec(_Strict):
             if not self.gpus:
                 problems.append(("worker_per_gpu", "needs a gpus list"))
             elif self.workers is not None and self.workers != len(self.gpus):
-                problems.append(("workers", f"is {self.workers} but worker_per_gpu with {len(self.gpus)} GPUs means {len(self.gpus)} workers; drop workers or fix it"))
+                problems.append(
+                    (
+                        "workers",
+                        f"is {self.workers} but worker_per_gpu with {len(self.gpus)} GPUs means {len(self.gpus)} "
+                        f"workers; drop workers or fix it",
+                    )
+                )
         problems += _check_env(self.env, "env")
         if problems:
             raise CrossFieldProblems(problems)
@@ -197,41 +277,108 @@ class HostSpec(_Strict):
         return self.transport == "local"
 
 
-
-
-class RestartSpec(_Strict):
+class RestartSpec(StrictModel):
     """How the supervisor reacts when a task ends badly or the gang stalls."""
 
-    max_restarts: int = Field(3, ge=0, le=1000, description="Restarts of the whole gang before giving up (0: never restart).")
-    backoff_s: float = Field(1.0, ge=0, le=3600, description="Seconds to wait before the first restart; doubles each time.")
+    max_restarts: int = Field(
+        3, ge=0, le=1000, description="Restarts of the whole gang before giving up (0: never restart)."
+    )
+    backoff_s: float = Field(
+        1.0, ge=0, le=3600, description="Seconds to wait before the first restart; doubles each time."
+    )
     max_backoff_s: float = Field(30.0, ge=0, le=3600, description="Upper bound of the restart wait.")
-    preemption_exit_code: int = Field(PREEMPTION_EXIT_CODE, ge=1, le=255, description="Exit code of a worker that checkpointed and left because it was preempted; restarted without counting as a failure.")
-    fatal_exit_codes: list[Annotated[int, Field(ge=1, le=255)]] = Field(default_factory=lambda: [2], description="Exit codes that mean 'do not retry' (e.g. usage errors).")
-    grace_period_s: float = Field(10.0, ge=0, le=3600, description="Seconds between SIGTERM and SIGKILL when stopping tasks that can still save (preemption, Ctrl-C).")
-    crash_grace_s: float = Field(0.1, ge=0, le=3600, description="Seconds between SIGTERM and SIGKILL when stopping the rest of a gang after a crash, hang or missed start: their collectives are broken, so there is nothing left to save.")
-    start_timeout_s: float = Field(300.0, gt=0, le=86400, description="Every task must join (build its strategy) within this many seconds of being started.")
-    stopped_timeout_s: float | None = Field(5.0, gt=0, le=86400, description="A task whose process stays in the stopped state (SIGSTOP, Ctrl-Z) this long is hung: the gang restarts at once instead of waiting for start_timeout_s or stall_timeout_s (None: off).")
-    stall_timeout_s: float | None = Field(None, gt=0, le=86400, description="Restart the gang when no task makes progress for this many seconds (None: off). Until its first step a task gets start_timeout_s instead (restoring and tracing are start-up).")
+    preemption_exit_code: int = Field(
+        PREEMPTION_EXIT_CODE,
+        ge=1,
+        le=255,
+        description="Exit code of a worker that checkpointed and left because it was preempted; restarted without "
+        "counting as a failure.",
+    )
+    fatal_exit_codes: list[Annotated[int, Field(ge=1, le=255)]] = Field(
+        default_factory=lambda: [2], description="Exit codes that mean 'do not retry' (e.g. usage errors)."
+    )
+    grace_period_s: float = Field(
+        10.0,
+        ge=0,
+        le=3600,
+        description="Seconds between SIGTERM and SIGKILL when stopping tasks that can still save (preemption, Ctrl-C).",
+    )
+    crash_grace_s: float = Field(
+        0.1,
+        ge=0,
+        le=3600,
+        description="Seconds between SIGTERM and SIGKILL when stopping the rest of a gang after a crash, hang or "
+        "missed start: their collectives are broken, so there is nothing left to save.",
+    )
+    start_timeout_s: float = Field(
+        300.0,
+        gt=0,
+        le=86400,
+        description="Every task must join (build its strategy) within this many seconds of being started.",
+    )
+    stopped_timeout_s: float | None = Field(
+        5.0,
+        gt=0,
+        le=86400,
+        description="A task whose process stays in the stopped state (SIGSTOP, Ctrl-Z) this long is hung: the gang "
+        "restarts at once instead of waiting for start_timeout_s or stall_timeout_s (None: off).",
+    )
+    stall_timeout_s: float | None = Field(
+        None,
+        gt=0,
+        le=86400,
+        description="Restart the gang when no task makes progress for this many seconds (None: off). Until its first "
+        "step a task gets start_timeout_s instead (restoring and tracing are start-up).",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> RestartSpec:
         if self.preemption_exit_code in self.fatal_exit_codes:
-            raise CrossFieldProblems([("fatal_exit_codes", f"contains the preemption exit code {self.preemption_exit_code}; a code is either fatal or preemption")])
+            raise CrossFieldProblems(
+                [
+                    (
+                        "fatal_exit_codes",
+                        f"contains the preemption exit code {self.preemption_exit_code}; a code is either fatal or "
+                        f"preemption",
+                    )
+                ]
+            )
         return self
 
 
-class ClusterSpec(_Strict):
+class ClusterSpec(StrictModel):
     """A whole training job: where its tasks run and what they run."""
 
-    name: str = Field(pattern=_NAME_PATTERN, description="Run name: letters, digits, '.', '_', '-'; names the run directory.")
+    name: str = Field(
+        pattern=_NAME_PATTERN, description="Run name: letters, digits, '.', '_', '-'; names the run directory."
+    )
     hosts: list[HostSpec] = Field(min_length=1, max_length=4096, description="Machines and the tasks each runs.")
-    run_root: str = Field("runs", min_length=1, description="Local directory under which <run_root>/<name> holds logs, results and the summary.")
-    checkpoint_dir: str | None = Field(None, min_length=1, description="Shared checkpoint directory every host can read and write (default: <run dir>/checkpoints), or an object-store URL such as gs://bucket/run that TensorFlow reads and writes itself.")
-    workdir: str | None = Field(None, min_length=1, description="Working directory of every task (default: the launcher's working directory for local hosts, the SSH home for remote ones).")
-    python: str | None = Field(None, min_length=1, description="Python executable of the tasks (default: the launcher's own for local hosts, 'python3' for remote ones).")
+    run_root: str = Field(
+        "runs",
+        min_length=1,
+        description="Local directory under which <run_root>/<name> holds logs, results and the summary.",
+    )
+    checkpoint_dir: str | None = Field(
+        None,
+        min_length=1,
+        description="Shared checkpoint directory every host can read and write (default: <run dir>/checkpoints), or "
+        "an object-store URL such as gs://bucket/run that TensorFlow reads and writes itself.",
+    )
+    workdir: str | None = Field(
+        None,
+        min_length=1,
+        description="Working directory of every task (default: the launcher's working directory for local hosts, the "
+        "SSH home for remote ones).",
+    )
+    python: str | None = Field(
+        None,
+        min_length=1,
+        description="Python executable of the tasks (default: the launcher's own for local hosts, 'python3' for "
+        "remote ones).",
+    )
     env: dict[str, str] = Field(default_factory=dict, description="Environment variables for every task.")
-    training: TrainingSpec = Field(default_factory=BuiltinTraining, description="What every task runs.")
-    restart: RestartSpec = Field(default_factory=RestartSpec, description="Supervision settings.")
+    training: TrainingSpec = Field(default_factory=lambda: BuiltinTraining(), description="What every task runs.")
+    restart: RestartSpec = Field(default_factory=lambda: RestartSpec(), description="Supervision settings.")
 
     @field_validator("run_root")
     @classmethod
@@ -249,14 +396,27 @@ class ClusterSpec(_Strict):
         for kind in ("chief", "evaluator"):
             found = [i for i, h in enumerate(self.hosts) for t in self.task_entries(h) if t.type == kind]
             if len(found) > 1:
-                problems.append((f"hosts[{found[1]}]", f"a second {kind} (hosts[{found[0]}] already has one); a cluster has at most one {kind}"))
+                problems.append(
+                    (
+                        f"hosts[{found[1]}]",
+                        f"a second {kind} (hosts[{found[0]}] already has one); a cluster has at most one {kind}",
+                    )
+                )
             if kind == "evaluator" and found and not isinstance(self.training, BuiltinTraining):
-                problems.append((f"hosts[{found[0]}]", "the evaluator side-car runs with training.kind 'builtin' only; remove it or use the built-in runtime"))
+                problems.append(
+                    (
+                        f"hosts[{found[0]}]",
+                        "the evaluator side-car runs with training.kind 'builtin' only; remove it or use the "
+                        "built-in runtime",
+                    )
+                )
         if all(explicit):
             for kind in ("chief", "worker", "evaluator"):
                 indices = sorted(t.index for h in self.hosts for t in h.tasks or [] if t.type == kind)
                 if indices and indices != list(range(len(indices))):
-                    problems.append(("hosts", f"{kind} indices are {indices}; they must be 0..{len(indices) - 1}, each once"))
+                    problems.append(
+                        ("hosts", f"{kind} indices are {indices}; they must be 0..{len(indices) - 1}, each once")
+                    )
         workers = sum(1 for h in self.hosts for t in self.task_entries(h) if t.type == "worker")
         if workers == 0:
             problems.append(("hosts", "no worker task; MultiWorkerMirroredStrategy needs at least one worker"))
@@ -266,18 +426,35 @@ class ClusterSpec(_Strict):
                 where = f"hosts[{i}].tasks[{j}].port" if host.tasks is not None else f"hosts[{i}].ports[{j}]"
                 if task.port == 0:
                     if not host.is_local:
-                        problems.append((where if host.ports or host.tasks else f"hosts[{i}].ports",
-                                         f"port 0 (pick a free one) only works for local hosts; give {host.address} explicit ports"))
+                        problems.append(
+                            (
+                                where if host.ports or host.tasks else f"hosts[{i}].ports",
+                                f"port 0 (pick a free one) only works for local hosts; give {host.address} explicit "
+                                f"ports",
+                            )
+                        )
                         break
                     continue
                 key = (machine_key(host.address), task.port)
                 if key in seen:
-                    problems.append((where, f"{host.address}:{task.port} is used twice (also in hosts[{seen[key]}]); every task needs its own host:port"))
+                    problems.append(
+                        (
+                            where,
+                            f"{host.address}:{task.port} is used twice (also in hosts[{seen[key]}]); every task "
+                            f"needs its own host:port",
+                        )
+                    )
                 seen[key] = i
         if self.is_multi_host and not all(is_loopback(h.address) for h in self.hosts):
             for i, host in enumerate(self.hosts):
                 if is_loopback(host.address):
-                    problems.append((f"hosts[{i}].address", f"'{host.address}' cannot be reached from the other hosts of a multi-host cluster; use this machine's name or network address"))
+                    problems.append(
+                        (
+                            f"hosts[{i}].address",
+                            f"'{host.address}' cannot be reached from the other hosts of a multi-host cluster; use "
+                            f"this machine's name or network address",
+                        )
+                    )
         if problems:
             raise CrossFieldProblems(problems)
         return self
@@ -288,8 +465,13 @@ class ClusterSpec(_Strict):
         if host.tasks is not None:
             return list(host.tasks)
         ports = host.ports or [0] * host.task_count
-        types = (["chief"] if host.chief else []) + ["worker"] * host.worker_count + (["evaluator"] if host.evaluator else [])
-        return [TaskSpec.model_construct(type=t, index=-1, port=p) for t, p in zip(types, ports)]
+        types: list[TaskType] = []
+        if host.chief:
+            types.append("chief")
+        types += ["worker"] * host.worker_count
+        if host.evaluator:
+            types.append("evaluator")
+        return [TaskSpec.model_construct(type=t, index=-1, port=p) for t, p in zip(types, ports, strict=False)]
 
     @property
     def is_multi_host(self) -> bool:
@@ -407,7 +589,9 @@ def load_spec(path: Path) -> ClusterSpec:
     try:
         raw = path.read_bytes()
     except OSError as error:
-        raise SpecError(str(path), [SpecProblem("$", f"cannot read the file ({error.strerror}); check the --cluster path")]) from None
+        raise SpecError(
+            str(path), [SpecProblem("$", f"cannot read the file ({error.strerror}); check the --cluster path")]
+        ) from None
     text, problems = decode_text(raw)
     if text is not None:
         data, problems = decode_json(text)

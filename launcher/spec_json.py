@@ -38,7 +38,7 @@ class HugeInteger:
         self.digits = digits
 
 
-class JsonObject(dict):  # type: ignore[type-arg]
+class JsonObject(dict[str, Any]):
     """A decoded JSON object that remembers keys given more than once, with every value."""
 
     def __init__(self, pairs: list[tuple[str, Any]]) -> None:
@@ -58,21 +58,39 @@ def _integer(text: str) -> int | HugeInteger:
 def decode_text(raw: bytes) -> tuple[str | None, list[SpecProblem]]:
     """The file's text (UTF-8, a leading BOM allowed), or the problem that stops reading it."""
     if not raw.strip():
-        return None, [SpecProblem("$", "the file is empty; write a JSON object such as "
-                                       '{"name": "run", "hosts": [{"address": "localhost", "workers": 2}]}')]
-    for bom, name in ((codecs.BOM_UTF32_LE, "UTF-32"), (codecs.BOM_UTF32_BE, "UTF-32"),
-                      (codecs.BOM_UTF16_LE, "UTF-16"), (codecs.BOM_UTF16_BE, "UTF-16")):
+        return None, [
+            SpecProblem(
+                "$",
+                "the file is empty; write a JSON object such as "
+                '{"name": "run", "hosts": [{"address": "localhost", "workers": 2}]}',
+            )
+        ]
+    for bom, name in (
+        (codecs.BOM_UTF32_LE, "UTF-32"),
+        (codecs.BOM_UTF32_BE, "UTF-32"),
+        (codecs.BOM_UTF16_LE, "UTF-16"),
+        (codecs.BOM_UTF16_BE, "UTF-16"),
+    ):
         if raw.startswith(bom):
-            return None, [SpecProblem("$", f"the file is {name} text (as some Windows editors save it); save it as UTF-8")]
+            return None, [
+                SpecProblem("$", f"the file is {name} text (as some Windows editors save it); save it as UTF-8")
+            ]
     if b"\x00" in raw:
-        return None, [SpecProblem("$", "the file contains NUL bytes (UTF-16 text, or not a text file); save it as UTF-8")]
+        return None, [
+            SpecProblem("$", "the file contains NUL bytes (UTF-16 text, or not a text file); save it as UTF-8")
+        ]
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as error:
-        line = raw[:error.start].count(b"\n") + 1
+        line = raw[: error.start].count(b"\n") + 1
         byte = raw[error.start]
-        return None, [SpecProblem("$", f"the file is not UTF-8 (byte 0x{byte:02x} on line {line}, perhaps Latin-1 "
-                                       "or Windows-1252 text); save it as UTF-8")]
+        return None, [
+            SpecProblem(
+                "$",
+                f"the file is not UTF-8 (byte 0x{byte:02x} on line {line}, perhaps Latin-1 "
+                "or Windows-1252 text); save it as UTF-8",
+            )
+        ]
     return text.removeprefix("\ufeff"), []
 
 
@@ -83,7 +101,9 @@ def decode_json(text: str) -> tuple[Any, list[SpecProblem]]:
     except json.JSONDecodeError as error:
         return None, [SpecProblem("$", f"not valid JSON at line {error.lineno} column {error.colno}: {error.msg}")]
     except RecursionError:
-        return None, [SpecProblem("$", f"the JSON is nested far deeper than a spec can be (at most {MAX_DEPTH} levels)")]
+        return None, [
+            SpecProblem("$", f"the JSON is nested far deeper than a spec can be (at most {MAX_DEPTH} levels)")
+        ]
 
 
 def json_child(path: str, key: str | int) -> str:
@@ -117,8 +137,13 @@ def raw_problems(data: Any, path: str = "$", depth: int = 0) -> list[SpecProblem
     if isinstance(data, dict):
         for key, values in getattr(data, "duplicates", {}).items():
             shown = ", then ".join(_shown(v) for v in values)
-            problems.append(SpecProblem(json_child(path, key), f"given {len(values)} times in one object ({shown}); "
-                                                           "keep one: JSON readers disagree on which one wins"))
+            problems.append(
+                SpecProblem(
+                    json_child(path, key),
+                    f"given {len(values)} times in one object ({shown}); "
+                    "keep one: JSON readers disagree on which one wins",
+                )
+            )
         for key, value in data.items():
             bad = _bad_characters(key)
             if bad:
@@ -130,13 +155,19 @@ def raw_problems(data: Any, path: str = "$", depth: int = 0) -> list[SpecProblem
     elif isinstance(data, str):
         bad = _bad_characters(data)
         if bad:
-            problems.append(SpecProblem(path, f"contains {bad} ({_shown(data)}); every string here becomes a path, "
-                                              "argument, environment value, host or user, where that cannot appear"))
+            problems.append(
+                SpecProblem(
+                    path,
+                    f"contains {bad} ({_shown(data)}); every string here becomes a path, "
+                    "argument, environment value, host or user, where that cannot appear",
+                )
+            )
     elif isinstance(data, JsonConstant):
         problems.append(SpecProblem(path, f"got {data.text}, which JSON does not allow; write a number"))
     elif isinstance(data, HugeInteger):
-        problems.append(SpecProblem(path, f"got an integer with {data.digits} digits; no setting needs more than "
-                                          f"{MAX_INT_DIGITS}"))
+        problems.append(
+            SpecProblem(path, f"got an integer with {data.digits} digits; no setting needs more than {MAX_INT_DIGITS}")
+        )
     elif isinstance(data, float) and not math.isfinite(data):  # 1e999, or NaN handed in by a caller
         problems.append(SpecProblem(path, f"got {data}, which is not a finite number; write a number"))
     return problems

@@ -14,15 +14,16 @@ import logging
 import queue
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from launcher.gang import AttemptResult, GangStatus, GroupState, RunResult, TaskResult, TaskStatus
+from launcher.gang import AttemptResult, GangStatus, LaunchState, RunResult, TaskResult, TaskStatus
 from launcher.plan import LaunchPlan, TaskLaunch
 from launcher.policy import Action, Decision, FailureKind, RestartPolicy
+from launcher.transport.base import Event, ExitStatus, OutputLine, TaskExited, TaskProcess, Transport, WorkerReport
 from worker.contract import CONTINUED, JOINED, PROGRESS_EVENTS, START_MILESTONES, STOPPED
-from launcher.transport.base import Event, OutputLine, TaskExit, TaskExited, TaskProcess, Transport, WorkerReport
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,7 @@ class _Task:
     process: TaskProcess | None = None
     joined: bool = False
     step: int | None = None
-    exit: TaskExit | None = None
+    exit: ExitStatus | None = None
     started_mono: float = 0.0
     started_at: float = 0.0
     last_progress: float = 0.0
@@ -109,7 +110,7 @@ class Supervisor:
         self.preemptions = 0
         self._causes: list[str | None] = []  # root-cause signature of each restarted (not preempted) attempt
         self.hurry = False  # set on a second interrupt: skip the grace period
-        self.state = GroupState.STARTING
+        self.state = LaunchState.STARTING
         self.result: RunResult | None = None
 
     # ---- observe ---------------------------------------------------------------------------
@@ -119,6 +120,10 @@ class Supervisor:
         assert self._plan is not None, "start() first"
         return self._plan
 
+    def snapshot(self) -> GangStatus | None:
+        """The current status, or None before the first attempt has started."""
+        return self.status() if self._plan is not None else None
+
     def status(self) -> GangStatus:
         return GangStatus(
             attempt=self.plan.attempt,
@@ -127,10 +132,22 @@ class Supervisor:
             now=self._clock(),
             reports_progress=self._reports_progress,
             tasks=tuple(
-                TaskStatus(t.launch.name, t.launch.host, t.process.pid if t.process else None,
-                           t.joined or not self._reports_progress, t.step, t.exit, t.started_mono, t.last_progress,
-                           t.reported, t.milestone, t.stopped_since, t.error)
-                for t in self._tasks.values() if not t.launch.sidecar
+                TaskStatus(
+                    t.launch.name,
+                    t.launch.host,
+                    t.process.pid if t.process else None,
+                    t.joined or not self._reports_progress,
+                    t.step,
+                    t.exit,
+                    t.started_mono,
+                    t.last_progress,
+                    t.reported,
+                    t.milestone,
+                    t.stopped_since,
+                    t.error,
+                )
+                for t in self._tasks.values()
+                if not t.launch.sidecar
             ),
             earlier_causes=tuple(self._causes),
         )
@@ -163,7 +180,10 @@ class Supervisor:
             task.error = _error_of(task.launch.error_path)
             log.debug("%s exited: %s", event.task, event.exit.describe())
             if task.launch.sidecar and not event.exit.ok and not task.stopped:
-                self._on_notice(f"side-car {task.launch.name} {event.exit.describe()} (training goes on; see {task.launch.log_path})")
+                self._on_notice(
+                    f"side-car {task.launch.name} {event.exit.describe()} (training goes on; see "
+                    f"{task.launch.log_path})"
+                )
 
     def _pump(self, timeout: float) -> None:
         """Apply every queued event, waiting up to `timeout` for the first one."""
@@ -192,7 +212,7 @@ class Supervisor:
         self._plan = self._planner(attempt)
         self._tasks = {launch.name: _Task(launch) for launch in self._plan.tasks}
         self._attempt_started_at = time.time()
-        self.state = GroupState.STARTING
+        self.state = LaunchState.STARTING
         Path(self._plan.attempt_dir).mkdir(parents=True, exist_ok=True)
         for task in self._tasks.values():
             task.started_mono = task.last_progress = self._clock()
@@ -200,26 +220,26 @@ class Supervisor:
             task.process = self._transport.start(task.launch, functools.partial(self._deliver, task))
         log.info("attempt %d: started %d tasks", attempt, len(self._tasks))
 
-    def step(self, timeout: float = 0.5) -> GroupState:
+    def step(self, timeout: float = 0.5) -> LaunchState:
         """One iteration: wait up to `timeout` for events, decide, act. Returns the new state."""
         self._pump(timeout)
         status = self.status()
-        if self.state is GroupState.STARTING and not status.unjoined:
-            self.state = GroupState.RUNNING
+        if self.state is LaunchState.STARTING and not status.unjoined:
+            self.state = LaunchState.RUNNING
         decision = self._policy.decide(status)
         if decision.action is Action.KEEP_GOING:
             return self.state
         self._finish_attempt(decision)
         if decision.action is Action.SUCCEED:
-            self.state = GroupState.SUCCEEDED
+            self.state = LaunchState.SUCCEEDED
         elif decision.action is Action.FAIL:
-            self.state = GroupState.FAILED
+            self.state = LaunchState.FAILED
         else:
             self._restart(decision)
         return self.state
 
     def _restart(self, decision: Decision) -> None:
-        self.state = GroupState.RESTARTING
+        self.state = LaunchState.RESTARTING
         if decision.kind is FailureKind.PREEMPTED:
             self.preemptions += 1
             wait = 0.0
@@ -269,26 +289,35 @@ class Supervisor:
         tasks = []
         for task in self._tasks.values():
             launch = task.launch
-            tasks.append(TaskResult(
-                name=launch.name,
-                host=launch.host,
-                pid=task.process.pid if task.process else None,
-                exit_code=task.exit.code if task.exit else None,
-                signal=task.exit.signal if task.exit else None,
-                started_at=task.started_at,
-                ended_at=task.exit.time if task.exit else None,
-                joined=task.joined,
-                step=task.step,
-                log_path=launch.log_path,
-                reported=task.reported,
-                stopped=task.stopped,
-                sidecar=task.launch.sidecar,
-                lost=task.exit.lost if task.exit else None,
-                error=_read_json(launch.error_path),
-                result=_read_json(launch.result_path),
-            ))
-        attempt = AttemptResult(self.plan.attempt, decision.reason, decision.cause, decision.kind.value,
-                                tuple(tasks), self._attempt_started_at, time.time())
+            tasks.append(
+                TaskResult(
+                    name=launch.name,
+                    host=launch.host,
+                    pid=task.process.pid if task.process else None,
+                    exit_code=task.exit.code if task.exit else None,
+                    signal=task.exit.signal if task.exit else None,
+                    started_at=task.started_at,
+                    ended_at=task.exit.time if task.exit else None,
+                    joined=task.joined,
+                    step=task.step,
+                    log_path=launch.log_path,
+                    reported=task.reported,
+                    stopped=task.stopped,
+                    sidecar=task.launch.sidecar,
+                    lost=task.exit.lost if task.exit else None,
+                    error=_read_json(launch.error_path),
+                    result=_read_json(launch.result_path),
+                )
+            )
+        attempt = AttemptResult(
+            self.plan.attempt,
+            decision.reason,
+            decision.cause,
+            decision.kind.value,
+            tuple(tasks),
+            self._attempt_started_at,
+            time.time(),
+        )
         if self.result is None:
             self.result = RunResult(self.plan.run_name, self.plan.run_dir)
         self.result.attempts.append(attempt)
@@ -310,12 +339,12 @@ class Supervisor:
             return
         if any(t.exit is None for t in self._tasks.values() if t.process is not None):
             self._finish_attempt(Decision(Action.FAIL, FailureKind.NONE, None, "the launcher was interrupted"))
-            self.state = GroupState.INTERRUPTED
+        if not self.state.is_terminal:  # stopped from outside: tasks running, or waiting to restart
+            self.state = LaunchState.INTERRUPTED
         if self.result is None:
             self.result = RunResult(self.plan.run_name, self.plan.run_dir)
         self.result.state = self.state
         for task in self._tasks.values():
-            close = getattr(task.process, "close", None)
-            if close is not None:
-                close()
+            if task.process is not None:
+                task.process.close()
         self._transport.close()

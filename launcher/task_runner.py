@@ -32,7 +32,8 @@ import subprocess
 import sys
 import tempfile
 import threading
-from typing import IO, Callable
+from collections.abc import Callable
+from typing import IO
 
 EVENT_FD_VAR = "TFLAUNCH_EVENT_FD"
 MIRRORED_FILES = ("TFLAUNCH_RESULT_FILE", "TFLAUNCH_ERROR_FILE")
@@ -98,6 +99,7 @@ def _fd_reporter(fd: int | None) -> Reporter:
             os.write(fd, (json.dumps(event) + "\n").encode())
         except OSError:  # the launcher stopped listening; the exit code still tells
             pass
+
     return report
 
 
@@ -111,9 +113,15 @@ def exit_status(code: int | None, sig: int | None) -> int:
     return code if code is not None else 128 + (sig or 0)
 
 
-def supervise(argv: list[str], lifeline: IO[str], report: Reporter, env: dict[str, str] | None = None,
-              cwd: str | None = None, pass_fds: tuple[int, ...] = (),
-              watch: Reporter | None = None) -> tuple[int | None, int | None]:
+def supervise(
+    argv: list[str],
+    lifeline: IO[str],
+    report: Reporter,
+    env: dict[str, str] | None = None,
+    cwd: str | None = None,
+    pass_fds: tuple[int, ...] = (),
+    watch: Reporter | None = None,
+) -> tuple[int | None, int | None]:
     """Start `argv` in our process group, wait, report its end; the lifeline kills the group.
 
     `watch` (default: `report`) receives the stopped/continued reports while the task runs.
@@ -124,8 +132,16 @@ def supervise(argv: list[str], lifeline: IO[str], report: Reporter, env: dict[st
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, signal.SIG_IGN)
     try:
-        child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stderr=subprocess.STDOUT, env=env, cwd=cwd,
-                                 pass_fds=pass_fds, close_fds=True, preexec_fn=_default_signals)
+        child = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=cwd,
+            pass_fds=pass_fds,
+            close_fds=True,
+            preexec_fn=_default_signals,
+        )
     except OSError as error:
         message = f"cannot start {argv[0]!r}: {error.strerror}"
         print(message, flush=True)
@@ -179,8 +195,15 @@ def remote_main() -> int:
     relay = threading.Thread(target=_relay_events, args=(read_fd, report), daemon=True)
     relay.start()
     try:
-        code, sig = supervise(header["argv"], sys.stdin, lambda event: None, env=env, cwd=header.get("cwd"),
-                              pass_fds=(write_fd,), watch=report)
+        code, sig = supervise(
+            header["argv"],
+            sys.stdin,
+            lambda event: None,
+            env=env,
+            cwd=header.get("cwd"),
+            pass_fds=(write_fd,),
+            watch=report,
+        )
     finally:
         os.close(write_fd)
     relay.join(1.0)

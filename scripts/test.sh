@@ -11,6 +11,11 @@ fi
 
 bash scripts/setup.sh test
 
+# Lint, format and types first: cheap, and they fail fast.
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
+.venv/bin/mypy
+
 set +e
 .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
 status=$?

@@ -7,8 +7,9 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import psutil
 import pytest
@@ -68,7 +69,9 @@ def launch_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "launcher", *args]
 
 
-def run_launch(args: list[str], cwd: Path, timeout: float = 240, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def run_launch(
+    args: list[str], cwd: Path, timeout: float = 240, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     full_env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})}
     return subprocess.run(launch_cmd(*args), cwd=cwd, capture_output=True, text=True, timeout=timeout, env=full_env)
 

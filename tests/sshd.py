@@ -44,8 +44,13 @@ class SshServer:
     host_public_key: str
 
     def ssh_settings(self, **extra: object) -> dict[str, object]:
-        return {"port": self.port, "identity_file": self.identity_file, "known_hosts": self.known_hosts,
-                "connect_timeout_s": 5, **extra}
+        return {
+            "port": self.port,
+            "identity_file": self.identity_file,
+            "known_hosts": self.known_hosts,
+            "connect_timeout_s": 5,
+            **extra,
+        }
 
     def sessions(self) -> list[psutil.Process]:
         """The per-connection sshd processes (what a dropped connection kills)."""

@@ -13,8 +13,9 @@ import json
 import os
 import posixpath
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 ENV_PREFIX = "TFLAUNCH_"
 TF_CONFIG = "TF_CONFIG"

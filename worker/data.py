@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 
 class DataShardingError(ValueError):
@@ -20,7 +21,8 @@ def check_file_shards(files: Sequence[str], pipelines: int, pattern: str = "") -
         raise DataShardingError(
             f"{len(files)} file(s){where} for {pipelines} workers: every worker needs at least one file. "
             f"Split the data into at least {pipelines} files, or shard by record instead "
-            f"(dataset.shard(context.num_input_pipelines, context.input_pipeline_id) on a single file).")
+            f"(dataset.shard(context.num_input_pipelines, context.input_pipeline_id) on a single file)."
+        )
 
 
 def file_dataset(pattern: str, context: Any, read: Callable[[Any], Any]) -> Any:
@@ -29,7 +31,7 @@ def file_dataset(pattern: str, context: Any, read: Callable[[Any], Any]) -> Any:
 
     files = sorted(tf.io.gfile.glob(pattern))
     check_file_shards(files, context.num_input_pipelines, pattern)
-    mine = files[context.input_pipeline_id::context.num_input_pipelines]
+    mine = files[context.input_pipeline_id :: context.num_input_pipelines]
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF  # sharded above
     return read(tf.data.Dataset.from_tensor_slices(mine)).with_options(options).prefetch(tf.data.AUTOTUNE)

@@ -18,8 +18,8 @@ from typing import Any
 import tensorflow as tf
 
 from worker import example
-from worker.events import report
 from worker.contract import EVAL, RunLayout, TaskEnv
+from worker.events import report
 from worker.loop import build_model, per_example_loss
 from worker.training_spec import BuiltinTraining
 
@@ -37,7 +37,9 @@ def run_evaluator(settings: TaskEnv) -> dict[str, Any]:
     config = BuiltinTraining.model_validate(settings.training)
     model = build_model(config)
     checkpoint = tf.train.Checkpoint(model=model)
-    x, y = example.examples(tf.range(EVAL_OFFSET, EVAL_OFFSET + config.eval_examples, dtype=tf.int64), config.features, config.seed)
+    x, y = example.examples(
+        tf.range(EVAL_OFFSET, EVAL_OFFSET + config.eval_examples, dtype=tf.int64), config.features, config.seed
+    )
     loss_fn = per_example_loss(config.loss)
     out_path = RunLayout(settings.run_dir).eval_file
     os.makedirs(settings.run_dir, exist_ok=True)
@@ -50,7 +52,13 @@ def run_evaluator(settings: TaskEnv) -> dict[str, Any]:
             last = latest
             checkpoint.restore(latest).expect_partial()
             loss = float(tf.reduce_mean(loss_fn(y, tf.cast(model(x, training=False), tf.float32))).numpy())
-            record = {"step": _step_of(latest), "eval_loss": loss, "checkpoint": latest, "time": time.time(), "attempt": settings.attempt}
+            record = {
+                "step": _step_of(latest),
+                "eval_loss": loss,
+                "checkpoint": latest,
+                "time": time.time(),
+                "attempt": settings.attempt,
+            }
             with open(out_path, "a", encoding="utf-8") as handle:
                 handle.write(json.dumps(record) + "\n")
             scored.append(record)

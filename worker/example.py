@@ -7,7 +7,8 @@ uninterrupted run would have seen.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -17,12 +18,14 @@ def build_model(features: int, hidden_units: int, seed: int) -> Any:
     import keras
 
     init = lambda offset: keras.initializers.GlorotUniform(seed=seed + offset)  # noqa: E731
-    return keras.Sequential([
-        keras.Input(shape=(features,)),
-        keras.layers.Dense(hidden_units, activation="relu", kernel_initializer=init(1)),
-        keras.layers.Dense(hidden_units, activation="relu", kernel_initializer=init(2)),
-        keras.layers.Dense(1, kernel_initializer=init(3)),
-    ])
+    return keras.Sequential(
+        [
+            keras.Input(shape=(features,)),
+            keras.layers.Dense(hidden_units, activation="relu", kernel_initializer=init(1)),
+            keras.layers.Dense(hidden_units, activation="relu", kernel_initializer=init(2)),
+            keras.layers.Dense(1, kernel_initializer=init(3)),
+        ]
+    )
 
 
 def _teacher(features: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -43,8 +46,9 @@ def examples(indices: tf.Tensor, features: int, seed: int) -> tuple[tf.Tensor, t
     return tf.cast(x, tf.float32), tf.cast(y, tf.float32)
 
 
-def dataset_fn(start_step: int, steps: int, batch_per_replica: int, features: int, seed: int,
-               replicas_in_sync: int) -> Callable[[tf.distribute.InputContext], tf.data.Dataset]:
+def dataset_fn(
+    start_step: int, steps: int, batch_per_replica: int, features: int, seed: int, replicas_in_sync: int
+) -> Callable[[tf.distribute.InputContext], tf.data.Dataset]:
     """For distribute_datasets_from_function: each input pipeline makes only its own shard.
 
     Per-replica batch b of the whole job holds examples b*B .. b*B+B-1; at step s the replicas

@@ -7,8 +7,9 @@ import os
 import signal
 import sys
 
-log = logging.getLogger(__name__)
 from worker.contract import FAULT_VAR
+
+log = logging.getLogger(__name__)
 
 
 class FaultInjector:

@@ -17,35 +17,41 @@ import tensorflow as tf
 
 from worker import example
 from worker.cluster import ClusterInfo
+from worker.contract import STEP, TaskEnv
 from worker.events import report
 from worker.faults import FaultInjector
 from worker.fingerprint import weights_fingerprint
-from worker.contract import STEP, TaskEnv
-from worker.training_spec import FitTraining
 from worker.targets import WorkerUsageError, load_target
+from worker.training_spec import FitTraining
 
 log = logging.getLogger(__name__)
 
 
 def _keras() -> Any:
     if os.environ.get("TF_USE_LEGACY_KERAS") != "1":
-        raise WorkerUsageError("fit mode needs TF_USE_LEGACY_KERAS=1 before TensorFlow is imported (the launcher sets it)")
+        raise WorkerUsageError(
+            "fit mode needs TF_USE_LEGACY_KERAS=1 before TensorFlow is imported (the launcher sets it)"
+        )
     try:
         import tf_keras
     except ImportError:
-        raise WorkerUsageError("fit mode needs tf-keras: pip install 'tflaunch[fit]' (or tf-keras==2.21.*) on every host") from None
+        raise WorkerUsageError(
+            "fit mode needs tf-keras: pip install 'tflaunch[fit]' (or tf-keras==2.21.*) on every host"
+        ) from None
     return tf_keras
 
 
 def _example_model(keras: Any, training: FitTraining) -> Any:
     seed, width = training.seed, training.hidden_units
     init = lambda offset: keras.initializers.GlorotUniform(seed=seed + offset)  # noqa: E731
-    model = keras.Sequential([
-        keras.Input(shape=(training.features,)),
-        keras.layers.Dense(width, activation="relu", kernel_initializer=init(1)),
-        keras.layers.Dense(width, activation="relu", kernel_initializer=init(2)),
-        keras.layers.Dense(1, kernel_initializer=init(3)),
-    ])
+    model = keras.Sequential(
+        [
+            keras.Input(shape=(training.features,)),
+            keras.layers.Dense(width, activation="relu", kernel_initializer=init(1)),
+            keras.layers.Dense(width, activation="relu", kernel_initializer=init(2)),
+            keras.layers.Dense(1, kernel_initializer=init(3)),
+        ]
+    )
     rate = training.learning_rate
     optimizer = keras.optimizers.SGD(rate) if training.optimizer == "sgd" else keras.optimizers.Adam(rate)
     model.compile(optimizer=optimizer, loss="mse")
@@ -58,7 +64,9 @@ def train_fit(strategy: tf.distribute.Strategy, cluster: ClusterInfo, settings: 
     steps, every, features, seed = training.steps, training.checkpoint_every, training.features, training.seed
     global_batch = training.batch_per_replica * strategy.num_replicas_in_sync
     with strategy.scope():
-        model = load_target(training.model)(training.model_dump()) if training.model else _example_model(keras, training)
+        model = (
+            load_target(training.model)(training.model_dump()) if training.model else _example_model(keras, training)
+        )
 
     data = tf.data.Dataset.range(steps * global_batch).batch(global_batch, drop_remainder=True)
     data = data.map(lambda indices: example.examples(indices, features, seed)).repeat()
@@ -69,7 +77,7 @@ def train_fit(strategy: tf.distribute.Strategy, cluster: ClusterInfo, settings: 
     faults = FaultInjector()
     progress: dict[str, int] = {}
 
-    class Progress(keras.callbacks.Callback):  # type: ignore[misc, name-defined]
+    class Progress(keras.callbacks.Callback):  # type: ignore[name-defined]
         def on_train_begin(self, logs: Any = None) -> None:
             progress["start"] = int(model.optimizer.iterations.numpy())
             log.info("%s: fit starts at step %d of %d", cluster.name, progress["start"], steps)
@@ -79,8 +87,9 @@ def train_fit(strategy: tf.distribute.Strategy, cluster: ClusterInfo, settings: 
             faults.at_step(step)
             report(STEP, step=step)
 
-    backup = keras.callbacks.BackupAndRestore(os.path.join(settings.checkpoint_dir, "fit-backup"), save_freq=every,
-                                              delete_checkpoint=False)
+    backup = keras.callbacks.BackupAndRestore(
+        os.path.join(settings.checkpoint_dir, "fit-backup"), save_freq=every, delete_checkpoint=False
+    )
     history = model.fit(data, epochs=1, steps_per_epoch=steps, callbacks=[backup, Progress()], verbose=2)
     step = int(model.optimizer.iterations.numpy())
     losses = history.history.get("loss") or [None]
@@ -91,6 +100,11 @@ def train_fit(strategy: tf.distribute.Strategy, cluster: ClusterInfo, settings: 
     model.save_weights(os.path.join(target, "fit.weights.h5"))
     if not cluster.is_chief:
         shutil.rmtree(target, ignore_errors=True)
-    return {"step": step, "start_step": progress.get("start", 0), "loss": losses[-1],
-            "fingerprint": weights_fingerprint(model.weights), "global_batch": global_batch,
-            "replicas_in_sync": strategy.num_replicas_in_sync}
+    return {
+        "step": step,
+        "start_step": progress.get("start", 0),
+        "loss": losses[-1],
+        "fingerprint": weights_fingerprint(model.weights),
+        "global_batch": global_batch,
+        "replicas_in_sync": strategy.num_replicas_in_sync,
+    }

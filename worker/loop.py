@@ -15,19 +15,20 @@ import logging
 import os
 import sys
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import tensorflow as tf
 
 from worker import example
 from worker.checkpoints import CheckpointStore
 from worker.cluster import ClusterInfo
+from worker.contract import STEP, RunLayout, TaskEnv
 from worker.events import report
 from worker.faults import FaultInjector
 from worker.fingerprint import weights_fingerprint
-from worker.contract import STEP, RunLayout, TaskEnv
-from worker.training_spec import BuiltinTraining
 from worker.targets import load_target
+from worker.training_spec import BuiltinTraining
 
 log = logging.getLogger(__name__)
 _REPORT_INTERVAL_S = 0.5
@@ -36,7 +37,11 @@ _REPORT_INTERVAL_S = 0.5
 def build_optimizer(config: BuiltinTraining) -> Any:
     import keras
 
-    optimizer = keras.optimizers.SGD(config.learning_rate) if config.optimizer == "sgd" else keras.optimizers.Adam(config.learning_rate)
+    optimizer = (
+        keras.optimizers.SGD(config.learning_rate)
+        if config.optimizer == "sgd"
+        else keras.optimizers.Adam(config.learning_rate)
+    )
     if config.mixed_precision == "mixed_float16":
         optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
     return optimizer
@@ -61,13 +66,17 @@ def per_example_loss(name: str) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
 
     losses = {
         "mse": lambda: keras.losses.MeanSquaredError(reduction=None),
-        "sparse_categorical_crossentropy": lambda: keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None),
+        "sparse_categorical_crossentropy": lambda: keras.losses.SparseCategoricalCrossentropy(
+            from_logits=True, reduction=None
+        ),
         "binary_crossentropy": lambda: keras.losses.BinaryCrossentropy(from_logits=True, reduction=None),
     }
     return losses[name]()
 
 
-def make_dataset_fn(config: BuiltinTraining, start_step: int, replicas: int) -> Callable[[tf.distribute.InputContext], tf.data.Dataset]:
+def make_dataset_fn(
+    config: BuiltinTraining, start_step: int, replicas: int
+) -> Callable[[tf.distribute.InputContext], tf.data.Dataset]:
     """Per-replica batches of batch_per_replica x accumulation_steps examples, from start_step."""
     batch = config.batch_per_replica * config.accumulation_steps
     if config.dataset:
@@ -87,8 +96,11 @@ class MetricsWriter:
             self._handle = open(settings.metrics_file, "a", encoding="utf-8")
             if tensorboard and importlib.util.find_spec("tensorboard") is None:
                 # a host set up without the project's dependencies: train on, say how to get summaries
-                log.warning("TensorBoard is not installed for %s: no summaries this run (pip install 'tensorboard==2.21.*' "
-                            "on this host, or set training.tensorboard to false to silence this)", sys.executable)
+                log.warning(
+                    "TensorBoard is not installed for %s: no summaries this run (pip install 'tensorboard==2.21.*' "
+                    "on this host, or set training.tensorboard to false to silence this)",
+                    sys.executable,
+                )
             elif tensorboard:
                 self._summary = tf.summary.create_file_writer(RunLayout(settings.run_dir).tensorboard_dir)
 
@@ -120,9 +132,17 @@ def train_builtin(strategy: tf.distribute.Strategy, cluster: ClusterInfo, settin
     replicas = strategy.num_replicas_in_sync
     micro = config.accumulation_steps
     global_batch = config.batch_per_replica * micro * replicas
-    log.info("%s: %d replicas in sync (%d task(s) x %d device(s)), global batch %d = %d per replica x %d replicas%s",
-             cluster.name, replicas, max(cluster.num_trainers, 1), replicas // max(cluster.num_trainers, 1),
-             global_batch, config.batch_per_replica, replicas, f" x {micro} accumulated micro-batches" if micro > 1 else "")
+    log.info(
+        "%s: %d replicas in sync (%d task(s) x %d device(s)), global batch %d = %d per replica x %d replicas%s",
+        cluster.name,
+        replicas,
+        max(cluster.num_trainers, 1),
+        replicas // max(cluster.num_trainers, 1),
+        global_batch,
+        config.batch_per_replica,
+        replicas,
+        f" x {micro} accumulated micro-batches" if micro > 1 else "",
+    )
 
     with strategy.scope():
         model = build_model(config)
@@ -148,15 +168,16 @@ def train_builtin(strategy: tf.distribute.Strategy, cluster: ClusterInfo, settin
             xs, ys = tf.split(inputs[0], micro), tf.split(inputs[1], micro)
             summed: list[tf.Tensor] | None = None
             total = tf.constant(0.0)
-            for x, y in zip(xs, ys):  # k micro-batches, gradients summed locally
+            for x, y in zip(xs, ys, strict=False):  # k micro-batches, gradients summed locally
                 with tf.GradientTape() as tape:
                     prediction = tf.cast(model(x, training=True), tf.float32)
                     loss = tf.nn.compute_average_loss(loss_fn(y, prediction), global_batch_size=global_batch)
                     target = optimizer.scale_loss(loss) if scaled else loss
                 gradients = tape.gradient(target, model.trainable_variables)
-                summed = gradients if summed is None else [a + b for a, b in zip(summed, gradients)]
+                summed = gradients if summed is None else [a + b for a, b in zip(summed, gradients, strict=False)]
                 total += loss
-            optimizer.apply_gradients(zip(summed, model.trainable_variables))  # the one all-reduce
+            assert summed is not None  # micro >= 1
+            optimizer.apply_gradients(zip(summed, model.trainable_variables, strict=False))  # the one all-reduce
             return total
 
         per_replica = strategy.run(step_fn, args=(next(iterator),))
@@ -166,9 +187,12 @@ def train_builtin(strategy: tf.distribute.Strategy, cluster: ClusterInfo, settin
     # step through this handler and leave with the preemption exit code; the launcher then
     # restarts the gang, which resumes from that very step.
     preemption = tf.distribute.experimental.PreemptionCheckpointHandler(
-        strategy.cluster_resolver, store.manager,
+        strategy.cluster_resolver,
+        store.manager,
         termination_config=tf.distribute.experimental.TerminationConfig(
-            exit_fn=lambda: sys.exit(settings.preemption_exit_code)))
+            exit_fn=lambda: sys.exit(settings.preemption_exit_code)
+        ),
+    )
     metrics = MetricsWriter(settings, cluster.is_chief, config.tensorboard)
     faults = FaultInjector()
     step, loss, first_loss = start_step, None, None
@@ -185,8 +209,15 @@ def train_builtin(strategy: tf.distribute.Strategy, cluster: ClusterInfo, settin
                 rate = (step - window_step) / max(now - window_start, 1e-9)
                 window_start, window_step = now, step
                 log.info("%s: step %d/%d loss %.5f (%.1f steps/s)", cluster.name, step, config.steps, loss, rate)
-                metrics.write(step, loss=loss, steps_per_s=rate, learning_rate=_learning_rate(optimizer),
-                              replicas=replicas, time=time.time(), attempt=settings.attempt)
+                metrics.write(
+                    step,
+                    loss=loss,
+                    steps_per_s=rate,
+                    learning_rate=_learning_rate(optimizer),
+                    replicas=replicas,
+                    time=time.time(),
+                    attempt=settings.attempt,
+                )
             if time.monotonic() - last_report >= _REPORT_INTERVAL_S or step == config.steps:
                 report(STEP, step=step)
                 last_report = time.monotonic()

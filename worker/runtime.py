@@ -11,13 +11,14 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from worker.cluster import ClusterInfo, read_cluster_info
+from worker.contract import DONE, IMPORTED, JOINED, PREEMPTED, STARTING, STEP, USAGE_EXIT_CODE, TaskEnv
 from worker.errors import write_error_file
 from worker.events import report
-from worker.contract import DONE, IMPORTED, JOINED, PREEMPTED, STARTING, STEP, USAGE_EXIT_CODE, TaskEnv
 from worker.targets import WorkerUsageError, load_target
 from worker.training_spec import BuiltinTraining, FitTraining, FunctionTraining, TrainingSettingsError, parse_training
 
@@ -84,8 +85,13 @@ def run(settings: TaskEnv) -> dict[str, Any]:
     else:
         strategy = build_strategy()
     report(JOINED, replicas=strategy.num_replicas_in_sync)
-    log.info("%s joined: %d task(s), %d replica(s) in sync, attempt %d",
-             cluster.name, max(cluster.num_trainers, 1), strategy.num_replicas_in_sync, settings.attempt)
+    log.info(
+        "%s joined: %d task(s), %d replica(s) in sync, attempt %d",
+        cluster.name,
+        max(cluster.num_trainers, 1),
+        strategy.num_replicas_in_sync,
+        settings.attempt,
+    )
     if isinstance(training, FunctionTraining):
         assert function is not None
         context = WorkerContext(strategy, cluster, settings, training.steps, training.checkpoint_every)

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol, Union
+from typing import Any, Protocol, Union
 
 from launcher.plan import TaskLaunch
 
 
 @dataclass(frozen=True)
-class TaskExit:
+class ExitStatus:
     """How a task ended: an exit code, or the signal that killed it."""
 
     code: int | None
@@ -42,12 +43,12 @@ class TaskExit:
         return f"exit code {self.code}"
 
 
-def exit_from_report(report: dict[str, Any] | None) -> TaskExit | None:
-    """The helper's `exit` report as a TaskExit; None when the helper never sent one."""
+def exit_from_report(report: dict[str, Any] | None) -> ExitStatus | None:
+    """The helper's `exit` report as a ExitStatus; None when the helper never sent one."""
     if report is None:
         return None
     code, sig = report.get("code"), report.get("signal")
-    return TaskExit(code if isinstance(code, int) else None, sig if isinstance(sig, int) else None)
+    return ExitStatus(code if isinstance(code, int) else None, sig if isinstance(sig, int) else None)
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,7 @@ class WorkerReport:
 @dataclass(frozen=True)
 class TaskExited:
     task: str
-    exit: TaskExit
+    exit: ExitStatus
 
 
 Event = Union[OutputLine, WorkerReport, TaskExited]
@@ -96,6 +97,10 @@ class TaskProcess(Protocol):
 
     def gone(self) -> bool:
         """True once no process of the task's group is left running."""
+        ...
+
+    def close(self) -> None:
+        """Release the task's channel; a helper whose task still runs then kills its group."""
         ...
 
 

@@ -12,15 +12,15 @@ import logging
 import os
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from launcher import task_runner
 from launcher.plan import TaskLaunch
-from worker.contract import EVENT_FD_VAR, EXIT
-from launcher.transport.base import EventSink, OutputLine, TaskExit, TaskExited, exit_from_report, parse_report
+from launcher.transport.base import EventSink, ExitStatus
+from launcher.transport.streams import TaskStreams
+from worker.contract import EVENT_FD_VAR
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +29,6 @@ _HELPER = str(Path(task_runner.__file__).resolve())
 # stays in the launcher's session: Linux schedules every session as its own CPU group
 # (autogroup), which measurably slowed two synchronous workers sharing two cores.
 _OWN_GROUP: dict[str, Any] = {"process_group": 0} if sys.version_info >= (3, 11) else {"start_new_session": True}
-_DRAIN_TIMEOUT_S = 1.0
 
 
 def group_alive(pgid: int) -> bool:
@@ -50,8 +49,6 @@ class LocalTask:
 
     def __init__(self, launch: TaskLaunch, sink: EventSink) -> None:
         self.launch = launch
-        self._sink = sink
-        self._exit_report: dict[str, object] | None = None
         Path(launch.log_path).parent.mkdir(parents=True, exist_ok=True)
         read_fd, write_fd = os.pipe()
         env = {**os.environ, **launch.env, EVENT_FD_VAR: str(write_fd)}
@@ -66,45 +63,22 @@ class LocalTask:
                 pass_fds=(write_fd,),
                 **_OWN_GROUP,
             )
+        except BaseException:
+            os.close(read_fd)
+            raise
         finally:
             os.close(write_fd)
         self.pid = self._proc.pid
         self.started_at = time.time()
         assert self._proc.stdout is not None
-        self._output = threading.Thread(target=self._read_output, args=(self._proc.stdout,), daemon=True, name=f"out-{launch.name}")
-        self._events = threading.Thread(target=self._read_events, args=(read_fd,), daemon=True, name=f"ev-{launch.name}")
-        self._waiter = threading.Thread(target=self._wait, daemon=True, name=f"wait-{launch.name}")
-        for thread in (self._output, self._events, self._waiter):
-            thread.start()
+        self._streams = TaskStreams(
+            launch.name, launch.log_path, sink, self._proc.stdout, os.fdopen(read_fd, "rb"), self._wait
+        )
 
-    def _read_output(self, stream: IO[bytes]) -> None:
-        with open(self.launch.log_path, "ab", buffering=0) as log_file:
-            for raw in stream:
-                log_file.write(raw)
-                self._sink(OutputLine(self.launch.name, raw.decode("utf-8", "replace").rstrip("\r\n")))
-        stream.close()
-
-    def _read_events(self, fd: int) -> None:
-        with os.fdopen(fd, "r", encoding="utf-8", errors="replace") as stream:
-            for raw in stream:
-                report = parse_report(self.launch.name, raw)
-                if report is None:
-                    continue
-                if report.data["event"] == EXIT:
-                    self._exit_report = report.data
-                else:
-                    self._sink(report)
-
-    def _wait(self) -> None:
+    def _wait(self) -> ExitStatus:
         status = self._proc.wait()
-        # Let the readers drain so the last lines are logged before the exit is announced;
-        # a background grandchild may hold the pipes open, so do not wait forever.
-        self._events.join(_DRAIN_TIMEOUT_S)
-        self._output.join(_DRAIN_TIMEOUT_S)
-        task_exit = exit_from_report(self._exit_report)
-        if task_exit is None:  # the helper itself was killed (a SIGKILL to the whole group)
-            task_exit = TaskExit(None, -status) if status < 0 else TaskExit(status, None)
-        self._sink(TaskExited(self.launch.name, task_exit))
+        # used only when the helper sent no exit report: it was killed itself (a SIGKILL to the group)
+        return ExitStatus(None, -status) if status < 0 else ExitStatus(status, None)
 
     def signal(self, signum: int) -> None:
         try:

@@ -14,19 +14,18 @@ import logging
 import os
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 from launcher import task_runner
 from launcher.plan import TaskLaunch
 from launcher.spec import HostSpec
-from launcher.transport.base import EventSink, OutputLine, TaskExit, TaskExited, exit_from_report, parse_report
+from launcher.transport.base import EventSink, ExitStatus
 from launcher.transport.bootstrap import remote_command, source_line
 from launcher.transport.ssh_client import connect, resolve_target
-from worker.contract import ERROR_FILE_VAR, EXIT, FILES, RESULT_FILE_VAR
+from launcher.transport.streams import TaskStreams
+from worker.contract import ERROR_FILE_VAR, RESULT_FILE_VAR
 
 log = logging.getLogger(__name__)
-_DRAIN_TIMEOUT_S = 1.0
 
 
 class SshTask:
@@ -34,10 +33,7 @@ class SshTask:
 
     def __init__(self, launch: TaskLaunch, client: Any, sink: EventSink) -> None:
         self.launch = launch
-        self._sink = sink
-        self._exit_report: dict[str, Any] | None = None
         self._lock = threading.Lock()
-        Path(launch.log_path).parent.mkdir(parents=True, exist_ok=True)
         transport = client.get_transport()
         self._channel = transport.open_session(timeout=10)
         self._channel.exec_command(remote_command(launch.python))
@@ -45,34 +41,17 @@ class SshTask:
         self._channel.sendall(source_line(task_runner) + (json.dumps(header) + "\n").encode())
         self.pid = 0  # the remote pid arrives with the exit report; unknown before
         self.started_at = time.time()
-        self._output = threading.Thread(target=self._read_output, daemon=True, name=f"out-{launch.name}")
-        self._events = threading.Thread(target=self._read_events, daemon=True, name=f"ev-{launch.name}")
-        self._waiter = threading.Thread(target=self._wait, daemon=True, name=f"wait-{launch.name}")
-        for thread in (self._output, self._events, self._waiter):
-            thread.start()
+        self._streams = TaskStreams(
+            launch.name,
+            launch.log_path,
+            sink,
+            self._channel.makefile("rb"),
+            self._channel.makefile_stderr("rb"),
+            self._wait,
+            on_files=self._mirror,
+        )
 
-    def _read_output(self) -> None:
-        stream = self._channel.makefile("rb")
-        with open(self.launch.log_path, "ab", buffering=0) as log_file:
-            for raw in stream:
-                log_file.write(raw)
-                self._sink(OutputLine(self.launch.name, raw.decode("utf-8", "replace").rstrip("\r\n")))
-
-    def _read_events(self) -> None:
-        stream = self._channel.makefile_stderr("rb")
-        for raw in stream:
-            report = parse_report(self.launch.name, raw.decode("utf-8", "replace"))
-            if report is None:
-                continue
-            kind = report.data["event"]
-            if kind == EXIT:
-                self._exit_report = report.data
-            elif kind == FILES:
-                self._mirror(report.data.get("files") or {})
-            else:
-                self._sink(report)
-
-    def _mirror(self, files: dict[str, str]) -> None:
+    def _mirror(self, files: dict[str, Any]) -> None:
         """Write the remote result/error files where the launcher reads local ones."""
         targets = {RESULT_FILE_VAR: self.launch.result_path, ERROR_FILE_VAR: self.launch.error_path}
         for key, text in files.items():
@@ -85,15 +64,13 @@ class SshTask:
                 handle.write(text)
             os.replace(tmp, path)
 
-    def _wait(self) -> None:
+    def _wait(self) -> ExitStatus:
         status = self._channel.recv_exit_status()  # -1 when the connection closed without one
-        self._events.join(_DRAIN_TIMEOUT_S)
-        self._output.join(_DRAIN_TIMEOUT_S)
-        task_exit = exit_from_report(self._exit_report)
-        if task_exit is None:
-            task_exit = TaskExit(status, None) if status >= 0 else TaskExit(
-                None, None, lost=f"the SSH connection to {self.launch.host} closed before the task reported its exit")
-        self._sink(TaskExited(self.launch.name, task_exit))
+        if status >= 0:
+            return ExitStatus(status, None)
+        return ExitStatus(
+            None, None, lost=f"the SSH connection to {self.launch.host} closed before the task reported its exit"
+        )
 
     def signal(self, signum: int) -> None:
         with self._lock:

@@ -49,7 +49,9 @@ def resolve_target(host: HostSpec, ssh_config_path: str = DEFAULT_SSH_CONFIG) ->
         looked_up = paramiko.SSHConfig.from_path(str(config_path)).lookup(host.address)
     user = (settings.user if settings and settings.user else None) or looked_up.get("user") or _local_user()
     port = (settings.port if settings and settings.port else None) or int(looked_up.get("port", 22))
-    identity = [settings.identity_file] if settings and settings.identity_file else list(looked_up.get("identityfile", []))
+    identity = (
+        [settings.identity_file] if settings and settings.identity_file else list(looked_up.get("identityfile", []))
+    )
     known = (settings.known_hosts if settings and settings.known_hosts else None) or DEFAULT_KNOWN_HOSTS
     return SshTarget(
         address=host.address,
@@ -84,41 +86,67 @@ def connect(target: SshTarget) -> Any:
     where = f"{target.user}@{target.hostname}:{target.port}"
     for path in target.identity_files:
         if not os.path.isfile(path):
-            raise HostError(target.address, f"identity file {path} does not exist; fix ssh.identity_file or IdentityFile in ~/.ssh/config")
+            raise HostError(
+                target.address,
+                f"identity file {path} does not exist; fix ssh.identity_file or IdentityFile in ~/.ssh/config",
+            )
     try:
         client.connect(
-            target.hostname, port=target.port, username=target.user,
+            target.hostname,
+            port=target.port,
+            username=target.user,
             key_filename=list(target.identity_files) or None,
-            timeout=target.timeout_s, banner_timeout=target.timeout_s, auth_timeout=target.timeout_s,
-            allow_agent=True, look_for_keys=not target.identity_files,
+            timeout=target.timeout_s,
+            banner_timeout=target.timeout_s,
+            auth_timeout=target.timeout_s,
+            allow_agent=True,
+            look_for_keys=not target.identity_files,
         )
     except paramiko.BadHostKeyException:
         client.close()
-        raise HostError(target.address, f"the host key of {target.key_name} has CHANGED since it was recorded in {target.known_hosts}. "
-                        f"This can mean someone is intercepting the connection. If the change is expected, remove the old key "
-                        f"with: ssh-keygen -f {target.known_hosts} -R '{target.key_name}'") from None
+        raise HostError(
+            target.address,
+            f"the host key of {target.key_name} has CHANGED since it was recorded in {target.known_hosts}. "
+            f"This can mean someone is intercepting the connection. If the change is expected, remove the old key "
+            f"with: ssh-keygen -f {target.known_hosts} -R '{target.key_name}'",
+        ) from None
     except paramiko.AuthenticationException as error:
         client.close()
         keys = ", ".join(target.identity_files) or "the SSH agent and ~/.ssh/id_*"
-        raise HostError(target.address, f"authentication as {target.user} failed ({error}); tried {keys}. "
-                        f"Check ssh.user, ssh.identity_file and the host's authorized_keys") from None
+        raise HostError(
+            target.address,
+            f"authentication as {target.user} failed ({error}); tried {keys}. "
+            f"Check ssh.user, ssh.identity_file and the host's authorized_keys",
+        ) from None
     except paramiko.SSHException as error:
         client.close()
         if "not found in known_hosts" in str(error):
-            raise HostError(target.address, f"unknown host key for {target.key_name} (not in {target.known_hosts}). "
-                            f"Verify and add it (ssh-keyscan -p {target.port} {target.hostname} >> {target.known_hosts}), "
-                            f"or set ssh.accept_unknown_host_keys: true for this host") from None
+            raise HostError(
+                target.address,
+                f"unknown host key for {target.key_name} (not in {target.known_hosts}). "
+                f"Verify and add it (ssh-keyscan -p {target.port} {target.hostname} >> {target.known_hosts}), "
+                f"or set ssh.accept_unknown_host_keys: true for this host",
+            ) from None
         raise HostError(target.address, f"SSH handshake with {where} failed: {error}") from None
     except socket.gaierror:
         client.close()
-        raise HostError(target.address, f"cannot resolve host name {target.hostname!r}; check hosts[].address or HostName in ~/.ssh/config") from None
-    except (socket.timeout, TimeoutError):
+        raise HostError(
+            target.address,
+            f"cannot resolve host name {target.hostname!r}; check hosts[].address or HostName in ~/.ssh/config",
+        ) from None
+    except TimeoutError:
         client.close()
-        raise HostError(target.address, f"no answer from {where} within {target.timeout_s:g}s (ssh.connect_timeout_s); is the host up and the port right?") from None
+        raise HostError(
+            target.address,
+            f"no answer from {where} within {target.timeout_s:g}s (ssh.connect_timeout_s); is the host up and the "
+            f"port right?",
+        ) from None
     except OSError as error:
         client.close()
         reason = error.strerror or str(error)
-        raise HostError(target.address, f"cannot connect to {where}: {reason}; is sshd running there and the port right?") from None
+        raise HostError(
+            target.address, f"cannot connect to {where}: {reason}; is sshd running there and the port right?"
+        ) from None
     transport = client.get_transport()
     if transport is not None:
         transport.set_keepalive(5)

@@ -1,9 +1,9 @@
 """A tiny stand-in for a training task, driven by arguments (no TensorFlow).
 
-    task.py record DIR        write this task's TF_CONFIG and env to DIR/<task>.json, exit 0
-    task.py sleep [--ignore-term] [--child]
-                              print "ready", then sleep until killed (optionally with a grandchild)
-    task.py fail-on TASK CODE the named task exits CODE after "ready"; the others sleep
+task.py record DIR        write this task's TF_CONFIG and env to DIR/<task>.json, exit 0
+task.py sleep [--ignore-term] [--child]
+                          print "ready", then sleep until killed (optionally with a grandchild)
+task.py fail-on TASK CODE the named task exits CODE after "ready"; the others sleep
 """
 
 from __future__ import annotations
@@ -26,8 +26,14 @@ def main() -> int:
     task = os.environ.get("TFLAUNCH_TASK", "?")
     if mode == "record":
         with open(os.path.join(args[0], task.replace(":", "-") + ".json"), "w") as handle:
-            json.dump({"TF_CONFIG": json.loads(os.environ["TF_CONFIG"]), "attempt": os.environ["TFLAUNCH_ATTEMPT"],
-                       "argv": sys.argv}, handle)
+            json.dump(
+                {
+                    "TF_CONFIG": json.loads(os.environ["TF_CONFIG"]),
+                    "attempt": os.environ["TFLAUNCH_ATTEMPT"],
+                    "argv": sys.argv,
+                },
+                handle,
+            )
         print(f"recorded {task}", flush=True)
         return 0
     if "--ignore-term" in args:

@@ -15,7 +15,15 @@ from typing import Any
 import psutil
 import pytest
 
-from tests.conftest import HELPERS, launch_cmd, local_spec, processes_mentioning, run_launch, wait_until_gone, write_spec
+from tests.conftest import (
+    HELPERS,
+    launch_cmd,
+    local_spec,
+    processes_mentioning,
+    run_launch,
+    wait_until_gone,
+    write_spec,
+)
 from tests.integration.test_train_local import assert_agree, results
 
 pytestmark = pytest.mark.tf
@@ -48,7 +56,9 @@ def summary(work: Path, name: str) -> dict[str, Any]:
 @pytest.mark.parametrize("victim", ["worker:1", "worker:0"], ids=["non-chief", "chief"])
 def test_sigkill_restarts_the_gang_and_finishes_identically(work: Path, reference: str, victim: str) -> None:
     kill_at = 70
-    proc = run_launch(["--cluster", str(recovery_spec(work, "kill")), "--inject", f"kill:{victim}@step={kill_at}"], work)
+    proc = run_launch(
+        ["--cluster", str(recovery_spec(work, "kill")), "--inject", f"kill:{victim}@step={kill_at}"], work
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = summary(work, "kill")
     assert len(run["attempts"]) == 2 and run["restarts"] == 1
@@ -64,7 +74,9 @@ def test_sigkill_restarts_the_gang_and_finishes_identically(work: Path, referenc
 
 
 def test_sigterm_preempts_checkpoints_and_loses_no_step(work: Path, reference: str) -> None:
-    proc = run_launch(["--cluster", str(recovery_spec(work, "term", max_restarts=0)), "--inject", "term:worker:1@step=60"], work)
+    proc = run_launch(
+        ["--cluster", str(recovery_spec(work, "term", max_restarts=0)), "--inject", "term:worker:1@step=60"], work
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = summary(work, "term")
     assert run["preemptions"] == 1 and run["restarts"] == 0
@@ -88,8 +100,13 @@ def test_hung_worker_is_caught_by_the_stall_timeout(work: Path, reference: str) 
 
 def test_a_task_that_never_joins_fails_the_launch_by_the_deadline(work: Path) -> None:
     spec = local_spec("late", 1, work / "runs", kind="builtin", steps=50)
-    spec["hosts"].append({"address": "localhost", "workers": 1,
-                          "env": {"PYTHONPATH": str(HELPERS / "hang_at_start"), "TEST_HANG_AT_START": "1"}})
+    spec["hosts"].append(
+        {
+            "address": "localhost",
+            "workers": 1,
+            "env": {"PYTHONPATH": str(HELPERS / "hang_at_start"), "TEST_HANG_AT_START": "1"},
+        }
+    )
     spec["restart"]["start_timeout_s"] = 15
     started = time.monotonic()
     proc = run_launch(["--cluster", str(write_spec(work, spec))], work)
@@ -103,8 +120,15 @@ def test_a_task_that_never_joins_fails_the_launch_by_the_deadline(work: Path) ->
 
 def test_a_repeating_failure_and_fatal_codes(work: Path) -> None:
     task = str(HELPERS / "task.py")
-    spec = write_spec(work, {"name": "ex", "run_root": str(work / "runs"), "hosts": [{"address": "localhost", "workers": 2}],
-                             "restart": {"max_restarts": 2, "backoff_s": 0, "crash_grace_s": 0.1}})
+    spec = write_spec(
+        work,
+        {
+            "name": "ex",
+            "run_root": str(work / "runs"),
+            "hosts": [{"address": "localhost", "workers": 2}],
+            "restart": {"max_restarts": 2, "backoff_s": 0, "crash_grace_s": 0.1},
+        },
+    )
     proc = run_launch(["--cluster", str(spec), "--", "python", task, "fail-on", "worker:1", "1"], work)
     assert proc.returncode == 1
     run = summary(work, "ex")
@@ -113,7 +137,9 @@ def test_a_repeating_failure_and_fatal_codes(work: Path) -> None:
     assert run["first_failure"]["task"] == "worker:1" and run["first_failure"]["attempt"] == 0
     assert "root cause: worker:1 on localhost" in proc.stderr and "attempts:" in proc.stderr
 
-    fatal = run_launch(["--cluster", str(spec), "--name", "fatal", "--", "python", task, "fail-on", "worker:0", "2"], work)
+    fatal = run_launch(
+        ["--cluster", str(spec), "--name", "fatal", "--", "python", task, "fail-on", "worker:0", "2"], work
+    )
     assert fatal.returncode == 1
     run = summary(work, "fatal")
     assert len(run["attempts"]) == 1 and run["attempts"][0]["kind"] == "fatal"
@@ -123,7 +149,9 @@ def test_sigkill_of_the_launcher_takes_tf_workers_with_it(work: Path) -> None:
     spec = local_spec("orphan", 2, work / "runs", kind="builtin", steps=100000, checkpoint_every=10000, log_every=10)
     log = work / "launch.out"
     with open(log, "w") as handle:
-        proc = subprocess.Popen(launch_cmd("--cluster", str(write_spec(work, spec))), cwd=work, stdout=handle, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            launch_cmd("--cluster", str(write_spec(work, spec))), cwd=work, stdout=handle, stderr=subprocess.STDOUT
+        )
         deadline = time.monotonic() + 120
         while "step 20/" not in log.read_text():
             assert time.monotonic() < deadline and proc.poll() is None, log.read_text()[-2000:]
@@ -144,8 +172,12 @@ def _start_up_process(work: Path, task: str, attempt: str, timeout: float = 60) 
             except psutil.Error:  # exited meanwhile
                 continue
             is_helper = any("task_runner" in part for part in cmdline)
-            if env.get("TFLAUNCH_TASK") == task and env.get("TFLAUNCH_ATTEMPT") == attempt and not is_helper \
-                    and cmdline[-2:] == ["-m", "worker"]:
+            if (
+                env.get("TFLAUNCH_TASK") == task
+                and env.get("TFLAUNCH_ATTEMPT") == attempt
+                and not is_helper
+                and cmdline[-2:] == ["-m", "worker"]
+            ):
                 return proc
         time.sleep(0.02)
     raise AssertionError(f"{task} of attempt {attempt} never started")
@@ -154,8 +186,12 @@ def _start_up_process(work: Path, task: str, attempt: str, timeout: float = 60) 
 def test_a_worker_stopped_during_start_up_is_named_and_the_gang_restarts(work: Path, reference: str) -> None:
     log = work / "launch.out"
     with open(log, "w") as handle:
-        proc = subprocess.Popen(launch_cmd("--cluster", str(recovery_spec(work, "frozen"))), cwd=work, stdout=handle,
-                                stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            launch_cmd("--cluster", str(recovery_spec(work, "frozen"))),
+            cwd=work,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+        )
         try:
             _start_up_process(work, "worker:1", "0").suspend()  # a real SIGSTOP, while TensorFlow is still loading
             assert proc.wait(timeout=240) == 0, log.read_text()[-3000:]

@@ -33,16 +33,26 @@ def final_weights(run_dir: Path) -> list[np.ndarray]:
 
 
 def train(work: Path, name: str, workers: int, **training: Any) -> Path:
-    settings = {"kind": "builtin", "steps": STEPS, "optimizer": "sgd", "learning_rate": 0.05, "checkpoint_every": 1000,
-                "log_every": 10, "tensorboard": True, **training}
-    proc = run_launch(["--cluster", str(write_spec(work, local_spec(name, workers, work / "runs", **settings), f"{name}.json"))], work)
+    settings = {
+        "kind": "builtin",
+        "steps": STEPS,
+        "optimizer": "sgd",
+        "learning_rate": 0.05,
+        "checkpoint_every": 1000,
+        "log_every": 10,
+        "tensorboard": True,
+        **training,
+    }
+    proc = run_launch(
+        ["--cluster", str(write_spec(work, local_spec(name, workers, work / "runs", **settings), f"{name}.json"))], work
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return work / "runs" / name
 
 
 def assert_same(a: list[np.ndarray], b: list[np.ndarray]) -> None:
     assert len(a) == len(b) and len(a) >= 6
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=False):
         np.testing.assert_allclose(x, y, rtol=2e-5, atol=2e-6)
 
 
@@ -56,7 +66,9 @@ def one_process_2b(work_module: Path) -> list[np.ndarray]:
     return final_weights(train(work_module, "ref2b", 1, batch_per_replica=2 * B))
 
 
-def test_two_workers_compute_what_one_process_with_twice_the_batch_does(work: Path, one_process_2b: list[np.ndarray]) -> None:
+def test_two_workers_compute_what_one_process_with_twice_the_batch_does(
+    work: Path, one_process_2b: list[np.ndarray]
+) -> None:
     run_dir = train(work, "dp", 2, batch_per_replica=B)
     assert_same(final_weights(run_dir), one_process_2b)
     assert not np.allclose(final_weights(run_dir)[0], final_weights(run_dir)[0] * 0)  # trained, not zeros
@@ -120,9 +132,19 @@ def test_evaluator_scores_checkpoints_and_never_fails_the_run(work: Path) -> Non
 
 
 def test_user_model_and_dataset_with_mixed_precision(work: Path) -> None:
-    spec = local_spec("user", 2, work / "runs", kind="builtin", steps=60, log_every=10, learning_rate=0.05,
-                      model="my_model:build_model", dataset="my_model:make_dataset",
-                      loss="sparse_categorical_crossentropy", mixed_precision="mixed_bfloat16")
+    spec = local_spec(
+        "user",
+        2,
+        work / "runs",
+        kind="builtin",
+        steps=60,
+        log_every=10,
+        learning_rate=0.05,
+        model="my_model:build_model",
+        dataset="my_model:make_dataset",
+        loss="sparse_categorical_crossentropy",
+        mixed_precision="mixed_bfloat16",
+    )
     spec["env"]["PYTHONPATH"] = str(REPO / "examples")
     proc = run_launch(["--cluster", str(write_spec(work, spec))], work)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 import secrets
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 
 from tests.conftest import HELPERS, free_port, launch_cmd, processes_mentioning, run_launch, wait_until_gone, write_spec
@@ -28,7 +25,9 @@ def ssh_host(server: SshServer, address: str, **ssh: Any) -> dict[str, Any]:
 
 def ssh_spec(work: Path, name: str, hosts: list[dict[str, Any]], **training: Any) -> dict[str, Any]:
     return {
-        "name": name, "run_root": str(work / "runs"), "python": sys.executable,
+        "name": name,
+        "run_root": str(work / "runs"),
+        "python": sys.executable,
         "env": {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(HELPERS)},
         "hosts": hosts,
         "training": {"kind": "builtin", "steps": 60, "checkpoint_every": 20, "log_every": 10, **training},
@@ -49,7 +48,9 @@ def test_two_ssh_hosts_train_and_no_env_value_is_on_a_command_line(work: Path, s
     spec["env"]["MY_API_TOKEN"] = secret
     log = work / "launch.out"
     with open(log, "w") as handle:
-        proc = subprocess.Popen(launch_cmd("--cluster", str(write_spec(work, spec))), cwd=work, stdout=handle, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            launch_cmd("--cluster", str(write_spec(work, spec))), cwd=work, stdout=handle, stderr=subprocess.STDOUT
+        )
         wait_for_text(log, "[worker:1@127.0.0.3]", proc)
         wait_for_text(log, "step 50/", proc)
         workers = [p for p in processes_mentioning(str(work)) if p.pid != proc.pid]
@@ -97,10 +98,18 @@ def test_remote_worker_killed_restarts_the_gang_over_ssh(work: Path, sshd: SshSe
 
 
 def test_sigkill_of_launch_leaves_no_remote_worker(work: Path, sshd: SshServer) -> None:
-    spec = ssh_spec(work, "orphans", [ssh_host(sshd, "127.0.0.2"), ssh_host(sshd, "127.0.0.3")], steps=100000, checkpoint_every=10000)
+    spec = ssh_spec(
+        work,
+        "orphans",
+        [ssh_host(sshd, "127.0.0.2"), ssh_host(sshd, "127.0.0.3")],
+        steps=100000,
+        checkpoint_every=10000,
+    )
     log = work / "launch.out"
     with open(log, "w") as handle:
-        proc = subprocess.Popen(launch_cmd("--cluster", str(write_spec(work, spec))), cwd=work, stdout=handle, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            launch_cmd("--cluster", str(write_spec(work, spec))), cwd=work, stdout=handle, stderr=subprocess.STDOUT
+        )
         wait_for_text(log, "step 20/", proc)
         proc.kill()
         proc.wait()
@@ -108,13 +117,20 @@ def test_sigkill_of_launch_leaves_no_remote_worker(work: Path, sshd: SshServer) 
 
 
 def test_dropped_ssh_connection_stops_everything_and_names_the_host(work: Path, sshd: SshServer) -> None:
-    spec = ssh_spec(work, "drop", [ssh_host(sshd, "127.0.0.2"), ssh_host(sshd, "127.0.0.3")], steps=100000, checkpoint_every=10000)
+    spec = ssh_spec(
+        work, "drop", [ssh_host(sshd, "127.0.0.2"), ssh_host(sshd, "127.0.0.3")], steps=100000, checkpoint_every=10000
+    )
     log = work / "launch.out"
     with open(log, "w") as handle:
-        proc = subprocess.Popen(launch_cmd("--cluster", str(write_spec(work, spec))), cwd=work, stdout=handle, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            launch_cmd("--cluster", str(write_spec(work, spec))), cwd=work, stdout=handle, stderr=subprocess.STDOUT
+        )
         wait_for_text(log, "step 20/", proc)
-        sessions = [s for s in sshd.sessions()
-                    if any(c.laddr and c.laddr.ip == "127.0.0.3" for c in s.net_connections(kind="tcp"))]
+        sessions = [
+            s
+            for s in sshd.sessions()
+            if any(c.laddr and c.laddr.ip == "127.0.0.3" for c in s.net_connections(kind="tcp"))
+        ]
         assert sessions, "no sshd session serves 127.0.0.3"
         for session in sessions:
             session.kill()
@@ -150,7 +166,9 @@ def test_host_keys_strict_by_default_opt_in_records_them(work: Path, sshd: SshSe
 
 def test_wrong_user_key_is_a_clear_error(work: Path, sshd: SshServer) -> None:
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(work / "stranger")], check=True)
-    spec = ssh_spec(work, "auth", [ssh_host(sshd, "127.0.0.2", identity_file=str(work / "stranger")), ssh_host(sshd, "127.0.0.3")])
+    spec = ssh_spec(
+        work, "auth", [ssh_host(sshd, "127.0.0.2", identity_file=str(work / "stranger")), ssh_host(sshd, "127.0.0.3")]
+    )
     started = time.monotonic()
     proc = run_launch(["--cluster", str(write_spec(work, spec))], work)
     assert proc.returncode == 2

@@ -18,7 +18,9 @@ pytestmark = pytest.mark.tf
 
 
 def results(run_dir: Path, attempt: int) -> dict[str, dict[str, Any]]:
-    return {p.name.split(".")[0]: json.loads(p.read_text()) for p in (run_dir / f"attempt-{attempt}").glob("*.result.json")}
+    return {
+        p.name.split(".")[0]: json.loads(p.read_text()) for p in (run_dir / f"attempt-{attempt}").glob("*.result.json")
+    }
 
 
 def assert_agree(found: dict[str, dict[str, Any]], tasks: int, step: int) -> None:
@@ -71,8 +73,12 @@ def test_worker_exit_mid_training_stops_everyone_fast(work: Path) -> None:
     path = write_spec(work, local_spec("crash", 3, work / "runs", kind="builtin", steps=100000, checkpoint_every=1000))
     log = work / "launch.out"
     with open(log, "w") as handle:
-        proc = subprocess.Popen(launch_cmd("--cluster", str(path), "--inject", "exit=3:worker:1@step=30"),
-                                cwd=work, stdout=handle, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            launch_cmd("--cluster", str(path), "--inject", "exit=3:worker:1@step=30"),
+            cwd=work,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+        )
         code = proc.wait(timeout=240)
     text = log.read_text()
     assert code == 1, text[-3000:]

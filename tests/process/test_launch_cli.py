@@ -20,11 +20,15 @@ TASK = str(HELPERS / "task.py")
 
 
 def spec_for(work: Path, workers: int = 2, **restart: object) -> Path:
-    return write_spec(work, {
-        "name": "p", "run_root": str(work / "runs"),
-        "hosts": [{"address": "localhost", "workers": workers}],
-        "restart": {"max_restarts": 0, "grace_period_s": 2, **restart},
-    })
+    return write_spec(
+        work,
+        {
+            "name": "p",
+            "run_root": str(work / "runs"),
+            "hosts": [{"address": "localhost", "workers": workers}],
+            "restart": {"max_restarts": 0, "grace_period_s": 2, **restart},
+        },
+    )
 
 
 def wait_for_text(path: Path, text: str, timeout: float = 30) -> None:
@@ -57,14 +61,18 @@ def test_user_command_sees_its_own_tf_config(work: Path) -> None:
 def test_local_quick_form(work: Path) -> None:
     out = work / "out"
     out.mkdir()
-    proc = run_launch(["--local", "2", "--run-root", str(work / "runs"), "--", "python", TASK, "record", str(out)], work)
+    proc = run_launch(
+        ["--local", "2", "--run-root", str(work / "runs"), "--", "python", TASK, "record", str(out)], work
+    )
     assert proc.returncode == 0, proc.stderr
     assert len(list(out.glob("*.json"))) == 2
 
 
 def test_failed_task_stops_the_gang_and_is_named(work: Path) -> None:
     started = time.monotonic()
-    proc = run_launch(["--cluster", str(spec_for(work, 3)), "--", "python", TASK, "fail-on", "worker:1", "3", "--ignore-term"], work)
+    proc = run_launch(
+        ["--cluster", str(spec_for(work, 3)), "--", "python", TASK, "fail-on", "worker:1", "3", "--ignore-term"], work
+    )
     elapsed = time.monotonic() - started
     assert proc.returncode == 1
     assert "root cause: worker:1 on localhost" in proc.stderr and "exit code 3" in proc.stderr
@@ -79,8 +87,12 @@ def start_sleepers(work: Path) -> tuple[subprocess.Popen[bytes], Path]:
     """`launch` two tasks that ignore SIGTERM and have a grandchild; return once both are ready."""
     log = work / "launch.out"
     with open(log, "w") as handle:
-        proc = subprocess.Popen(launch_cmd("--cluster", str(spec_for(work, 2)), "--", "python", TASK, "sleep", "--ignore-term", "--child"),
-                                cwd=work, stdout=handle, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            launch_cmd("--cluster", str(spec_for(work, 2)), "--", "python", TASK, "sleep", "--ignore-term", "--child"),
+            cwd=work,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+        )
     wait_for_text(log, "ready worker:1")
     wait_for_text(log, "ready worker:0")
     return proc, log
@@ -108,8 +120,14 @@ def test_taken_port_is_reported_before_anything_starts(work: Path) -> None:
     holder.listen()
     port = holder.getsockname()[1]
     try:
-        spec = write_spec(work, {"name": "p", "run_root": str(work / "runs"),
-                                 "hosts": [{"address": "localhost", "workers": 2, "ports": [0, port]}]})
+        spec = write_spec(
+            work,
+            {
+                "name": "p",
+                "run_root": str(work / "runs"),
+                "hosts": [{"address": "localhost", "workers": 2, "ports": [0, port]}],
+            },
+        )
         proc = run_launch(["--cluster", str(spec), "--", "python", TASK, "sleep"], work)
     finally:
         holder.close()
@@ -119,8 +137,15 @@ def test_taken_port_is_reported_before_anything_starts(work: Path) -> None:
 
 
 def test_dry_run_json_masks_secrets_and_starts_nothing(work: Path) -> None:
-    spec = write_spec(work, {"name": "p", "run_root": str(work / "runs"), "env": {"WANDB_API_KEY": "s3cr3t", "PLAIN": "v"},
-                             "hosts": [{"address": "localhost", "workers": 2, "chief": True}]})
+    spec = write_spec(
+        work,
+        {
+            "name": "p",
+            "run_root": str(work / "runs"),
+            "env": {"WANDB_API_KEY": "s3cr3t", "PLAIN": "v"},
+            "hosts": [{"address": "localhost", "workers": 2, "chief": True}],
+        },
+    )
     proc = run_launch(["--cluster", str(spec), "--dry-run", "--json"], work)
     assert proc.returncode == 0, proc.stderr
     plan = json.loads(proc.stdout)
@@ -133,8 +158,10 @@ def test_dry_run_json_masks_secrets_and_starts_nothing(work: Path) -> None:
 
 
 def test_launcher_never_imports_tensorflow() -> None:
-    code = ("import sys, launcher.cli, launcher.supervisor, launcher.transport.local, launcher.task_runner;"
-            "sys.exit('tensorflow' in sys.modules or 'keras' in sys.modules)")
+    code = (
+        "import sys, launcher.cli, launcher.supervisor, launcher.transport.local, launcher.task_runner;"
+        "sys.exit('tensorflow' in sys.modules or 'keras' in sys.modules)"
+    )
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
 
 
@@ -152,8 +179,14 @@ def test_live_table_on_a_terminal_and_launch_status(work: Path) -> None:
     out.mkdir()
     spec = spec_for(work, 2)
     main_fd, child_fd = pty.openpty()
-    proc = subprocess.Popen(launch_cmd("--cluster", str(spec), "--", "python", TASK, "record", str(out)),
-                            cwd=work, stdin=child_fd, stdout=child_fd, stderr=child_fd, env={**os.environ, "COLUMNS": "200"})
+    proc = subprocess.Popen(
+        launch_cmd("--cluster", str(spec), "--", "python", TASK, "record", str(out)),
+        cwd=work,
+        stdin=child_fd,
+        stdout=child_fd,
+        stderr=child_fd,
+        env={**os.environ, "COLUMNS": "200"},
+    )
     os.close(child_fd)
     chunks = []
     while True:

@@ -15,15 +15,20 @@ from launcher.transport.local import LocalTask, LocalTransport
 from tests.conftest import HELPERS
 
 
-def start(work: Path, *args: str) -> tuple[LocalTask, "queue.Queue[Event]"]:
-    spec = parse_spec({"name": "t", "training": {"kind": "command", "argv": ["python", str(HELPERS / "task.py"), *args]},
-                       "hosts": [{"address": "localhost", "ports": [1]}]})
+def start(work: Path, *args: str) -> tuple[LocalTask, queue.Queue[Event]]:
+    spec = parse_spec(
+        {
+            "name": "t",
+            "training": {"kind": "command", "argv": ["python", str(HELPERS / "task.py"), *args]},
+            "hosts": [{"address": "localhost", "ports": [1]}],
+        }
+    )
     launch = build_plan(spec, PlanInputs(str(work / "run"), 0, sys.executable, str(work))).tasks[0]
     events: queue.Queue[Event] = queue.Queue()
     return LocalTransport().start(launch, events.put), events
 
 
-def wait_for(events: "queue.Queue[Event]", kind: type, timeout: float = 20) -> Event:
+def wait_for(events: queue.Queue[Event], kind: type, timeout: float = 20) -> Event:
     deadline = time.monotonic() + timeout
     while True:
         event = events.get(timeout=max(0.01, deadline - time.monotonic()))
@@ -64,8 +69,13 @@ def test_closing_the_lifeline_kills_the_group(work: Path) -> None:
 
 
 def test_a_missing_program_is_exit_127_with_a_message(work: Path) -> None:
-    spec = parse_spec({"name": "t", "training": {"kind": "command", "argv": ["/no/such/program"]},
-                       "hosts": [{"address": "localhost", "ports": [1]}]})
+    spec = parse_spec(
+        {
+            "name": "t",
+            "training": {"kind": "command", "argv": ["/no/such/program"]},
+            "hosts": [{"address": "localhost", "ports": [1]}],
+        }
+    )
     launch = build_plan(spec, PlanInputs(str(work / "run"), 0, sys.executable, str(work))).tasks[0]
     events: queue.Queue[Event] = queue.Queue()
     LocalTransport().start(launch, events.put)

@@ -32,8 +32,12 @@ def snapshot(root: Path) -> dict[str, tuple[bool, int, int]]:
 
 
 def good(work: Path, **changes: Any) -> dict[str, Any]:
-    spec: dict[str, Any] = {"name": "r", "run_root": str(work / "runs"), "hosts": [{"address": "localhost", "workers": 2}],
-                            "restart": {"max_restarts": 0}}
+    spec: dict[str, Any] = {
+        "name": "r",
+        "run_root": str(work / "runs"),
+        "hosts": [{"address": "localhost", "workers": 2}],
+        "restart": {"max_restarts": 0},
+    }
     spec.update(changes)
     return spec
 
@@ -51,8 +55,9 @@ REFUSALS: list[tuple[str, Any, list[str], str]] = [
 
 
 @pytest.mark.parametrize("case, make, extra, needle", REFUSALS, ids=[r[0] for r in REFUSALS])
-def test_a_refused_launch_leaves_the_working_directory_as_it_was(case: str, make: Any, extra: list[str], needle: str,
-                                                                   work: Path) -> None:
+def test_a_refused_launch_leaves_the_working_directory_as_it_was(
+    case: str, make: Any, extra: list[str], needle: str, work: Path
+) -> None:
     (work / "afile").write_text("not a directory")
     spec = write_spec(work, make(work))
     before = snapshot(work)
@@ -90,27 +95,42 @@ def test_object_store_checkpoints_reach_tensorflow_untouched(work: Path) -> None
 
 
 def test_hundreds_of_local_tasks_with_a_small_open_file_limit(work: Path) -> None:
-    spec = write_spec(work, {"name": "many", "run_root": str(work / "runs"),
-                             "hosts": [{"address": "localhost", "workers": 200} for _ in range(3)]})
+    spec = write_spec(
+        work,
+        {
+            "name": "many",
+            "run_root": str(work / "runs"),
+            "hosts": [{"address": "localhost", "workers": 200} for _ in range(3)],
+        },
+    )
 
     def small_limit() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (128, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
 
-    proc = subprocess.run(launch_cmd("--cluster", str(spec), "--dry-run", "--json"), cwd=work, capture_output=True,
-                          text=True, timeout=120, preexec_fn=small_limit)
+    proc = subprocess.run(
+        launch_cmd("--cluster", str(spec), "--dry-run", "--json"),
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=small_limit,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     ports = [task["port"] for task in json.loads(proc.stdout)["tasks"]]
     assert len(ports) == 600 and len(set(ports)) == 600
 
 
-@pytest.mark.parametrize("files, needle", [
-    ({}, "has neither summary.json nor status.json"),
-    ({"summary.json": '{"state": "succ'}, "summary.json: not valid JSON"),
-    ({"summary.json": "[1, 2]"}, "summary.json: not a launch summary.json"),
-    ({"summary.json": '{"name": "someone else\'s"}'}, "summary.json: field 'attempts' is missing"),
-    ({"status.json": '{"launcher_pid": "x", "tasks": []}'}, "status.json: field"),
-    ({"status.json": "\udcff"}, "status.json: cannot read it"),
-])
+@pytest.mark.parametrize(
+    "files, needle",
+    [
+        ({}, "has neither summary.json nor status.json"),
+        ({"summary.json": '{"state": "succ'}, "summary.json: not valid JSON"),
+        ({"summary.json": "[1, 2]"}, "summary.json: not a launch summary.json"),
+        ({"summary.json": '{"name": "someone else\'s"}'}, "summary.json: field 'attempts' is missing"),
+        ({"status.json": '{"launcher_pid": "x", "tasks": []}'}, "status.json: field"),
+        ({"status.json": "\udcff"}, "status.json: cannot read it"),
+    ],
+)
 def test_status_of_what_is_not_a_healthy_run(files: dict[str, str], needle: str, work: Path) -> None:
     run = work / "run"
     run.mkdir()
@@ -126,8 +146,12 @@ def test_status_after_the_launcher_was_killed_says_stopped(work: Path) -> None:
     spec = write_spec(work, good(work))
     log = work / "launch.out"
     with open(log, "w") as handle:
-        proc = subprocess.Popen(launch_cmd("--cluster", str(spec), "--", "python", TASK, "sleep"), cwd=work,
-                                stdout=handle, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            launch_cmd("--cluster", str(spec), "--", "python", TASK, "sleep"),
+            cwd=work,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+        )
     status_file = work / "runs" / "r" / "status.json"
     deadline = time.monotonic() + 30
     while not status_file.exists():
@@ -147,14 +171,21 @@ def test_a_stopped_task_is_called_hung_within_seconds(work: Path) -> None:
     spec = write_spec(work, good(work, restart={"max_restarts": 0, "stopped_timeout_s": 2, "crash_grace_s": 0.1}))
     log = work / "launch.out"
     with open(log, "w") as handle:
-        proc = subprocess.Popen(launch_cmd("--cluster", str(spec), "--", "python", TASK, "sleep"), cwd=work,
-                                stdout=handle, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            launch_cmd("--cluster", str(spec), "--", "python", TASK, "sleep"),
+            cwd=work,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+        )
     deadline = time.monotonic() + 30
     while "ready worker:1" not in log.read_text():
         assert time.monotonic() < deadline and proc.poll() is None, log.read_text()
         time.sleep(0.05)
-    victim = next(p for p in psutil.Process(proc.pid).children(recursive=True)
-                  if p.environ().get("TFLAUNCH_TASK") == "worker:1" and p.cmdline()[1:2] == [TASK])  # not its helper
+    victim = next(
+        p
+        for p in psutil.Process(proc.pid).children(recursive=True)
+        if p.environ().get("TFLAUNCH_TASK") == "worker:1" and p.cmdline()[1:2] == [TASK]
+    )  # not its helper
     stopped_at = time.monotonic()
     os.kill(victim.pid, signal.SIGSTOP)
     assert proc.wait(timeout=30) == 1

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from launcher.plan import LaunchPlan, PlanInputs, TaskLaunch, build_plan
 from launcher.spec import ClusterSpec, parse_spec
-from launcher.transport.base import EventSink, OutputLine, TaskExit, TaskExited, WorkerReport
+from launcher.transport.base import EventSink, ExitStatus, OutputLine, TaskExited, WorkerReport
 
 
 class FakeClock:
@@ -27,6 +27,7 @@ class FakeTask:
     signals: list[int] = field(default_factory=list)
     exited: bool = False
     ignore_term: bool = False
+    closed: bool = False
 
     def signal(self, signum: int) -> None:
         self.signals.append(signum)
@@ -38,10 +39,13 @@ class FakeTask:
     def gone(self) -> bool:
         return self.exited
 
+    def close(self) -> None:
+        self.closed = True
+
     # test controls
     def exit(self, code: int | None, sig: int | None = None, at: float = 0.0) -> None:
         self.exited = True
-        self.sink(TaskExited(self.launch.name, TaskExit(code, sig, time=at or 0.0)))
+        self.sink(TaskExited(self.launch.name, ExitStatus(code, sig, time=at or 0.0)))
 
     def say(self, event: str, **data: object) -> None:
         self.sink(WorkerReport(self.launch.name, {"event": event, **data}))
@@ -68,12 +72,17 @@ class FakeTransport:
 
 
 def fake_spec(workers: int = 2, **restart: object) -> ClusterSpec:
-    return parse_spec({"name": "fake", "hosts": [{"address": "localhost", "workers": workers,
-                                                  "ports": list(range(7000, 7000 + workers))}],
-                       "restart": {"grace_period_s": 5, "backoff_s": 0, **restart}})
+    return parse_spec(
+        {
+            "name": "fake",
+            "hosts": [{"address": "localhost", "workers": workers, "ports": list(range(7000, 7000 + workers))}],
+            "restart": {"grace_period_s": 5, "backoff_s": 0, **restart},
+        }
+    )
 
 
 def fake_planner(spec: ClusterSpec, run_dir: str):  # type: ignore[no-untyped-def]
     def plan(attempt: int) -> LaunchPlan:
         return build_plan(spec, PlanInputs(run_dir, attempt, "/py", "/work"))
+
     return plan

@@ -8,19 +8,30 @@ import signal
 from pathlib import Path
 
 from launcher.console import Console
-from launcher.run_status import describe_run
 from launcher.gang import GangStatus, TaskStatus
 from launcher.plan import PlanInputs, build_plan
+from launcher.run_status import describe_run
 from launcher.spec import parse_spec
-from launcher.transport.base import TaskExit
+from launcher.transport.base import ExitStatus
 
-PLAN = build_plan(parse_spec({"name": "c", "hosts": [{"address": "localhost", "workers": 2, "ports": [5000, 5001]}]}),
-                  PlanInputs("/runs/c", 0, "/py", "/work"))
+PLAN = build_plan(
+    parse_spec({"name": "c", "hosts": [{"address": "localhost", "workers": 2, "ports": [5000, 5001]}]}),
+    PlanInputs("/runs/c", 0, "/py", "/work"),
+)
 
 
-def status(exit1: TaskExit | None = None) -> GangStatus:
-    return GangStatus(0, 0, 0, 0.0, True, (TaskStatus("worker:0", "localhost", 1, True, 5, None, 0, 0),
-                                           TaskStatus("worker:1", "localhost", 2, True, 5, exit1, 0, 0)))
+def status(exit1: ExitStatus | None = None) -> GangStatus:
+    return GangStatus(
+        0,
+        0,
+        0,
+        0.0,
+        True,
+        (
+            TaskStatus("worker:0", "localhost", 1, True, 5, None, 0, 0),
+            TaskStatus("worker:1", "localhost", 2, True, 5, exit1, 0, 0),
+        ),
+    )
 
 
 def test_plain_mode_prefixes_every_line() -> None:
@@ -35,7 +46,7 @@ def test_plain_mode_prefixes_every_line() -> None:
 def test_live_mode_draws_a_table_in_place(tmp_path: Path) -> None:
     out = io.StringIO()
     console = Console(live=True, out=out, err=io.StringIO())
-    console.attach(lambda: status(TaskExit(None, signal.SIGKILL)), str(tmp_path / "status.json"))
+    console.attach(lambda: status(ExitStatus(None, signal.SIGKILL)), str(tmp_path / "status.json"))
     for launch in PLAN.tasks:
         console.report(launch, {"event": "joined"})
         console.report(launch, {"event": "step", "step": 10})
@@ -53,12 +64,38 @@ def test_live_mode_draws_a_table_in_place(tmp_path: Path) -> None:
 
 
 def test_status_of_a_finished_run(tmp_path: Path) -> None:
-    summary = {"state": "succeeded", "final_step": 60, "restarts": 1, "preemptions": 0, "first_failure": {
-        "task": "worker:1", "host": "localhost", "exit": "killed by SIGKILL", "attempt": 0, "error": None},
-        "attempts": [{"attempt": 0, "reason": "worker:1 on localhost killed by SIGKILL; restart 1 of 3", "tasks": [
-            {"name": "worker:1", "host": "localhost", "exit": "killed by SIGKILL", "result": None}]},
-                     {"attempt": 1, "reason": "every task exited 0", "tasks": [
-            {"name": "worker:0", "host": "localhost", "exit": "exit code 0", "result": {"step": 60, "fingerprint": "abc"}}]}]}
+    summary = {
+        "state": "succeeded",
+        "final_step": 60,
+        "restarts": 1,
+        "preemptions": 0,
+        "first_failure": {
+            "task": "worker:1",
+            "host": "localhost",
+            "exit": "killed by SIGKILL",
+            "attempt": 0,
+            "error": None,
+        },
+        "attempts": [
+            {
+                "attempt": 0,
+                "reason": "worker:1 on localhost killed by SIGKILL; restart 1 of 3",
+                "tasks": [{"name": "worker:1", "host": "localhost", "exit": "killed by SIGKILL", "result": None}],
+            },
+            {
+                "attempt": 1,
+                "reason": "every task exited 0",
+                "tasks": [
+                    {
+                        "name": "worker:0",
+                        "host": "localhost",
+                        "exit": "exit code 0",
+                        "result": {"step": 60, "fingerprint": "abc"},
+                    }
+                ],
+            },
+        ],
+    }
     (tmp_path / "summary.json").write_text(json.dumps(summary))
     text = describe_run(str(tmp_path))
     assert "succeeded at step 60 after 2 attempt(s)" in text

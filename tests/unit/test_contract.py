@@ -12,9 +12,20 @@ from worker.contract import RunLayout, TaskEnv
 
 
 def test_task_env_round_trips() -> None:
-    env = TaskEnv(run_name="r", run_dir="/runs/r", attempt=3, task="worker:1", checkpoint_dir="gs://b/r",
-                  result_file="/runs/r/attempt-3/worker-1.result.json", error_file="/e", metrics_file="/m",
-                  export_dir="/x", training={"kind": "builtin", "steps": 5}, preemption_exit_code=43, fault="kill:5:1")
+    env = TaskEnv(
+        run_name="r",
+        run_dir="/runs/r",
+        attempt=3,
+        task="worker:1",
+        checkpoint_dir="gs://b/r",
+        result_file="/runs/r/attempt-3/worker-1.result.json",
+        error_file="/e",
+        metrics_file="/m",
+        export_dir="/x",
+        training={"kind": "builtin", "steps": 5},
+        preemption_exit_code=43,
+        fault="kill:5:1",
+    )
     assert TaskEnv.from_env(env.to_env()) == env
     assert all(key.startswith(contract.ENV_PREFIX) for key in env.to_env())
 

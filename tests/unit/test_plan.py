@@ -20,13 +20,27 @@ CASES: dict[str, dict[str, Any]] = {
     "1-worker": {"name": "g", "hosts": [{"address": "localhost", "ports": [5000]}]},
     "2-workers": {"name": "g", "hosts": [{"address": "localhost", "workers": 2, "ports": [5000, 5001]}]},
     "3-workers": {"name": "g", "hosts": [{"address": "localhost", "workers": 3, "ports": [5000, 5001, 5002]}]},
-    "chief-1-worker": {"name": "g", "hosts": [{"address": "localhost", "chief": True, "workers": 1, "ports": [5000, 5001]}]},
-    "chief-2-workers-2-hosts": {"name": "g", "hosts": [
-        {"address": "node-a", "chief": True, "workers": 1, "ports": [6000, 6001]},
-        {"address": "node-b", "workers": 1, "ports": [6000]}]},
-    "explicit-tasks-3": {"name": "g", "hosts": [
-        {"address": "node-a", "tasks": [{"type": "worker", "index": 1, "port": 7001}, {"type": "chief", "index": 0, "port": 7000}]},
-        {"address": "node-b", "tasks": [{"type": "worker", "index": 0, "port": 7000}]}]},
+    "chief-1-worker": {
+        "name": "g",
+        "hosts": [{"address": "localhost", "chief": True, "workers": 1, "ports": [5000, 5001]}],
+    },
+    "chief-2-workers-2-hosts": {
+        "name": "g",
+        "hosts": [
+            {"address": "node-a", "chief": True, "workers": 1, "ports": [6000, 6001]},
+            {"address": "node-b", "workers": 1, "ports": [6000]},
+        ],
+    },
+    "explicit-tasks-3": {
+        "name": "g",
+        "hosts": [
+            {
+                "address": "node-a",
+                "tasks": [{"type": "worker", "index": 1, "port": 7001}, {"type": "chief", "index": 0, "port": 7000}],
+            },
+            {"address": "node-b", "tasks": [{"type": "worker", "index": 0, "port": 7000}]},
+        ],
+    },
 }
 
 
@@ -58,8 +72,14 @@ def test_port_zero_takes_the_chosen_port_and_must_be_resolved() -> None:
 
 
 def test_env_argv_and_files_per_task() -> None:
-    spec = parse_spec({"name": "g", "env": {"A": "1", "B": "cluster"}, "checkpoint_dir": "ckpt",
-                       "hosts": [{"address": "localhost", "workers": 2, "ports": [5000, 5001], "env": {"B": "host"}}]})
+    spec = parse_spec(
+        {
+            "name": "g",
+            "env": {"A": "1", "B": "cluster"},
+            "checkpoint_dir": "ckpt",
+            "hosts": [{"address": "localhost", "workers": 2, "ports": [5000, 5001], "env": {"B": "host"}}],
+        }
+    )
     plan = build_plan(spec, PlanInputs("/runs/g", 3, "/venv/bin/python", "/work"))
     task = plan.tasks[1]
     assert task.argv == ["/venv/bin/python", "-m", "worker"]
@@ -73,8 +93,14 @@ def test_env_argv_and_files_per_task() -> None:
 
 
 def test_user_command_replaces_bare_python_with_the_hosts_python() -> None:
-    spec = parse_spec({"name": "g", "python": "/opt/py/bin/python", "training": {"kind": "command", "argv": ["python", "train.py", "--python"]},
-                       "hosts": [{"address": "localhost", "ports": [5000]}]})
+    spec = parse_spec(
+        {
+            "name": "g",
+            "python": "/opt/py/bin/python",
+            "training": {"kind": "command", "argv": ["python", "train.py", "--python"]},
+            "hosts": [{"address": "localhost", "ports": [5000]}],
+        }
+    )
     plan = build_plan(spec, INPUTS)
     assert plan.tasks[0].argv == ["/opt/py/bin/python", "train.py", "--python"]
 
@@ -86,14 +112,23 @@ def test_remote_defaults_and_labels() -> None:
     assert plan.tasks[0].argv[0] == "python3"
 
 
-@pytest.mark.parametrize("gpus, tasks, expected", [
-    ([0, 1, 2, 3], 2, ["0,1", "2,3"]),
-    ([0, 1, 2, 3], 4, ["0", "1", "2", "3"]),
-    ([4, 5], 1, ["4,5"]),
-])
+@pytest.mark.parametrize(
+    "gpus, tasks, expected",
+    [
+        ([0, 1, 2, 3], 2, ["0,1", "2,3"]),
+        ([0, 1, 2, 3], 4, ["0", "1", "2", "3"]),
+        ([4, 5], 1, ["4,5"]),
+    ],
+)
 def test_gpus_are_split_evenly_and_disjointly(gpus: list[int], tasks: int, expected: list[str]) -> None:
-    spec = parse_spec({"name": "g", "hosts": [{"address": "localhost", "workers": tasks, "gpus": gpus,
-                                               "ports": list(range(5000, 5000 + tasks))}]})
+    spec = parse_spec(
+        {
+            "name": "g",
+            "hosts": [
+                {"address": "localhost", "workers": tasks, "gpus": gpus, "ports": list(range(5000, 5000 + tasks))}
+            ],
+        }
+    )
     plan = build_plan(spec, INPUTS)
     assert [t.env["CUDA_VISIBLE_DEVICES"] for t in plan.tasks] == expected
 
@@ -104,18 +139,35 @@ def test_slots_order_chief_first_then_workers_by_index() -> None:
 
 
 def test_evaluator_gets_a_tf_config_of_its_own_and_stays_out_of_the_cluster() -> None:
-    spec = parse_spec({"name": "g", "hosts": [{"address": "localhost", "workers": 2, "evaluator": True, "ports": [5000, 5001, 5002]}]})
+    spec = parse_spec(
+        {"name": "g", "hosts": [{"address": "localhost", "workers": 2, "evaluator": True, "ports": [5000, 5001, 5002]}]}
+    )
     plan = build_plan(spec, INPUTS)
     evaluator = plan.tasks[-1]
     assert evaluator.name == "evaluator:0" and evaluator.sidecar
-    assert evaluator.tf_config == {"cluster": {"evaluator": ["localhost:5002"]}, "task": {"type": "evaluator", "index": 0}}
+    assert evaluator.tf_config == {
+        "cluster": {"evaluator": ["localhost:5002"]},
+        "task": {"type": "evaluator", "index": 0},
+    }
     assert all(t.tf_config["cluster"] == {"worker": ["localhost:5000", "localhost:5001"]} for t in plan.tasks[:2])
     assert not any(t.sidecar for t in plan.tasks[:2])
 
 
 def test_one_worker_per_gpu_or_one_worker_with_all_gpus() -> None:
-    per_gpu = parse_spec({"name": "g", "hosts": [{"address": "localhost", "gpus": [0, 1, 2], "worker_per_gpu": True,
-                                                  "evaluator": True, "ports": [5000, 5001, 5002, 5003]}]})
+    per_gpu = parse_spec(
+        {
+            "name": "g",
+            "hosts": [
+                {
+                    "address": "localhost",
+                    "gpus": [0, 1, 2],
+                    "worker_per_gpu": True,
+                    "evaluator": True,
+                    "ports": [5000, 5001, 5002, 5003],
+                }
+            ],
+        }
+    )
     plan = build_plan(per_gpu, INPUTS)
     assert [t.env["CUDA_VISIBLE_DEVICES"] for t in plan.tasks] == ["0", "1", "2", ""]
     all_gpus = parse_spec({"name": "g", "hosts": [{"address": "localhost", "gpus": [0, 1, 2, 3], "ports": [5000]}]})

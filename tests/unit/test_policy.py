@@ -9,56 +9,73 @@ import pytest
 from launcher.gang import GangStatus, TaskStatus
 from launcher.policy import Action, Decision, FailureKind, RestartPolicy
 from launcher.spec import RestartSpec
-from launcher.transport.base import TaskExit
+from launcher.transport.base import ExitStatus
 
 POLICY = RestartPolicy(RestartSpec(max_restarts=2, fatal_exit_codes=[2, 7], start_timeout_s=30, stall_timeout_s=60))
 
 
-def task(name: str, exit: TaskExit | None = None, joined: bool = True, started: float = 0.0, progress: float = 0.0,
-         reported: bool = True, milestone: str | None = None, step: int | None = None,
-         error: tuple[str, str] | None = None, stopped_since: float | None = None) -> TaskStatus:
-    return TaskStatus(name, "localhost", 1, joined, step, exit, started, progress, reported, milestone, stopped_since, error)
+def task(
+    name: str,
+    exit: ExitStatus | None = None,
+    joined: bool = True,
+    started: float = 0.0,
+    progress: float = 0.0,
+    reported: bool = True,
+    milestone: str | None = None,
+    step: int | None = None,
+    error: tuple[str, str] | None = None,
+    stopped_since: float | None = None,
+) -> TaskStatus:
+    return TaskStatus(
+        name, "localhost", 1, joined, step, exit, started, progress, reported, milestone, stopped_since, error
+    )
 
 
-def status(*tasks: TaskStatus, now: float = 10.0, restarts: int = 0, reports: bool = True,
-           earlier: tuple[str | None, ...] = ()) -> GangStatus:
+def status(
+    *tasks: TaskStatus, now: float = 10.0, restarts: int = 0, reports: bool = True, earlier: tuple[str | None, ...] = ()
+) -> GangStatus:
     return GangStatus(0, restarts, 0, now, reports, tasks, earlier)
 
 
 def test_all_exit_zero_succeeds() -> None:
-    decision = POLICY.decide(status(task("worker:0", TaskExit(0, None)), task("worker:1", TaskExit(0, None))))
+    decision = POLICY.decide(status(task("worker:0", ExitStatus(0, None)), task("worker:1", ExitStatus(0, None))))
     assert decision.action is Action.SUCCEED
 
 
 def test_some_finished_others_running_keeps_going() -> None:
-    assert POLICY.decide(status(task("worker:0", TaskExit(0, None)), task("worker:1"))).action is Action.KEEP_GOING
+    assert POLICY.decide(status(task("worker:0", ExitStatus(0, None)), task("worker:1"))).action is Action.KEEP_GOING
 
 
-@pytest.mark.parametrize("exit, kind, action", [
-    (TaskExit(42, None), FailureKind.PREEMPTED, Action.RESTART),
-    (TaskExit(1, None), FailureKind.RETRYABLE, Action.RESTART),
-    (TaskExit(None, signal.SIGKILL), FailureKind.RETRYABLE, Action.RESTART),
-    (TaskExit(None, signal.SIGSEGV), FailureKind.RETRYABLE, Action.RESTART),
-    (TaskExit(2, None), FailureKind.FATAL, Action.FAIL),
-    (TaskExit(7, None), FailureKind.FATAL, Action.FAIL),
-])
-def test_exit_classes(exit: TaskExit, kind: FailureKind, action: Action) -> None:
+@pytest.mark.parametrize(
+    "exit, kind, action",
+    [
+        (ExitStatus(42, None), FailureKind.PREEMPTED, Action.RESTART),
+        (ExitStatus(1, None), FailureKind.RETRYABLE, Action.RESTART),
+        (ExitStatus(None, signal.SIGKILL), FailureKind.RETRYABLE, Action.RESTART),
+        (ExitStatus(None, signal.SIGSEGV), FailureKind.RETRYABLE, Action.RESTART),
+        (ExitStatus(2, None), FailureKind.FATAL, Action.FAIL),
+        (ExitStatus(7, None), FailureKind.FATAL, Action.FAIL),
+    ],
+)
+def test_exit_classes(exit: ExitStatus, kind: FailureKind, action: Action) -> None:
     decision = POLICY.decide(status(task("worker:0"), task("worker:1", exit)))
     assert (decision.kind, decision.action, decision.cause) == (kind, action, "worker:1")
 
 
 def test_first_failure_by_time_is_the_cause() -> None:
-    decision = POLICY.decide(status(task("worker:0", TaskExit(1, None, time=5.0)), task("worker:1", TaskExit(None, 9, time=4.0))))
+    decision = POLICY.decide(
+        status(task("worker:0", ExitStatus(1, None, time=5.0)), task("worker:1", ExitStatus(None, 9, time=4.0)))
+    )
     assert decision.cause == "worker:1"
 
 
 def test_retryable_fails_when_restarts_are_used_up() -> None:
-    decision = POLICY.decide(status(task("worker:0", TaskExit(1, None)), restarts=2))
+    decision = POLICY.decide(status(task("worker:0", ExitStatus(1, None)), restarts=2))
     assert decision.action is Action.FAIL and "no restarts left" in decision.reason
 
 
 def test_preemption_restarts_even_with_no_restarts_left() -> None:
-    decision = POLICY.decide(status(task("worker:0", TaskExit(42, None)), restarts=2))
+    decision = POLICY.decide(status(task("worker:0", ExitStatus(42, None)), restarts=2))
     assert decision.action is Action.RESTART
 
 
@@ -80,23 +97,54 @@ def test_start_timeout_blames_the_tasks_whose_runtime_never_came_up() -> None:
 
 def test_start_timeout_blames_the_task_furthest_behind() -> None:
     # worker:1 was frozen while importing TensorFlow; the others imported it and wait in the join
-    snapshot = status(task("worker:0", joined=False, milestone="imported"), task("worker:1", joined=False, milestone="starting"),
-                      task("worker:2", joined=False, milestone="imported"), now=31.0)
+    snapshot = status(
+        task("worker:0", joined=False, milestone="imported"),
+        task("worker:1", joined=False, milestone="starting"),
+        task("worker:2", joined=False, milestone="imported"),
+        now=31.0,
+    )
     decision = POLICY.decide(snapshot)
     assert decision.cause == "worker:1" and decision.reason.startswith("worker:1 did not join")
     assert "last reported 'starting'" in decision.reason and "worker:0, worker:2 started and waited" in decision.reason
 
 
-@pytest.mark.parametrize("first, second, repeats", [
-    (task("worker:1", TaskExit(1, None), error=("ValueError", "bad")), task("worker:1", TaskExit(1, None), error=("ValueError", "bad")), True),
-    (task("worker:1", TaskExit(1, None), error=("ValueError", "bad")), task("worker:2", TaskExit(1, None), error=("ValueError", "bad")), True),
-    (task("worker:1", TaskExit(1, None), error=("ValueError", "bad")), task("chief:0", TaskExit(1, None), error=("ValueError", "bad")), False),
-    (task("worker:1", TaskExit(1, None), error=("ValueError", "bad")), task("worker:1", TaskExit(1, None), error=("ValueError", "other")), False),
-    (task("worker:1", TaskExit(3, None)), task("worker:0", TaskExit(3, None)), True),  # same code, no step yet
-    (task("worker:1", TaskExit(3, None)), task("worker:0", TaskExit(4, None)), False),
-    (task("worker:1", TaskExit(3, None), step=5), task("worker:0", TaskExit(3, None), step=9), False),  # training ran
-    (task("worker:1", TaskExit(None, 9)), task("worker:1", TaskExit(None, 9)), False),  # a signal: keep retrying
-])
+@pytest.mark.parametrize(
+    "first, second, repeats",
+    [
+        (
+            task("worker:1", ExitStatus(1, None), error=("ValueError", "bad")),
+            task("worker:1", ExitStatus(1, None), error=("ValueError", "bad")),
+            True,
+        ),
+        (
+            task("worker:1", ExitStatus(1, None), error=("ValueError", "bad")),
+            task("worker:2", ExitStatus(1, None), error=("ValueError", "bad")),
+            True,
+        ),
+        (
+            task("worker:1", ExitStatus(1, None), error=("ValueError", "bad")),
+            task("chief:0", ExitStatus(1, None), error=("ValueError", "bad")),
+            False,
+        ),
+        (
+            task("worker:1", ExitStatus(1, None), error=("ValueError", "bad")),
+            task("worker:1", ExitStatus(1, None), error=("ValueError", "other")),
+            False,
+        ),
+        (task("worker:1", ExitStatus(3, None)), task("worker:0", ExitStatus(3, None)), True),  # same code, no step yet
+        (task("worker:1", ExitStatus(3, None)), task("worker:0", ExitStatus(4, None)), False),
+        (
+            task("worker:1", ExitStatus(3, None), step=5),
+            task("worker:0", ExitStatus(3, None), step=9),
+            False,
+        ),  # training ran
+        (
+            task("worker:1", ExitStatus(None, 9)),
+            task("worker:1", ExitStatus(None, 9)),
+            False,
+        ),  # a signal: keep retrying
+    ],
+)
 def test_the_same_root_cause_twice_is_not_retried(first: TaskStatus, second: TaskStatus, repeats: bool) -> None:
     earlier = POLICY.decide(status(task("worker:0"), first))
     assert earlier.action is Action.RESTART
@@ -107,7 +155,7 @@ def test_the_same_root_cause_twice_is_not_retried(first: TaskStatus, second: Tas
 
 def test_a_different_failure_in_between_keeps_retrying() -> None:
     policy = RestartPolicy(RestartSpec(max_restarts=5))
-    bad = task("worker:1", TaskExit(1, None), error=("ValueError", "bad"))
+    bad = task("worker:1", ExitStatus(1, None), error=("ValueError", "bad"))
     signature = policy.decide(status(bad)).signature
     assert policy.decide(status(bad, restarts=2, earlier=(signature, None))).action is Action.RESTART
     assert policy.decide(status(bad, restarts=1, earlier=(signature,))).action is Action.FAIL
@@ -115,7 +163,10 @@ def test_a_different_failure_in_between_keeps_retrying() -> None:
 
 def test_a_task_stopped_for_too_long_is_hung() -> None:
     policy = RestartPolicy(RestartSpec(stopped_timeout_s=5, max_restarts=1))
-    assert policy.decide(status(task("worker:0"), task("worker:1", stopped_since=6.0), now=10.0)).action is Action.KEEP_GOING
+    assert (
+        policy.decide(status(task("worker:0"), task("worker:1", stopped_since=6.0), now=10.0)).action
+        is Action.KEEP_GOING
+    )
     decision = policy.decide(status(task("worker:0"), task("worker:1", stopped_since=5.0), now=10.0))
     assert (decision.action, decision.kind, decision.cause) == (Action.RESTART, FailureKind.STALLED, "worker:1")
     off = RestartPolicy(RestartSpec(stopped_timeout_s=None))

@@ -11,7 +11,9 @@ from launcher.transport.ssh_client import resolve_target
 
 def test_ssh_config_supplies_hostname_user_port_and_identity(tmp_path: Path) -> None:
     config = tmp_path / "config"
-    config.write_text("Host node-a\n  HostName 10.1.2.3\n  User trainer\n  Port 2200\n  IdentityFile ~/.ssh/cluster_key\n")
+    config.write_text(
+        "Host node-a\n  HostName 10.1.2.3\n  User trainer\n  Port 2200\n  IdentityFile ~/.ssh/cluster_key\n"
+    )
     target = resolve_target(HostSpec(address="node-a", ports=[5000]), str(config))
     assert (target.hostname, target.user, target.port) == ("10.1.2.3", "trainer", 2200)
     assert target.identity_files[0].endswith("/.ssh/cluster_key") and not target.identity_files[0].startswith("~")
@@ -22,10 +24,20 @@ def test_ssh_config_supplies_hostname_user_port_and_identity(tmp_path: Path) -> 
 def test_spec_settings_win_over_ssh_config(tmp_path: Path) -> None:
     config = tmp_path / "config"
     config.write_text("Host node-a\n  User trainer\n  Port 2200\n")
-    host = HostSpec.model_validate({"address": "node-a", "ports": [5000],
-                                    "ssh": {"user": "ops", "port": 22, "known_hosts": str(tmp_path / "kh"), "accept_unknown_host_keys": True}})
+    host = HostSpec.model_validate(
+        {
+            "address": "node-a",
+            "ports": [5000],
+            "ssh": {"user": "ops", "port": 22, "known_hosts": str(tmp_path / "kh"), "accept_unknown_host_keys": True},
+        }
+    )
     target = resolve_target(host, str(config))
-    assert (target.user, target.port, target.known_hosts, target.accept_unknown) == ("ops", 22, str(tmp_path / "kh"), True)
+    assert (target.user, target.port, target.known_hosts, target.accept_unknown) == (
+        "ops",
+        22,
+        str(tmp_path / "kh"),
+        True,
+    )
     assert target.key_name == "node-a"
 
 

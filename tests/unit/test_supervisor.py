@@ -5,19 +5,26 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
-import pytest
-
-from launcher.gang import GroupState
+from launcher.gang import LaunchState
 from launcher.policy import RestartPolicy
 from launcher.supervisor import Supervisor
 from tests.unit.fakes import FakeClock, FakeTransport, fake_planner, fake_spec
 
 
-def make(tmp_path: Path, workers: int = 2, reports: bool = True, **restart: object) -> tuple[Supervisor, FakeTransport, FakeClock, list[str]]:
+def make(
+    tmp_path: Path, workers: int = 2, reports: bool = True, **restart: object
+) -> tuple[Supervisor, FakeTransport, FakeClock, list[str]]:
     spec = fake_spec(workers, **restart)
     transport, clock, notices = FakeTransport(), FakeClock(), []
-    supervisor = Supervisor(fake_planner(spec, str(tmp_path)), transport, RestartPolicy(spec.restart), reports,
-                            on_notice=notices.append, clock=clock, sleep=lambda s: None)
+    supervisor = Supervisor(
+        fake_planner(spec, str(tmp_path)),
+        transport,
+        RestartPolicy(spec.restart),
+        reports,
+        on_notice=notices.append,
+        clock=clock,
+        sleep=lambda s: None,
+    )
     supervisor.start()
     return supervisor, transport, clock, notices
 
@@ -31,18 +38,18 @@ def test_starting_then_running_once_all_joined(tmp_path: Path) -> None:
     sup, transport, _, _ = make(tmp_path)
     assert [t.launch.name for t in transport.started] == ["worker:0", "worker:1"]
     transport.started[0].say("joined")
-    assert sup.step(0) is GroupState.STARTING
+    assert sup.step(0) is LaunchState.STARTING
     transport.started[1].say("joined")
-    assert sup.step(0) is GroupState.RUNNING
+    assert sup.step(0) is LaunchState.RUNNING
 
 
 def test_all_zero_exits_succeed_without_signals(tmp_path: Path) -> None:
     sup, transport, _, _ = make(tmp_path)
     join_all(transport, 2)
     transport.started[0].exit(0)
-    assert sup.step(0) is GroupState.RUNNING  # one done, one running: not a failure
+    assert sup.step(0) is LaunchState.RUNNING  # one done, one running: not a failure
     transport.started[1].exit(0)
-    assert sup.step(0) is GroupState.SUCCEEDED
+    assert sup.step(0) is LaunchState.SUCCEEDED
     assert all(t.signals == [] for t in transport.started)
 
 
@@ -50,7 +57,7 @@ def test_crash_stops_the_rest_at_once_and_restarts_everyone(tmp_path: Path) -> N
     sup, transport, _, notices = make(tmp_path, workers=3, max_restarts=1)
     join_all(transport, 3)
     transport.started[1].exit(None, signal.SIGKILL)
-    assert sup.step(0) is GroupState.STARTING  # a new attempt is starting
+    assert sup.step(0) is LaunchState.STARTING  # a new attempt is starting
     first = transport.started[:3]
     assert first[0].signals[0] == signal.SIGTERM and first[2].signals[0] == signal.SIGTERM
     assert len(transport.started) == 6 and sup.plan.attempt == 1 and sup.restarts == 1
@@ -62,14 +69,14 @@ def test_term_ignored_gets_sigkill(tmp_path: Path) -> None:
     sup, transport, _, _ = make(tmp_path, max_restarts=0, grace_period_s=0, crash_grace_s=0)
     transport.started[0].ignore_term = True
     transport.started[1].exit(1)
-    assert sup.step(0) is GroupState.FAILED
+    assert sup.step(0) is LaunchState.FAILED
     assert transport.started[0].signals == [signal.SIGTERM, signal.SIGKILL]
 
 
 def test_fatal_exit_code_fails_without_restart(tmp_path: Path) -> None:
     sup, transport, _, _ = make(tmp_path, max_restarts=5)
     transport.started[0].exit(2)
-    assert sup.step(0) is GroupState.FAILED
+    assert sup.step(0) is LaunchState.FAILED
     assert len(transport.started) == 2
     assert sup.result is not None and sup.result.attempts[0].kind == "fatal"
 
@@ -80,7 +87,7 @@ def test_restarts_exhausted_fails_after_max_plus_one_attempts(tmp_path: Path) ->
         transport.started[-1].say("step", step=5)  # failed after training began: may well pass next time
         transport.started[-1].exit(1)
         state = sup.step(0)
-    assert state is GroupState.FAILED
+    assert state is LaunchState.FAILED
     assert len(transport.started) == 6
     assert sup.result is not None and [a.attempt for a in sup.result.attempts] == [0, 1, 2]
 
@@ -89,7 +96,7 @@ def test_preemption_restarts_without_using_a_restart(tmp_path: Path) -> None:
     sup, transport, _, _ = make(tmp_path, max_restarts=0)
     for task in transport.current(2):
         task.exit(42)
-    assert sup.step(0) is GroupState.STARTING
+    assert sup.step(0) is LaunchState.STARTING
     assert (sup.restarts, sup.preemptions, sup.plan.attempt) == (0, 1, 1)
     assert all(t.signals == [] for t in transport.started[:2]), "preempted workers are saving: no SIGTERM"
 
@@ -99,15 +106,15 @@ def test_start_timeout_restarts_naming_the_task_then_stops_when_it_repeats(tmp_p
     transport.started[0].say("joined")
     transport.started[1].say("starting")
     clock.now += 29
-    assert sup.step(0) is GroupState.STARTING
+    assert sup.step(0) is LaunchState.STARTING
     clock.now += 2
-    assert sup.step(0) is GroupState.STARTING and sup.restarts == 1  # a missed start is retried
+    assert sup.step(0) is LaunchState.STARTING and sup.restarts == 1  # a missed start is retried
     assert "worker:1 did not join" in notices[-1] and "restart 1 of 5" in notices[-1]
     assert all(signal.SIGTERM in t.signals for t in transport.started[:2])
     transport.started[2].say("joined")
     transport.started[3].say("starting")
     clock.now += 31
-    assert sup.step(0) is GroupState.FAILED  # the same task stuck at the same point: not retried again
+    assert sup.step(0) is LaunchState.FAILED  # the same task stuck at the same point: not retried again
     assert "worker:1 did not join" in notices[-1] and "the same failure twice; not retrying" in notices[-1]
 
 
@@ -116,11 +123,11 @@ def test_a_stopped_task_is_hung_at_once(tmp_path: Path) -> None:
     transport.started[0].say("imported")
     transport.started[1].say("starting")
     transport.started[1].say("stopped")  # the helper saw the task in the stopped state
-    assert sup.step(0) is GroupState.STARTING
+    assert sup.step(0) is LaunchState.STARTING
     clock.now += 4
-    assert sup.step(0) is GroupState.STARTING and sup.restarts == 0
+    assert sup.step(0) is LaunchState.STARTING and sup.restarts == 0
     clock.now += 1
-    assert sup.step(0) is GroupState.STARTING and sup.restarts == 1
+    assert sup.step(0) is LaunchState.STARTING and sup.restarts == 1
     assert "worker:1 on localhost has been stopped" in notices[-1]
 
 
@@ -132,19 +139,19 @@ def test_a_continued_task_is_not_hung(tmp_path: Path) -> None:
     transport.started[1].say("continued")
     sup.step(0)
     clock.now += 10
-    assert sup.step(0) is GroupState.STARTING and sup.restarts == 0
+    assert sup.step(0) is LaunchState.STARTING and sup.restarts == 0
 
 
 def test_the_same_error_twice_is_not_retried(tmp_path: Path) -> None:
     sup, transport, _, notices = make(tmp_path, max_restarts=3)
-    for attempt in range(2):
+    for _ in range(2):
         task = transport.started[-1]
         error = {"type": "TBNotInstalledError", "message": "TensorBoard is not installed", "time": 1.0}
         Path(task.launch.error_path).write_text(__import__("json").dumps(error))
         task.say("step", step=1)
         task.exit(1)
         state = sup.step(0)
-    assert state is GroupState.FAILED and len(sup.result.attempts) == 2  # type: ignore[union-attr]
+    assert state is LaunchState.FAILED and len(sup.result.attempts) == 2  # type: ignore[union-attr]
     assert "the same failure twice; not retrying" in notices[-1] and "TBNotInstalledError" in notices[-1]
 
 
@@ -155,22 +162,22 @@ def test_stall_restarts_the_gang(tmp_path: Path) -> None:
         task.say("step", step=10)
     sup.step(0)
     clock.now += 59
-    assert sup.step(0) is GroupState.RUNNING
+    assert sup.step(0) is LaunchState.RUNNING
     clock.now += 2
-    assert sup.step(0) is GroupState.STARTING
+    assert sup.step(0) is LaunchState.STARTING
     assert sup.result is not None and sup.result.attempts[0].kind == "stalled"
 
 
 def test_output_counts_as_progress_for_user_commands(tmp_path: Path) -> None:
     sup, transport, clock, _ = make(tmp_path, reports=False, stall_timeout_s=60, max_restarts=0)
-    assert sup.step(0) is GroupState.RUNNING  # user commands do not report joining
+    assert sup.step(0) is LaunchState.RUNNING  # user commands do not report joining
     clock.now += 50
     transport.started[0].print("epoch 1")
     sup.step(0)
     clock.now += 50
-    assert sup.step(0) is GroupState.RUNNING
+    assert sup.step(0) is LaunchState.RUNNING
     clock.now += 20
-    assert sup.step(0) is GroupState.FAILED
+    assert sup.step(0) is LaunchState.FAILED
 
 
 def test_events_of_an_old_attempt_are_ignored(tmp_path: Path) -> None:
@@ -186,7 +193,7 @@ def test_events_of_an_old_attempt_are_ignored(tmp_path: Path) -> None:
 def test_shutdown_stops_running_tasks_and_marks_interrupted(tmp_path: Path) -> None:
     sup, transport, _, _ = make(tmp_path)
     sup.shutdown()
-    assert sup.state is GroupState.INTERRUPTED
+    assert sup.state is LaunchState.INTERRUPTED
     assert all(t.exited for t in transport.started)
     assert transport.closed
     sup.shutdown()  # idempotent
@@ -215,5 +222,5 @@ def test_run_returns_the_result_and_shuts_down(tmp_path: Path) -> None:
 
     transport.start = start_and_finish  # type: ignore[method-assign]
     result = sup.run(poll_s=0)
-    assert result.state is GroupState.SUCCEEDED and transport.closed
+    assert result.state is LaunchState.SUCCEEDED and transport.closed
     assert [t.exit_code for t in result.attempts[0].tasks] == [0, 0]

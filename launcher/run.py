@@ -1,0 +1,136 @@
+"""One launch from a validated spec to its result: plan, preflight, supervise, summarise.
+
+Callable from the CLI, from tests and from other front ends (a scheduler's allocation). Never
+prints: what a person sees goes through the Console callbacks the caller hands in. Signals to
+the launcher become an exception on the main thread; shutdown and the summary run in `finally`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING
+
+from launcher.console import Console
+from launcher.errors import InterruptedLaunchError, PreflightError
+from launcher.faults import Fault
+from launcher.gang import RunResult
+from launcher.plan import LaunchPlan, PlanInputs, build_plan
+from launcher.policy import RestartPolicy
+from launcher.ports import check_local_ports, choose_free_ports, port_is_free
+from launcher.report import write_summary
+from launcher.spec import BuiltinTraining, ClusterSpec, FunctionTraining, is_url
+from launcher.supervisor import Supervisor
+from launcher.transport import HostRouter
+from worker.contract import RunLayout
+
+if TYPE_CHECKING:
+    from launcher.preflight import PreflightReport
+
+log = logging.getLogger(__name__)
+Planner = Callable[[int], LaunchPlan]
+
+
+def run_dir_of(spec: ClusterSpec) -> Path:
+    return Path(spec.run_root).resolve() / spec.name
+
+
+def next_attempt(run_dir: Path) -> int:
+    """Attempts of earlier launches of the same run keep their logs: number after them."""
+    if not run_dir.is_dir():
+        return 0
+    numbers = [n for p in run_dir.iterdir() if (n := RunLayout.attempt_of(p.name)) is not None]
+    return max(numbers, default=-1) + 1
+
+
+def make_planner(spec: ClusterSpec, faults: list[Fault] | None = None) -> Planner:
+    """Plans for attempt 0, 1, ... of this launch; ports chosen once and kept while they stay free."""
+    run_dir = run_dir_of(spec)
+    first = next_attempt(run_dir)
+    ports = choose_free_ports(spec)
+    rehearsed = {fault.task: fault.to_env() for fault in faults or []}
+
+    def plan(attempt: int) -> LaunchPlan:
+        if attempt > 0:  # same ports if still free; a port-0 task whose port was taken gets another
+            for name, port in list(ports.items()):
+                if not port_is_free(port):
+                    ports.update({n: free for n, free in choose_free_ports(spec).items() if n == name})
+        inputs = PlanInputs(
+            str(run_dir),
+            first + attempt,
+            sys.executable,
+            os.getcwd(),
+            dict(ports),
+            faults=rehearsed if attempt == 0 else {},
+        )
+        result = build_plan(spec, inputs)
+        check_local_ports(result)
+        return result
+
+    return plan
+
+
+def preflight(spec: ClusterSpec, plan: LaunchPlan) -> PreflightReport:
+    """Check every host (local ones too) and the run directory; leaves nothing behind."""
+    from launcher.preflight import run_preflight
+
+    return run_preflight(spec, plan)
+
+
+def _make_checkpoint_dir(spec: ClusterSpec, plan: LaunchPlan) -> None:
+    """Create the checkpoint directory when it is ours to create: on this machine, not an object store."""
+    if is_url(plan.checkpoint_dir):
+        return
+    if any(h.is_local for h in spec.hosts) or plan.checkpoint_dir.startswith(plan.run_dir.rstrip("/") + "/"):
+        os.makedirs(plan.checkpoint_dir, exist_ok=True)
+
+
+def _install_signals(supervisor: Supervisor) -> None:
+    state = {"stopping": False}
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        if state["stopping"]:
+            supervisor.hurry = True  # a second signal: skip the grace period
+            return
+        state["stopping"] = True
+        raise InterruptedLaunchError(signum)
+
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, handler)
+
+
+def launch(spec: ClusterSpec, console: Console, faults: list[Fault] | None = None) -> RunResult:
+    """Preflight, then supervise every attempt until the run ends; always writes summary.json.
+
+    Raises PreflightError (nothing written, nothing started) or InterruptedLaunchError (every
+    task stopped, summary written)."""
+    planner = make_planner(spec, faults)
+    first_plan = planner(0)  # validates local ports before anything starts (raises PortInUseError)
+    report = preflight(spec, first_plan)
+    if not report.ok:
+        raise PreflightError(report.problems)
+    _make_checkpoint_dir(spec, first_plan)
+    supervisor = Supervisor(
+        planner=planner,
+        transport=HostRouter(list(spec.hosts)),
+        policy=RestartPolicy(spec.restart),
+        reports_progress=isinstance(spec.training, (BuiltinTraining, FunctionTraining)),
+        on_output=console.output,
+        on_notice=console.notice,
+        on_report=console.report,
+        on_drained=console.flush,
+    )
+    console.attach(supervisor.snapshot, RunLayout(first_plan.run_dir).status_file)
+    console.notice(f"run {spec.name}: starting {len(first_plan.tasks)} task(s); logs in {first_plan.run_dir}")
+    _install_signals(supervisor)
+    try:
+        return supervisor.run()
+    finally:
+        console.close()
+        if supervisor.result is not None:
+            console.notice(f"summary: {write_summary(supervisor.result)}")

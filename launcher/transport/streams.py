@@ -1,0 +1,77 @@
+"""The readers every transport runs for one task: output, events, and the exit.
+
+Whatever carries a task (a local pipe, an SSH channel), three things arrive from it: output lines
+(written to the attempt's log file and handed to the sink with the task's name), event lines
+(JSON reports; the helper's `exit` and `files` reports are kept back), and the end of the carrier.
+The exit is announced only after both readers drained, so the last lines are logged first; a
+background grandchild may hold a pipe open, so the drain waits a bounded time.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from launcher.transport.base import EventSink, ExitStatus, OutputLine, TaskExited, exit_from_report, parse_report
+from worker.contract import EXIT, FILES
+
+DRAIN_TIMEOUT_S = 1.0
+
+
+class TaskStreams:
+    """Runs the readers of one task on daemon threads; the sink gets TaskExited exactly once.
+
+    `wait()` blocks until the carrier ends and returns the exit to report when the helper sent
+    none (it was killed itself, or the connection dropped). `on_files` receives the contents of
+    files a remote helper sent back."""
+
+    def __init__(
+        self,
+        name: str,
+        log_path: str,
+        sink: EventSink,
+        output: Iterable[bytes],
+        events: Iterable[bytes],
+        wait: Callable[[], ExitStatus],
+        on_files: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
+        self._name = name
+        self._log_path = log_path
+        self._sink = sink
+        self._wait_for_end = wait
+        self._on_files = on_files
+        self._exit_report: dict[str, Any] | None = None
+        Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+        self._output = threading.Thread(target=self._read_output, args=(output,), daemon=True, name=f"out-{name}")
+        self._events = threading.Thread(target=self._read_events, args=(events,), daemon=True, name=f"ev-{name}")
+        self._waiter = threading.Thread(target=self._wait, daemon=True, name=f"wait-{name}")
+        for thread in (self._output, self._events, self._waiter):
+            thread.start()
+
+    def _read_output(self, stream: Iterable[bytes]) -> None:
+        with open(self._log_path, "ab", buffering=0) as log_file:
+            for raw in stream:
+                log_file.write(raw)
+                self._sink(OutputLine(self._name, raw.decode("utf-8", "replace").rstrip("\r\n")))
+
+    def _read_events(self, stream: Iterable[bytes]) -> None:
+        for raw in stream:
+            report = parse_report(self._name, raw.decode("utf-8", "replace"))
+            if report is None:
+                continue
+            kind = report.data["event"]
+            if kind == EXIT:
+                self._exit_report = report.data
+            elif kind == FILES:
+                if self._on_files is not None:
+                    self._on_files(report.data.get("files") or {})
+            else:
+                self._sink(report)
+
+    def _wait(self) -> None:
+        fallback = self._wait_for_end()
+        self._events.join(DRAIN_TIMEOUT_S)
+        self._output.join(DRAIN_TIMEOUT_S)
+        self._sink(TaskExited(self._name, exit_from_report(self._exit_report) or fallback))
