@@ -126,6 +126,38 @@ def _learning_rate(optimizer: Any) -> float:
     return float(tf.convert_to_tensor(inner.learning_rate).numpy())
 
 
+def make_train_step(
+    strategy: tf.distribute.Strategy, model: Any, optimizer: Any, config: BuiltinTraining, global_batch: int
+) -> Callable[[Any], tf.Tensor]:
+    """One synchronous step: k micro-batch gradients summed locally, loss scaling, one all-reduce and update."""
+    micro = config.accumulation_steps
+    loss_fn = per_example_loss(config.loss)
+    scaled = config.mixed_precision == "mixed_float16"
+
+    @tf.function
+    def train_step(iterator: Any) -> tf.Tensor:
+        def step_fn(inputs: tuple[tf.Tensor, tf.Tensor]) -> tf.Tensor:
+            xs, ys = tf.split(inputs[0], micro), tf.split(inputs[1], micro)
+            summed: list[tf.Tensor] | None = None
+            total = tf.constant(0.0)
+            for x, y in zip(xs, ys, strict=False):  # k micro-batches, gradients summed locally
+                with tf.GradientTape() as tape:
+                    prediction = tf.cast(model(x, training=True), tf.float32)
+                    loss = tf.nn.compute_average_loss(loss_fn(y, prediction), global_batch_size=global_batch)
+                    target = optimizer.scale_loss(loss) if scaled else loss
+                gradients = tape.gradient(target, model.trainable_variables)
+                summed = gradients if summed is None else [a + b for a, b in zip(summed, gradients, strict=False)]
+                total += loss
+            assert summed is not None  # micro >= 1
+            optimizer.apply_gradients(zip(summed, model.trainable_variables, strict=False))  # the one all-reduce
+            return total
+
+        per_replica = strategy.run(step_fn, args=(next(iterator),))
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+
+    return train_step
+
+
 def train_builtin(strategy: tf.distribute.Strategy, cluster: ClusterInfo, settings: TaskEnv) -> dict[str, Any]:
     """Train to `steps`; returns what goes into the result file."""
     config = BuiltinTraining.model_validate(settings.training)
@@ -159,29 +191,7 @@ def train_builtin(strategy: tf.distribute.Strategy, cluster: ClusterInfo, settin
 
     data = strategy.distribute_datasets_from_function(make_dataset_fn(config, start_step, replicas))
     iterator = iter(data)
-    loss_fn = per_example_loss(config.loss)
-    scaled = config.mixed_precision == "mixed_float16"
-
-    @tf.function
-    def train_step(iterator: Any) -> tf.Tensor:
-        def step_fn(inputs: tuple[tf.Tensor, tf.Tensor]) -> tf.Tensor:
-            xs, ys = tf.split(inputs[0], micro), tf.split(inputs[1], micro)
-            summed: list[tf.Tensor] | None = None
-            total = tf.constant(0.0)
-            for x, y in zip(xs, ys, strict=False):  # k micro-batches, gradients summed locally
-                with tf.GradientTape() as tape:
-                    prediction = tf.cast(model(x, training=True), tf.float32)
-                    loss = tf.nn.compute_average_loss(loss_fn(y, prediction), global_batch_size=global_batch)
-                    target = optimizer.scale_loss(loss) if scaled else loss
-                gradients = tape.gradient(target, model.trainable_variables)
-                summed = gradients if summed is None else [a + b for a, b in zip(summed, gradients, strict=False)]
-                total += loss
-            assert summed is not None  # micro >= 1
-            optimizer.apply_gradients(zip(summed, model.trainable_variables, strict=False))  # the one all-reduce
-            return total
-
-        per_replica = strategy.run(step_fn, args=(next(iterator),))
-        return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+    train_step = make_train_step(strategy, model, optimizer, config, global_batch)
 
     # SIGTERM to any worker (a preemption notice) makes every worker save at the same next
     # step through this handler and leave with the preemption exit code; the launcher then
