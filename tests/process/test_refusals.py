@@ -142,8 +142,8 @@ def test_status_of_what_is_not_a_healthy_run(files: dict[str, str], needle: str,
     assert "Traceback" not in proc.stderr
 
 
-def test_status_after_the_launcher_was_killed_says_stopped(work: Path) -> None:
-    spec = write_spec(work, good(work))
+def start_sleepers(work: Path, spec: Path) -> tuple[subprocess.Popen[bytes], Path]:
+    """`launch` sleeping tasks in the background, output to a log file."""
     log = work / "launch.out"
     with open(log, "w") as handle:
         proc = subprocess.Popen(
@@ -152,6 +152,12 @@ def test_status_after_the_launcher_was_killed_says_stopped(work: Path) -> None:
             stdout=handle,
             stderr=subprocess.STDOUT,
         )
+    return proc, log
+
+
+def test_status_after_the_launcher_was_killed_says_stopped(work: Path) -> None:
+    spec = write_spec(work, good(work))
+    proc, log = start_sleepers(work, spec)
     status_file = work / "runs" / "r" / "status.json"
     deadline = time.monotonic() + 30
     while not status_file.exists():
@@ -169,14 +175,7 @@ def test_status_after_the_launcher_was_killed_says_stopped(work: Path) -> None:
 
 def test_a_stopped_task_is_called_hung_within_seconds(work: Path) -> None:
     spec = write_spec(work, good(work, restart={"max_restarts": 0, "stopped_timeout_s": 2, "crash_grace_s": 0.1}))
-    log = work / "launch.out"
-    with open(log, "w") as handle:
-        proc = subprocess.Popen(
-            launch_cmd("--cluster", str(spec), "--", "python", TASK, "sleep"),
-            cwd=work,
-            stdout=handle,
-            stderr=subprocess.STDOUT,
-        )
+    proc, log = start_sleepers(work, spec)
     deadline = time.monotonic() + 30
     while "ready worker:1" not in log.read_text():
         assert time.monotonic() < deadline and proc.poll() is None, log.read_text()
