@@ -13,7 +13,6 @@ import json
 import logging
 import queue
 import secrets
-import subprocess
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -25,7 +24,8 @@ from launcher.errors import HostError
 from launcher.plan import LaunchPlan, TaskLaunch
 from launcher.probe import creatable
 from launcher.spec import BuiltinTraining, ClusterSpec, FunctionTraining, is_url, machine_key
-from launcher.transport.bootstrap import BOOTSTRAP, remote_command, source_line
+from launcher.transport.base import HelperChannel, Transport
+from launcher.transport.bootstrap import source_line
 
 log = logging.getLogger(__name__)
 _CALL_TIMEOUT_S = 30.0
@@ -33,16 +33,15 @@ T = TypeVar("T")
 
 
 class ProbeSession:
-    """One running probe on one host; `call` sends a request and waits for its answer."""
+    """The probe running in one of the transport's helper sessions; `call` sends a request and waits."""
 
-    def __init__(self, write: Callable[[bytes], None], stdout: Any, stderr: Any, close: Callable[[], None]) -> None:
-        self._write = write
-        self._close = close
+    def __init__(self, channel: HelperChannel) -> None:
+        self._channel = channel
         self._answers: queue.Queue[bytes | None] = queue.Queue()
         self._stderr: list[bytes] = []
-        threading.Thread(target=self._read_answers, args=(stdout,), daemon=True).start()
-        threading.Thread(target=self._read_stderr, args=(stderr,), daemon=True).start()
-        write(source_line(probe))
+        threading.Thread(target=self._read_answers, args=(channel.stdout,), daemon=True).start()
+        threading.Thread(target=self._read_stderr, args=(channel.stderr,), daemon=True).start()
+        channel.write(source_line(probe))
 
     def _read_answers(self, stream: Any) -> None:
         for line in stream:
@@ -54,7 +53,7 @@ class ProbeSession:
             self._stderr.append(line)
 
     def call(self, request: dict[str, Any], timeout: float = _CALL_TIMEOUT_S) -> dict[str, Any]:
-        self._write((json.dumps(request) + "\n").encode())
+        self._channel.write((json.dumps(request) + "\n").encode())
         try:
             line = self._answers.get(timeout=timeout)
         except queue.Empty:
@@ -68,42 +67,7 @@ class ProbeSession:
         return answer
 
     def close(self) -> None:
-        self._close()
-
-
-def _local_session(python: str) -> ProbeSession:
-    try:
-        proc = subprocess.Popen(
-            [python, "-u", "-c", BOOTSTRAP], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
-        )
-    except OSError as error:
-        raise RuntimeError(f"cannot run python {python!r}: {error.strerror}") from None
-    assert proc.stdin is not None
-
-    def write(data: bytes) -> None:
-        assert proc.stdin is not None
-        proc.stdin.write(data)
-        proc.stdin.flush()
-
-    def close() -> None:
-        assert proc.stdin is not None
-        try:
-            proc.stdin.close()
-        except BrokenPipeError:  # the probe already exited
-            pass
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:  # a "python" that never answers: not ours to keep
-            proc.kill()
-            proc.wait()
-
-    return ProbeSession(write, proc.stdout, proc.stderr, close)
-
-
-def _ssh_session(client: Any, python: str) -> ProbeSession:
-    channel = client.get_transport().open_session(timeout=10)
-    channel.exec_command(remote_command(python))
-    return ProbeSession(channel.sendall, channel.makefile("rb"), channel.makefile_stderr("rb"), channel.close)
+        self._channel.close()
 
 
 @dataclass
@@ -115,7 +79,6 @@ class _Host:
     workdir: str
     tasks: list[TaskLaunch]
     session: ProbeSession | None = None
-    client: Any = None
     info: dict[str, Any] = field(default_factory=dict)
 
 
@@ -141,8 +104,10 @@ def _parallel(hosts: list[_Host], work: Callable[[_Host], T]) -> list[tuple[_Hos
         return results
 
 
-def run_preflight(spec: ClusterSpec, plan: LaunchPlan) -> PreflightReport:
-    """Check every host (local ones too) and the run directory; writes nothing that outlives it."""
+def run_preflight(spec: ClusterSpec, plan: LaunchPlan, transport: Transport) -> PreflightReport:
+    """Check every host (local ones too) and the run directory; writes nothing that outlives it.
+
+    Probes run in `transport`'s helper sessions: over SSH on the connection the tasks will use."""
     report = PreflightReport()
     if not creatable(plan.run_dir):
         report.problems.append(
@@ -156,13 +121,7 @@ def run_preflight(spec: ClusterSpec, plan: LaunchPlan) -> PreflightReport:
     need_worker = isinstance(spec.training, (BuiltinTraining, FunctionTraining))
 
     def open_session(host: _Host) -> None:
-        if host.is_local:
-            host.session = _local_session(host.python)
-        else:
-            from launcher.transport.ssh_client import connect, resolve_target
-
-            host.client = connect(resolve_target(spec.hosts[host.index]))
-            host.session = _ssh_session(host.client, host.python)
+        host.session = ProbeSession(transport.open_helper(host.index, host.python))
         host.info = host.session.call(
             {"op": "info", "workdir": host.workdir, "checkpoint_dir": plan.checkpoint_dir, "need_worker": need_worker}
         )
@@ -189,8 +148,6 @@ def run_preflight(spec: ClusterSpec, plan: LaunchPlan) -> PreflightReport:
         for host in hosts:
             if host.session is not None:
                 host.session.close()
-            if host.client is not None:
-                host.client.close()
     return report
 
 

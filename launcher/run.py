@@ -27,6 +27,7 @@ from launcher.report import write_summary
 from launcher.spec import BuiltinTraining, ClusterSpec, FunctionTraining, is_url
 from launcher.supervisor import Supervisor
 from launcher.transport import HostRouter
+from launcher.transport.base import Transport
 from worker.contract import RunLayout
 
 if TYPE_CHECKING:
@@ -75,11 +76,19 @@ def make_planner(spec: ClusterSpec, faults: list[Fault] | None = None) -> Planne
     return plan
 
 
-def preflight(spec: ClusterSpec, plan: LaunchPlan) -> PreflightReport:
-    """Check every host (local ones too) and the run directory; leaves nothing behind."""
+def preflight(spec: ClusterSpec, plan: LaunchPlan, transport: Transport | None = None) -> PreflightReport:
+    """Check every host (local ones too) and the run directory; leaves nothing behind.
+
+    Given the launch's transport, the checks run over the connections the tasks will use."""
     from launcher.preflight import run_preflight
 
-    return run_preflight(spec, plan)
+    if transport is not None:
+        return run_preflight(spec, plan, transport)
+    own = HostRouter(list(spec.hosts))
+    try:
+        return run_preflight(spec, plan, own)
+    finally:
+        own.close()
 
 
 def _make_checkpoint_dir(spec: ClusterSpec, plan: LaunchPlan) -> None:
@@ -111,13 +120,19 @@ def launch(spec: ClusterSpec, console: Console, faults: list[Fault] | None = Non
     task stopped, summary written)."""
     planner = make_planner(spec, faults)
     first_plan = planner(0)  # validates local ports before anything starts (raises PortInUseError)
-    report = preflight(spec, first_plan)
+    transport = HostRouter(list(spec.hosts))
+    try:
+        report = preflight(spec, first_plan, transport)
+    except BaseException:
+        transport.close()
+        raise
     if not report.ok:
+        transport.close()
         raise PreflightError(report.problems)
     _make_checkpoint_dir(spec, first_plan)
     supervisor = Supervisor(
         planner=planner,
-        transport=HostRouter(list(spec.hosts)),
+        transport=transport,
         policy=RestartPolicy(spec.restart),
         reports_progress=isinstance(spec.training, (BuiltinTraining, FunctionTraining)),
         on_output=console.output,

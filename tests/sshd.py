@@ -52,6 +52,10 @@ class SshServer:
             **extra,
         }
 
+    def accepted_connections(self) -> int:
+        """How many logins sshd has accepted so far (its log says so at LogLevel VERBOSE)."""
+        return (self.directory / "sshd.log").read_text(errors="replace").count("Accepted publickey")
+
     def sessions(self) -> list[psutil.Process]:
         """The per-connection sshd processes (what a dropped connection kills)."""
         try:

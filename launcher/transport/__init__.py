@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from launcher.plan import TaskLaunch
 from launcher.spec import HostSpec
-from launcher.transport.base import EventSink, TaskProcess
+from launcher.transport.base import EventSink, HelperChannel, TaskProcess
 from launcher.transport.local import LocalTransport
 
 
@@ -12,6 +12,7 @@ class HostRouter:
     """Starts each task with the transport its host needs; the supervisor sees one transport."""
 
     def __init__(self, hosts: list[HostSpec]) -> None:
+        self._hosts = hosts
         self._local = LocalTransport()
         self._ssh = None
         if any(not host.is_local for host in hosts):
@@ -23,6 +24,11 @@ class HostRouter:
         if launch.is_local or self._ssh is None:
             return self._local.start(launch, sink)
         return self._ssh.start(launch, sink)
+
+    def open_helper(self, host_index: int, python: str) -> HelperChannel:
+        if self._hosts[host_index].is_local or self._ssh is None:
+            return self._local.open_helper(host_index, python)
+        return self._ssh.open_helper(host_index, python)
 
     def close(self) -> None:
         self._local.close()

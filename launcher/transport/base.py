@@ -104,7 +104,21 @@ class TaskProcess(Protocol):
         ...
 
 
+@dataclass
+class HelperChannel:
+    """A session on one host running the bootstrap (`python -u -c BOOTSTRAP`), not yet sent a module.
+
+    The same kind of session a task runs in; preflight sends it the probe instead of task_runner."""
+
+    write: Callable[[bytes], None]
+    stdout: Any  # iterable of bytes lines
+    stderr: Any
+    close: Callable[[], None]
+
+
 class Transport(Protocol):
     def start(self, launch: TaskLaunch, sink: EventSink) -> TaskProcess: ...
+
+    def open_helper(self, host_index: int, python: str) -> HelperChannel: ...
 
     def close(self) -> None: ...

@@ -18,7 +18,8 @@ from typing import Any
 
 from launcher import task_runner
 from launcher.plan import TaskLaunch
-from launcher.transport.base import EventSink, ExitStatus
+from launcher.transport.base import EventSink, ExitStatus, HelperChannel
+from launcher.transport.bootstrap import BOOTSTRAP
 from launcher.transport.streams import TaskStreams
 from worker.contract import EVENT_FD_VAR
 
@@ -97,12 +98,44 @@ class LocalTask:
                 pass
 
 
+def _open_local_helper(python: str) -> HelperChannel:
+    try:
+        proc = subprocess.Popen(
+            [python, "-u", "-c", BOOTSTRAP], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+    except OSError as error:
+        raise RuntimeError(f"cannot run python {python!r}: {error.strerror}") from None
+    stdin = proc.stdin
+    assert stdin is not None  # stdin=PIPE
+
+    def write(data: bytes) -> None:
+        stdin.write(data)
+        stdin.flush()
+
+    def close() -> None:
+        try:
+            stdin.close()
+        except BrokenPipeError:  # the helper already exited
+            pass
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:  # a "python" that never answers: not ours to keep
+            proc.kill()
+            proc.wait()
+
+    return HelperChannel(write, proc.stdout, proc.stderr, close)
+
+
 class LocalTransport:
     """Starts tasks on this machine."""
 
     def start(self, launch: TaskLaunch, sink: EventSink) -> LocalTask:
         log.debug("starting %s: %s", launch.name, launch.argv)
         return LocalTask(launch, sink)
+
+    def open_helper(self, host_index: int, python: str) -> HelperChannel:
+        """A bootstrap session on this machine (`host_index` names which local host entry asked)."""
+        return _open_local_helper(python)
 
     def close(self) -> None:
         """Nothing shared to release; each LocalTask owns its own resources."""

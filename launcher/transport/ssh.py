@@ -19,7 +19,7 @@ from typing import Any
 from launcher import task_runner
 from launcher.plan import TaskLaunch
 from launcher.spec import HostSpec
-from launcher.transport.base import EventSink, ExitStatus
+from launcher.transport.base import EventSink, ExitStatus, HelperChannel
 from launcher.transport.bootstrap import remote_command, source_line
 from launcher.transport.ssh_client import connect, resolve_target
 from launcher.transport.streams import TaskStreams
@@ -107,6 +107,12 @@ class SshTransport:
     def start(self, launch: TaskLaunch, sink: EventSink) -> SshTask:
         log.debug("starting %s on %s over SSH", launch.name, launch.host)
         return SshTask(launch, self.client(launch.host_index), sink)
+
+    def open_helper(self, host_index: int, python: str) -> HelperChannel:
+        """A bootstrap session on the host's shared connection (the one its tasks will use)."""
+        channel = self.client(host_index).get_transport().open_session(timeout=10)
+        channel.exec_command(remote_command(python))
+        return HelperChannel(channel.sendall, channel.makefile("rb"), channel.makefile_stderr("rb"), channel.close)
 
     def close(self) -> None:
         with self._lock:

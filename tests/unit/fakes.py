@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from launcher.plan import LaunchPlan, PlanInputs, TaskLaunch, build_plan
 from launcher.spec import ClusterSpec, parse_spec
-from launcher.transport.base import EventSink, ExitStatus, OutputLine, TaskExited, WorkerReport
+from launcher.transport.base import EventSink, ExitStatus, HelperChannel, OutputLine, TaskExited, WorkerReport
 
 
 class FakeClock:
@@ -63,6 +63,9 @@ class FakeTransport:
         task = FakeTask(launch, sink, pid=10_000 + len(self.started))
         self.started.append(task)
         return task
+
+    def open_helper(self, host_index: int, python: str) -> HelperChannel:
+        raise NotImplementedError("the supervisor never opens helper sessions; preflight is tested on real hosts")
 
     def close(self) -> None:
         self.closed = True
