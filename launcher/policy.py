@@ -7,6 +7,7 @@ is not 0, or death by a signal, is retryable (restart while restarts remain).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from enum import Enum
 
@@ -43,6 +44,32 @@ KEEP_GOING = Decision(Action.KEEP_GOING)
 NOT_RETRYING = "the same failure twice; not retrying"
 
 
+_UNHEALTHY = re.compile(r"unhealthy|stopped sending heartbeats", re.IGNORECASE)
+_TF_TASK = re.compile(r"/job:(\w+)/replica:\d+/task:(\d+)")
+
+
+_NOISE = ("File ", "Detected at node", "Graph execution error", "[[", "Traceback")
+
+
+def short_message(message: str, limit: int = 200) -> str:
+    """The line of an exception message that says what went wrong (TensorFlow wraps it in frames)."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    meaningful = [line for line in lines if not line.startswith(_NOISE)]
+    text = (meaningful or lines or [""])[0]
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def peers_blamed(task: TaskStatus) -> list[str]:
+    """Tasks that TensorFlow's coordination service named as unhealthy in this task's error, if any.
+
+    A task whose collectives were aborted because a peer stopped sending heartbeats did nothing
+    wrong itself: the peer (a frozen process, a partitioned host) is the cause."""
+    if task.error is None or not _UNHEALTHY.search(task.error[1]):
+        return []
+    named = [f"{job}:{index}" for job, index in _TF_TASK.findall(task.error[1])]
+    return [name for name in dict.fromkeys(named) if name != task.name]
+
+
 def failure_signature(task: TaskStatus) -> str | None:
     """What makes a failure repeatable: its task type with its exception, or an exit code before any step.
 
@@ -50,6 +77,8 @@ def failure_signature(task: TaskStatus) -> str | None:
     without an error file.
     """
     task_type = task.name.split(":")[0]
+    if peers_blamed(task):
+        return None  # a consequence of another task's trouble, not a failure of its own
     if task.error is not None:
         return f"{task_type}: {task.error[0]}: {task.error[1]}"
     exit = task.exit
@@ -96,7 +125,12 @@ class RestartPolicy:
             assert first.exit is not None
             what = f"{first.name} on {first.host} {first.exit.describe()}"
             if first.error is not None:
-                what += f" ({first.error[0]}: {first.error[1][:200]})"
+                what += f" ({first.error[0]}: {short_message(first.error[1])})"
+            blamed = peers_blamed(first)
+            if blamed:
+                hosts = {t.name: t.host for t in status.tasks}
+                named = ", ".join(f"{name} on {hosts[name]}" if name in hosts else name for name in blamed)
+                what += f"; TensorFlow reports {named} stopped sending heartbeats"
             if kind is FailureKind.FATAL:
                 return Decision(Action.FAIL, kind, first.name, f"{what} (a fatal exit code: not restarted)")
             if kind is FailureKind.PREEMPTED:

@@ -32,15 +32,18 @@ def _failure_time(task: TaskResult) -> float:
 
 
 def failures(result: RunResult) -> list[tuple[int, TaskResult]]:
-    """Every task of every attempt that failed on its own (not stopped by the launcher),
-    earliest first (error-file time, else exit time)."""
+    """Every task of every attempt that failed on its own (not stopped by the launcher), earliest first
+    (error-file time, else exit time).
+
+    A lost host is never the launcher's doing, even when it was found lost while being stopped, and it
+    comes first in its attempt: the other tasks' collectives fail because of it, not the other way round."""
     found = [
         (attempt.attempt, task)
         for attempt in result.attempts
         for task in attempt.tasks
-        if not task.stopped and not task.sidecar and task.failed
+        if not task.sidecar and task.failed and (task.lost is not None or not task.stopped)
     ]
-    return sorted(found, key=lambda pair: (pair[0], _failure_time(pair[1])))
+    return sorted(found, key=lambda pair: (pair[0], pair[1].lost is None, _failure_time(pair[1])))
 
 
 def final_step(result: RunResult) -> int | None:

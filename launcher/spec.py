@@ -138,6 +138,14 @@ class SshSpec(StrictModel):
     accept_unknown_host_keys: bool = Field(
         False, description="Trust and record host keys never seen before. Off by default: unknown keys are rejected."
     )
+    liveness_timeout_s: float = Field(
+        15.0,
+        ge=1,
+        le=300,
+        description="Silence on a task's SSH session for this long (no output, no heartbeat) means the host is lost: "
+        "the launcher stops waiting for it, and the host's helper kills the task by itself. Catches partitions and "
+        "frozen hosts that never close the connection.",
+    )
 
 
 TaskType = Literal["chief", "worker", "evaluator"]

@@ -19,10 +19,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from launcher.errors import HostError
 from launcher.gang import AttemptResult, GangStatus, LaunchState, RunResult, TaskResult, TaskStatus
 from launcher.plan import LaunchPlan, TaskLaunch
 from launcher.policy import Action, Decision, FailureKind, RestartPolicy
-from launcher.transport.base import Event, ExitStatus, OutputLine, TaskExited, TaskProcess, Transport, WorkerReport
+from launcher.transport.base import (
+    Event,
+    ExitStatus,
+    OutputLine,
+    TaskExited,
+    TaskProcess,
+    Transport,
+    UnreachedTask,
+    WorkerReport,
+)
 from worker.contract import CONTINUED, JOINED, PROGRESS_EVENTS, START_MILESTONES, STOPPED
 
 log = logging.getLogger(__name__)
@@ -214,10 +224,19 @@ class Supervisor:
         self._attempt_started_at = time.time()
         self.state = LaunchState.STARTING
         Path(self._plan.attempt_dir).mkdir(parents=True, exist_ok=True)
+        unreachable: dict[str, HostError] = {}
         for task in self._tasks.values():
             task.started_mono = task.last_progress = self._clock()
             task.started_at = time.time()
-            task.process = self._transport.start(task.launch, functools.partial(self._deliver, task))
+            error = unreachable.get(task.launch.host)
+            if error is None:
+                try:
+                    task.process = self._transport.start(task.launch, functools.partial(self._deliver, task))
+                    continue
+                except HostError as failed:  # counted as a lost host, like a connection that drops mid-run
+                    error = unreachable[task.launch.host] = failed
+            task.process = UnreachedTask(task.launch)
+            self._deliver(task, TaskExited(task.launch.name, ExitStatus(None, None, lost=f"cannot start: {error}")))
         log.info("attempt %d: started %d tasks", attempt, len(self._tasks))
 
     def step(self, timeout: float = 0.5) -> LaunchState:

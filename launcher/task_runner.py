@@ -9,8 +9,12 @@ Either way the helper leads the task's process group, starts the task in it and 
 Its standard input is the lifeline to the launcher:
 
 - a line `signal N` sends signal N to the whole group (how remote stops are forwarded);
+- a line `ping` only says the launcher is still there;
 - end of input (the launcher or the SSH connection is gone) kills the whole group with SIGKILL,
-  so no task outlives its launcher (a dead-man switch).
+  so no task outlives its launcher (a dead-man switch);
+- over SSH, silence as well: no line for the liveness timeout (a partition or a frozen host sends
+  no EOF) kills the group the same way. The remote helper in turn reports `{"event": "alive"}`
+  at the same rhythm, so the launcher notices silence from its side too.
 
 While the task runs, the helper watches its state: a task held stopped (SIGSTOP, Ctrl-Z) is
 reported as `{"event": "stopped"}` and `{"event": "continued"}` when it runs again, so the launcher
@@ -32,12 +36,16 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from typing import IO
 
 EVENT_FD_VAR = "TFLAUNCH_EVENT_FD"
 MIRRORED_FILES = ("TFLAUNCH_RESULT_FILE", "TFLAUNCH_ERROR_FILE")
+PING_LINE = "ping"
+SIGNAL_LINE = "signal"
 STATE_POLL_S = 0.5
+BEATS_PER_TIMEOUT = 4  # heartbeats (and checks) per liveness timeout
 
 Reporter = Callable[[dict], None]
 
@@ -62,15 +70,55 @@ def _signal_others(signum: int) -> None:
             continue
 
 
-def _watch_lifeline(stream: IO[str]) -> None:
-    for raw in stream:
-        line = raw.strip()
-        if line.startswith("signal "):
-            try:
-                _signal_others(int(line.split()[1]))
-            except ValueError:  # a garbled command must not kill the task
-                continue
-    _kill_group(signal.SIGKILL)
+class Lifeline:
+    """The launcher's end of standard input: commands, heartbeats, and the dead-man switch.
+
+    `on_lost` runs once, before the group is killed, when the launcher is gone: end of input, or
+    no line at all for `liveness_s` seconds (None: only end of input counts)."""
+
+    def __init__(self, stream: IO[str], liveness_s: float | None = None, on_lost: Callable[[], None] = lambda: None):
+        self._stream = stream
+        self._liveness_s = liveness_s
+        self._on_lost = on_lost
+        self._heard = time.monotonic()
+        self._lost = threading.Lock()
+
+    def start(self) -> None:
+        threading.Thread(target=self._read, daemon=True).start()
+        if self._liveness_s:
+            threading.Thread(target=self._watch_silence, daemon=True).start()
+
+    def _read(self) -> None:
+        for raw in self._stream:
+            self._heard = time.monotonic()
+            words = raw.split()
+            if len(words) == 2 and words[0] == SIGNAL_LINE:
+                try:
+                    _signal_others(int(words[1]))
+                except ValueError:  # a garbled command must not kill the task
+                    continue
+        self._give_up()
+
+    def _watch_silence(self) -> None:
+        assert self._liveness_s is not None
+        while True:
+            time.sleep(min(1.0, self._liveness_s / BEATS_PER_TIMEOUT))
+            if time.monotonic() - self._heard > self._liveness_s:
+                self._give_up()
+
+    def _give_up(self) -> None:
+        if not self._lost.acquire(blocking=False):
+            return  # the other thread is already at it
+        try:
+            self._on_lost()
+        finally:
+            _kill_group(signal.SIGKILL)
+
+
+def _heartbeat(report: Reporter, period_s: float) -> None:
+    while True:
+        time.sleep(period_s)
+        report({"event": "alive"})
 
 
 def _process_state(pid: int) -> str | None:
@@ -121,6 +169,8 @@ def supervise(
     cwd: str | None = None,
     pass_fds: tuple[int, ...] = (),
     watch: Reporter | None = None,
+    liveness_s: float | None = None,
+    on_lost: Callable[[], None] = lambda: None,
 ) -> tuple[int | None, int | None]:
     """Start `argv` in our process group, wait, report its end; the lifeline kills the group.
 
@@ -147,7 +197,7 @@ def supervise(
         print(message, flush=True)
         report({"event": "exit", "code": 127, "signal": None, "error": message})
         return 127, None
-    threading.Thread(target=_watch_lifeline, args=(lifeline,), daemon=True).start()
+    Lifeline(lifeline, liveness_s, on_lost).start()
     done = threading.Event()
     threading.Thread(target=_watch_state, args=(child, watch or report, done), daemon=True).start()
     status = child.wait()
@@ -194,15 +244,21 @@ def remote_main() -> int:
     env[EVENT_FD_VAR] = str(write_fd)
     relay = threading.Thread(target=_relay_events, args=(read_fd, report), daemon=True)
     relay.start()
+    liveness_s = header.get("liveness_s")
+    if liveness_s:
+        threading.Thread(target=_heartbeat, args=(report, liveness_s / BEATS_PER_TIMEOUT), daemon=True).start()
+    report({"event": "alive", "pid": os.getpid()})
     try:
         code, sig = supervise(
             header["argv"],
             sys.stdin,
             lambda event: None,
             env=env,
-            cwd=header.get("cwd"),
+            cwd=os.path.expanduser(header["cwd"]) if header.get("cwd") else None,
             pass_fds=(write_fd,),
             watch=report,
+            liveness_s=liveness_s,
+            on_lost=lambda: shutil.rmtree(scratch, ignore_errors=True),
         )
     finally:
         os.close(write_fd)

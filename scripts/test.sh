@@ -4,9 +4,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if ! command -v sshd >/dev/null 2>&1 && [ ! -x /usr/sbin/sshd ]; then
+# A real sshd for the SSH tests; iproute2, iptables and nsenter (util-linux) for the namespace hosts.
+missing=()
+{ command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ]; } || missing+=(openssh-server)
+{ command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ]; } || missing+=(iproute2)
+{ command -v iptables >/dev/null 2>&1 || [ -x /usr/sbin/iptables ]; } || missing+=(iptables)
+command -v nsenter >/dev/null 2>&1 || missing+=(util-linux)
+if [ "${#missing[@]}" -gt 0 ]; then
   apt-get update
-  DEBIAN_FRONTEND=noninteractive apt-get install -y openssh-server
+  DEBIAN_FRONTEND=noninteractive apt-get install -y "${missing[@]}"
 fi
 
 bash scripts/setup.sh test

@@ -59,6 +59,11 @@ def work(tmp_path: Path) -> Iterator[Path]:
     assert not leftovers, f"processes left behind: {[(p.pid, p.info) for p in leftovers]}"
 
 
+def launcher_traceback(output: str) -> bool:
+    """Whether the launcher itself printed a traceback (task output is prefixed with the task's name)."""
+    return any(line.startswith("Traceback") for line in output.splitlines())
+
+
 def write_spec(directory: Path, spec: dict[str, Any], name: str = "cluster.json") -> Path:
     path = directory / name
     path.write_text(json.dumps(spec), encoding="utf-8")
@@ -107,3 +112,27 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("", 0))
         return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def netns_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """Two namespace hosts with their own addresses and sshd; every rule healed after each test."""
+    from tests.netns import make_lab, unavailable_reason
+
+    reason = unavailable_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    lab = make_lab(tmp_path_factory.mktemp("netns"), 2)
+    try:
+        yield lab
+    finally:
+        lab.close()
+
+
+@pytest.fixture
+def lab(netns_lab: Any) -> Iterator[Any]:
+    """The module's namespace hosts, with no partition left over from a test (pass or fail)."""
+    yield netns_lab
+    netns_lab.heal()
+    for host in netns_lab.hosts:
+        assert not host.tasks_alive(), f"processes left in {host.namespace}: {host.tasks_alive()}"

@@ -53,9 +53,13 @@ STOPPED = "stopped"  # from the helper: the task's process is held stopped (SIGS
 CONTINUED = "continued"  # from the helper: it runs again
 EXIT = "exit"  # from the helper: {"code": c, "signal": s}
 FILES = "files"  # from a remote helper: the mirrored files' contents
+ALIVE = "alive"  # from a remote helper, every liveness period: the host and the connection still work
 START_MILESTONES = (STARTING, IMPORTED, JOINED)
 PROGRESS_EVENTS = (STEP, DONE)
-HELPER_EVENTS = (STOPPED, CONTINUED, EXIT, FILES)
+HELPER_EVENTS = (STOPPED, CONTINUED, EXIT, FILES, ALIVE)
+# Lines the launcher writes to a helper's standard input.
+PING_LINE = "ping"  # the launcher still hears the helper; silence longer than the liveness timeout kills the task
+SIGNAL_LINE = "signal"  # `signal N`: send signal N to the task's whole group
 
 _ATTEMPT_DIR = re.compile(r"attempt-(\d+)")
 

@@ -116,6 +116,24 @@ class HelperChannel:
     close: Callable[[], None]
 
 
+class UnreachedTask:
+    """A task whose host could not be reached: nothing runs, so it is gone from the start."""
+
+    def __init__(self, launch: TaskLaunch) -> None:
+        self.launch = launch
+        self.pid = 0
+        self.started_at = time.time()
+
+    def signal(self, signum: int) -> None:
+        """Nothing to signal."""
+
+    def gone(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
 class Transport(Protocol):
     def start(self, launch: TaskLaunch, sink: EventSink) -> TaskProcess: ...
 

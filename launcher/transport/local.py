@@ -56,7 +56,7 @@ class LocalTask:
         try:
             self._proc = subprocess.Popen(
                 [sys.executable, "-I", "-S", _HELPER, "--", *launch.argv],
-                cwd=launch.cwd,
+                cwd=os.path.expanduser(launch.cwd),
                 env=env,
                 stdin=subprocess.PIPE,  # the lifeline: closes when the launcher dies
                 stdout=subprocess.PIPE,

@@ -5,6 +5,11 @@ then the task's argv, cwd and environment go over the channel's stdin (never the
 The helper leads the remote process group; stdout carries the task's output, stderr the event
 channel (JSON lines), and stdin stays open as the lifeline: when the launcher or the connection
 goes away the helper kills the group. Stops are forwarded as `signal N` lines.
+
+A partition or a frozen host closes nothing, so both ends also watch for silence: the launcher
+pings every helper and each helper reports `alive` a few times per `ssh.liveness_timeout_s`;
+a session silent for that long is lost here (the report names the host) and, on the far side,
+the helper kills its task by itself.
 """
 
 from __future__ import annotations
@@ -17,29 +22,43 @@ import time
 from typing import Any
 
 from launcher import task_runner
+from launcher.errors import HostError
 from launcher.plan import TaskLaunch
-from launcher.spec import HostSpec
+from launcher.spec import HostSpec, SshSpec
+from launcher.task_runner import BEATS_PER_TIMEOUT
 from launcher.transport.base import EventSink, ExitStatus, HelperChannel
 from launcher.transport.bootstrap import remote_command, source_line
 from launcher.transport.ssh_client import connect, resolve_target
 from launcher.transport.streams import TaskStreams
-from worker.contract import ERROR_FILE_VAR, RESULT_FILE_VAR
+from worker.contract import ERROR_FILE_VAR, PING_LINE, RESULT_FILE_VAR, SIGNAL_LINE
 
 log = logging.getLogger(__name__)
 
 
-class SshTask:
-    """One task on a remote host. Invariant: `gone()` once the remote helper has exited."""
+def _channel_errors() -> tuple[type[BaseException], ...]:
+    import paramiko
 
-    def __init__(self, launch: TaskLaunch, client: Any, sink: EventSink) -> None:
+    return (paramiko.SSHException, OSError, EOFError)
+
+
+class SshTask:
+    """One task on a remote host. Invariant: `gone()` once the remote helper has exited or is lost."""
+
+    def __init__(self, launch: TaskLaunch, client: Any, sink: EventSink, liveness_s: float) -> None:
         self.launch = launch
+        self.liveness_s = liveness_s
         self._lock = threading.Lock()
-        transport = client.get_transport()
-        self._channel = transport.open_session(timeout=10)
-        self._channel.exec_command(remote_command(launch.python))
-        header = {"argv": launch.argv, "cwd": launch.cwd, "env": launch.env}
-        self._channel.sendall(source_line(task_runner) + (json.dumps(header) + "\n").encode())
-        self.pid = 0  # the remote pid arrives with the exit report; unknown before
+        self._lost: str | None = None
+        try:
+            self._channel = client.get_transport().open_session(timeout=10)
+            self._channel.exec_command(remote_command(launch.python))
+            header = {"argv": launch.argv, "cwd": launch.cwd, "env": launch.env, "liveness_s": liveness_s}
+            self._channel.sendall(source_line(task_runner) + (json.dumps(header) + "\n").encode())
+        except _channel_errors() as error:
+            raise HostError(
+                launch.host, f"cannot open an SSH session for {launch.name} ({error or type(error).__name__})"
+            ) from None
+        self.pid = 0  # the remote helper's pid (its process group) arrives with its first heartbeat
         self.started_at = time.time()
         self._streams = TaskStreams(
             launch.name,
@@ -49,7 +68,13 @@ class SshTask:
             self._channel.makefile_stderr("rb"),
             self._wait,
             on_files=self._mirror,
+            on_alive=self._alive,
         )
+
+    def _alive(self, report: dict[str, Any]) -> None:
+        pid = report.get("pid")
+        if isinstance(pid, int) and not self.pid:
+            self.pid = pid
 
     def _mirror(self, files: dict[str, Any]) -> None:
         """Write the remote result/error files where the launcher reads local ones."""
@@ -65,35 +90,61 @@ class SshTask:
             os.replace(tmp, path)
 
     def _wait(self) -> ExitStatus:
-        status = self._channel.recv_exit_status()  # -1 when the connection closed without one
-        if status >= 0:
+        status = self._channel.recv_exit_status()  # -1 when the channel closed without one
+        if status >= 0 and self._lost is None:
             return ExitStatus(status, None)
         return ExitStatus(
-            None, None, lost=f"the SSH connection to {self.launch.host} closed before the task reported its exit"
+            None,
+            None,
+            lost=self._lost or f"the SSH connection to {self.launch.host} closed before the task reported its exit",
         )
 
-    def signal(self, signum: int) -> None:
+    def silent_for(self, now: float) -> float:
+        return 0.0 if self._streams.ended else now - self._streams.last_heard
+
+    def ping(self) -> None:
+        self._send(f"{PING_LINE}\n".encode())
+
+    def lose(self, why: str) -> None:
+        """Give the task up: nothing has come from its host for too long. Its helper kills it there."""
+        self._lost = why
+        self.close()
+
+    def _send(self, data: bytes) -> None:
         with self._lock:
             try:
-                self._channel.sendall(f"signal {signum}\n".encode())
-            except OSError:  # the channel is closed: the helper is gone or going
+                self._channel.sendall(data)
+            except _channel_errors():  # the channel is closed: the helper is gone or going
                 pass
+
+    def signal(self, signum: int) -> None:
+        self._send(f"{SIGNAL_LINE} {signum}\n".encode())
 
     def gone(self) -> bool:
         return self._channel.exit_status_ready() or self._channel.closed
 
     def close(self) -> None:
         """Close the lifeline: a helper still running kills its group."""
-        self._channel.close()
+        try:
+            self._channel.close()
+        except _channel_errors():  # a dead connection: closed as far as we are concerned
+            pass
 
 
 class SshTransport:
-    """One SSH connection per host, opened on first use and shared by that host's tasks."""
+    """One SSH connection per host, opened on first use and shared by that host's tasks.
+
+    One heartbeat thread serves every task: it pings each helper and gives up a task whose
+    session stayed silent for its host's liveness timeout, dropping that host's connection so
+    the next start connects afresh."""
 
     def __init__(self, hosts: list[HostSpec]) -> None:
         self._hosts = hosts
         self._clients: dict[int, Any] = {}
         self._lock = threading.Lock()
+        self._tasks: list[SshTask] = []
+        self._closed = threading.Event()
+        self._heartbeat: threading.Thread | None = None
 
     def client(self, host_index: int) -> Any:
         with self._lock:
@@ -104,17 +155,58 @@ class SshTransport:
                 self._clients[host_index] = client
             return client
 
+    def _liveness_s(self, host_index: int) -> float:
+        settings = self._hosts[host_index].ssh
+        return settings.liveness_timeout_s if settings is not None else SshSpec().liveness_timeout_s
+
     def start(self, launch: TaskLaunch, sink: EventSink) -> SshTask:
         log.debug("starting %s on %s over SSH", launch.name, launch.host)
-        return SshTask(launch, self.client(launch.host_index), sink)
+        task = SshTask(launch, self.client(launch.host_index), sink, self._liveness_s(launch.host_index))
+        with self._lock:
+            self._tasks = [t for t in self._tasks if not t.gone()] + [task]
+            if self._heartbeat is None:
+                self._heartbeat = threading.Thread(target=self._beat, daemon=True, name="ssh-heartbeat")
+                self._heartbeat.start()
+        return task
 
     def open_helper(self, host_index: int, python: str) -> HelperChannel:
         """A bootstrap session on the host's shared connection (the one its tasks will use)."""
-        channel = self.client(host_index).get_transport().open_session(timeout=10)
-        channel.exec_command(remote_command(python))
+        try:
+            channel = self.client(host_index).get_transport().open_session(timeout=10)
+            channel.exec_command(remote_command(python))
+        except _channel_errors() as error:
+            raise HostError(self._hosts[host_index].address, f"cannot open an SSH session ({error})") from None
         return HelperChannel(channel.sendall, channel.makefile("rb"), channel.makefile_stderr("rb"), channel.close)
 
+    def _beat(self) -> None:
+        tick = min(1.0, min(self._liveness_s(i) for i in range(len(self._hosts))) / BEATS_PER_TIMEOUT)
+        while not self._closed.wait(tick):
+            with self._lock:
+                tasks = [t for t in self._tasks if not t.gone()]
+            now = time.monotonic()
+            for task in tasks:
+                silent = task.silent_for(now)
+                if silent > task.liveness_s:
+                    self._lose(task, silent)
+                else:
+                    task.ping()
+
+    def _lose(self, task: SshTask, silent: float) -> None:
+        """Give up every task on the silent task's host, and the host's connection."""
+        why = (
+            f"nothing from {task.launch.host} for {silent:.0f}s (ssh.liveness_timeout_s={task.liveness_s:g}): the "
+            "host or the network to it is down; its helper stops the task there by itself"
+        )
+        with self._lock:
+            for other in self._tasks:
+                if other.launch.host_index == task.launch.host_index and not other.gone():
+                    other.lose(why)
+            client = self._clients.pop(task.launch.host_index, None)
+        if client is not None:  # the next start on this host connects afresh
+            threading.Thread(target=client.close, daemon=True).start()
+
     def close(self) -> None:
+        self._closed.set()
         with self._lock:
             for client in self._clients.values():
                 client.close()

@@ -2,7 +2,8 @@
 
 Whatever carries a task (a local pipe, an SSH channel), three things arrive from it: output lines
 (written to the attempt's log file and handed to the sink with the task's name), event lines
-(JSON reports; the helper's `exit` and `files` reports are kept back), and the end of the carrier.
+(JSON reports; the helper's `exit`, `files` and `alive` reports are kept back), and the end of the
+carrier. The time anything last arrived is kept, for transports that must notice silence.
 The exit is announced only after both readers drained, so the last lines are logged first; a
 background grandchild may hold a pipe open, so the drain waits a bounded time.
 """
@@ -10,12 +11,13 @@ background grandchild may hold a pipe open, so the drain waits a bounded time.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from launcher.transport.base import EventSink, ExitStatus, OutputLine, TaskExited, exit_from_report, parse_report
-from worker.contract import EXIT, FILES
+from worker.contract import ALIVE, EXIT, FILES
 
 DRAIN_TIMEOUT_S = 1.0
 
@@ -36,12 +38,15 @@ class TaskStreams:
         events: Iterable[bytes],
         wait: Callable[[], ExitStatus],
         on_files: Callable[[dict[str, Any]], None] | None = None,
+        on_alive: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         self._name = name
         self._log_path = log_path
         self._sink = sink
         self._wait_for_end = wait
         self._on_files = on_files
+        self._on_alive = on_alive
+        self.last_heard = time.monotonic()
         self._exit_report: dict[str, Any] | None = None
         Path(log_path).parent.mkdir(parents=True, exist_ok=True)
         self._output = threading.Thread(target=self._read_output, args=(output,), daemon=True, name=f"out-{name}")
@@ -53,22 +58,31 @@ class TaskStreams:
     def _read_output(self, stream: Iterable[bytes]) -> None:
         with open(self._log_path, "ab", buffering=0) as log_file:
             for raw in stream:
+                self.last_heard = time.monotonic()
                 log_file.write(raw)
                 self._sink(OutputLine(self._name, raw.decode("utf-8", "replace").rstrip("\r\n")))
 
     def _read_events(self, stream: Iterable[bytes]) -> None:
         for raw in stream:
+            self.last_heard = time.monotonic()
             report = parse_report(self._name, raw.decode("utf-8", "replace"))
             if report is None:
                 continue
             kind = report.data["event"]
-            if kind == EXIT:
+            if kind == ALIVE:
+                if self._on_alive is not None:
+                    self._on_alive(report.data)
+            elif kind == EXIT:
                 self._exit_report = report.data
             elif kind == FILES:
                 if self._on_files is not None:
                     self._on_files(report.data.get("files") or {})
             else:
                 self._sink(report)
+
+    @property
+    def ended(self) -> bool:
+        return not self._waiter.is_alive()
 
     def _wait(self) -> None:
         fallback = self._wait_for_end()

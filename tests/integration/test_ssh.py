@@ -10,9 +10,19 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
-from tests.conftest import HELPERS, free_port, launch_cmd, processes_mentioning, run_launch, wait_until_gone, write_spec
+from tests.conftest import (
+    HELPERS,
+    free_port,
+    launch_cmd,
+    launcher_traceback,
+    processes_mentioning,
+    run_launch,
+    wait_until_gone,
+    write_spec,
+)
 from tests.integration.test_train_local import assert_agree, results
 from tests.sshd import SshServer
 
@@ -208,3 +218,45 @@ def test_shell_metacharacters_in_a_host_never_run(work: Path, sshd: SshServer) -
     proc = run_launch(["--cluster", str(write_spec(work, spec)), "--check"], work)
     assert proc.returncode == 2 and "does not exist" in proc.stderr
     assert not marker.exists()
+
+
+def test_frozen_sshd_session_is_a_lost_host_and_its_worker_stops_itself(work: Path, sshd: SshServer) -> None:
+    """A frozen session (SIGSTOP: no FIN, no RST, no data) looks like a silent partition from both ends."""
+    settings = {"liveness_timeout_s": 3}
+    hosts = [ssh_host(sshd, "127.0.0.2", **settings), ssh_host(sshd, "127.0.0.3", **settings)]
+    spec = ssh_spec(work, "frozen", hosts, steps=100000, checkpoint_every=10000)
+    log = work / "launch.out"
+    frozen: list[Any] = []
+    try:
+        with open(log, "w") as handle:
+            proc = subprocess.Popen(
+                launch_cmd("--cluster", str(write_spec(work, spec))), cwd=work, stdout=handle, stderr=subprocess.STDOUT
+            )
+            wait_for_text(log, "step 20/", proc)
+            serving = [
+                s
+                for s in sshd.sessions()
+                if any(c.laddr and c.laddr.ip == "127.0.0.3" for c in s.net_connections(kind="tcp"))
+            ]
+            assert serving, "no sshd session serves 127.0.0.3"
+            worker = next(p for p in processes_mentioning(str(work)) if "127.0.0.3" in str(p.environ()))
+            frozen = [p for s in serving for p in [s, *s.children(recursive=True)] if p.name() == "sshd"]
+            frozen_at = time.monotonic()
+            for session in frozen:
+                session.suspend()
+            code = proc.wait(timeout=60)
+            noticed_s = time.monotonic() - frozen_at
+            gone, _ = psutil.wait_procs([worker], timeout=max(0.1, frozen_at + 6 - time.monotonic()))
+            worker_gone_s = time.monotonic() - frozen_at
+    finally:
+        for session in frozen:
+            try:
+                session.kill()
+            except psutil.NoSuchProcess:  # exited meanwhile
+                pass
+    text = log.read_text()
+    assert code == 1, text[-3000:]
+    assert "nothing from 127.0.0.3" in text and "liveness_timeout_s=3" in text, text[-3000:]
+    assert not launcher_traceback(text), text[-3000:]
+    assert noticed_s < 3 + 4, f"the launcher took {noticed_s:.1f}s to notice"
+    assert gone, f"the worker on the frozen host still runs {worker_gone_s:.1f}s after the freeze"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 from dataclasses import dataclass, field
 
+from launcher.errors import HostError
 from launcher.plan import LaunchPlan, PlanInputs, TaskLaunch, build_plan
 from launcher.spec import ClusterSpec, parse_spec
 from launcher.transport.base import EventSink, ExitStatus, HelperChannel, OutputLine, TaskExited, WorkerReport
@@ -58,8 +59,13 @@ class FakeTransport:
     def __init__(self) -> None:
         self.started: list[FakeTask] = []
         self.closed = False
+        self.unreachable: set[str] = set()  # hosts whose starts fail as an unreachable SSH host's do
+        self.start_calls = 0
 
     def start(self, launch: TaskLaunch, sink: EventSink) -> FakeTask:
+        self.start_calls += 1
+        if launch.host in self.unreachable:
+            raise HostError(launch.host, "no answer within 10s (ssh.connect_timeout_s)")
         task = FakeTask(launch, sink, pid=10_000 + len(self.started))
         self.started.append(task)
         return task

@@ -49,8 +49,9 @@ def test_the_stdlib_only_helper_mirrors_the_contract() -> None:
     assert task_runner.EVENT_FD_VAR == contract.EVENT_FD_VAR
     assert task_runner.MIRRORED_FILES == contract.MIRRORED_FILE_VARS
     source = Path(task_runner.__file__).read_text()
-    for event in ("stopped", "continued", "exit", "files"):
+    for event in ("stopped", "continued", "exit", "files", "alive"):
         assert f'"{event}"' in source and event in contract.HELPER_EVENTS
+    assert task_runner.PING_LINE == contract.PING_LINE and task_runner.SIGNAL_LINE == contract.SIGNAL_LINE
 
 
 def test_no_second_definition_of_a_contract_name() -> None:

@@ -7,7 +7,7 @@ import signal
 import pytest
 
 from launcher.gang import GangStatus, TaskStatus
-from launcher.policy import Action, Decision, FailureKind, RestartPolicy
+from launcher.policy import Action, Decision, FailureKind, RestartPolicy, short_message
 from launcher.spec import RestartSpec
 from launcher.transport.base import ExitStatus
 
@@ -207,3 +207,30 @@ def test_stall_off_by_default() -> None:
 def test_backoff_doubles_up_to_the_cap() -> None:
     policy = RestartPolicy(RestartSpec(backoff_s=1, max_backoff_s=5))
     assert [policy.backoff_s(n) for n in range(5)] == [1, 2, 4, 5, 5]
+
+
+UNHEALTHY = (
+    "UnavailableError",
+    "Collective ops is aborted by: Error reported from /job:worker/task:1: The following tasks are unhealthy "
+    "(stopped sending heartbeats):\n/job:worker/replica:0/task:1\nThe tasks have crashed.",
+)
+
+
+def test_a_peer_named_unhealthy_by_tensorflow_is_named_and_is_no_repeatable_failure() -> None:
+    victim = task("worker:0", ExitStatus(1, None), step=20, error=UNHEALTHY)
+    decision = POLICY.decide(status(victim, task("worker:1")))
+    assert decision.action is Action.RESTART
+    assert "TensorFlow reports worker:1 on localhost stopped sending heartbeats" in decision.reason
+    assert decision.signature is None  # twice in a row is still worth a retry: the peer was the trouble
+    again = POLICY.decide(status(victim, task("worker:1"), restarts=1, earlier=(decision.signature,)))
+    assert again.action is Action.RESTART
+
+
+def test_a_tensorflow_error_is_summed_up_by_its_meaningful_line() -> None:
+    wrapped = (
+        "Graph execution error:\n\nDetected at node CollectiveReduceV2_1 defined at (most recent call last):\n"
+        '  File "<frozen runpy>", line 198, in _run_module_as_main\n\n'
+        "Collective ops is aborted by: the following tasks are unhealthy\n\t [[{{node CollectiveReduceV2_1}}]]"
+    )
+    assert short_message(wrapped) == "Collective ops is aborted by: the following tasks are unhealthy"
+    assert short_message("x" * 500).endswith("...") and len(short_message("x" * 500)) == 200

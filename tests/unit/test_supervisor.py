@@ -224,3 +224,21 @@ def test_run_returns_the_result_and_shuts_down(tmp_path: Path) -> None:
     result = sup.run(poll_s=0)
     assert result.state is LaunchState.SUCCEEDED and transport.closed
     assert [t.exit_code for t in result.attempts[0].tasks] == [0, 0]
+
+
+def test_an_unreachable_host_at_restart_is_a_lost_host_then_retried(tmp_path: Path) -> None:
+    sup, transport, _, notices = make(tmp_path, workers=3, max_restarts=2)
+    join_all(transport, 3)
+    transport.unreachable.add("localhost")
+    transport.started[0].exit(None, signal.SIGKILL)
+    calls = transport.start_calls
+    assert sup.step(0) is LaunchState.STARTING  # attempt 1: every start fails, nothing raised
+    assert transport.start_calls == calls + 1, "one failed connection per host and attempt, not one per task"
+    transport.unreachable.clear()
+    assert sup.step(0) is LaunchState.STARTING  # attempt 1 lost its tasks: attempt 2 reaches the host
+    assert any("cannot start: localhost: no answer" in n for n in notices), notices
+    join_all(transport, 3)
+    for task in transport.current(3):
+        task.exit(0)
+    assert sup.step(0) is LaunchState.SUCCEEDED
+    assert sup.restarts == 2
