@@ -19,7 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from launcher.gang import GangStatus
+from launcher.masking import printable
 from launcher.plan import TaskLaunch
+from launcher.private_files import open_private
 from worker.contract import CONTINUED, DONE, JOINED, PROGRESS_EVENTS, STOPPED
 
 _REDRAW_S = 0.25
@@ -70,6 +72,7 @@ class Console:
     # ---- callbacks from the supervisor ---------------------------------------------------
 
     def output(self, launch: TaskLaunch, line: str) -> None:
+        line = printable(line)  # the log file keeps the bytes; the screen gets text
         self._view(launch).last_line = line
         if not self.quiet and not self.live:
             self._out.write(f"[{launch.label}] {line}\n")
@@ -198,7 +201,7 @@ class Console:
         }
         tmp = f"{self._status_path}.tmp"
         try:
-            with open(tmp, "w", encoding="utf-8") as handle:
+            with open_private(tmp, "w", encoding="utf-8") as handle:
                 json.dump(data, handle, indent=2)
             os.replace(tmp, self._status_path)
         except OSError:  # the run directory vanished; the console output still tells

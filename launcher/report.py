@@ -12,6 +12,7 @@ from dataclasses import asdict
 from typing import Any
 
 from launcher.gang import RunResult, TaskResult
+from launcher.private_files import open_private
 from worker.contract import RunLayout
 
 LOG_TAIL_LINES = 15
@@ -107,7 +108,7 @@ def write_summary(result: RunResult) -> str:
     path = RunLayout(result.run_dir).summary_file
     os.makedirs(result.run_dir, exist_ok=True)
     tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as handle:
+    with open_private(tmp, "w", encoding="utf-8") as handle:
         json.dump(summary(result), handle, indent=2, default=str)
     os.replace(tmp, path)
     return path

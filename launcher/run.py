@@ -23,6 +23,7 @@ from launcher.gang import RunResult
 from launcher.plan import LaunchPlan, PlanInputs, build_plan
 from launcher.policy import RestartPolicy
 from launcher.ports import check_local_ports, choose_free_ports, port_is_free
+from launcher.private_files import make_private_dir
 from launcher.report import write_summary
 from launcher.spec import BuiltinTraining, ClusterSpec, FunctionTraining, is_url
 from launcher.supervisor import Supervisor
@@ -129,6 +130,7 @@ def launch(spec: ClusterSpec, console: Console, faults: list[Fault] | None = Non
     if not report.ok:
         transport.close()
         raise PreflightError(report.problems)
+    make_private_dir(first_plan.run_dir)  # logs hold whatever tasks print: for the owner only
     _make_checkpoint_dir(spec, first_plan)
     supervisor = Supervisor(
         planner=planner,

@@ -23,6 +23,7 @@ from launcher.errors import HostError
 from launcher.gang import AttemptResult, GangStatus, LaunchState, RunResult, TaskResult, TaskStatus
 from launcher.plan import LaunchPlan, TaskLaunch
 from launcher.policy import Action, Decision, FailureKind, RestartPolicy
+from launcher.private_files import make_private_dir
 from launcher.transport.base import (
     Event,
     ExitStatus,
@@ -223,7 +224,7 @@ class Supervisor:
         self._tasks = {launch.name: _Task(launch) for launch in self._plan.tasks}
         self._attempt_started_at = time.time()
         self.state = LaunchState.STARTING
-        Path(self._plan.attempt_dir).mkdir(parents=True, exist_ok=True)
+        make_private_dir(self._plan.attempt_dir)
         unreachable: dict[str, HostError] = {}
         for task in self._tasks.values():
             task.started_mono = task.last_progress = self._clock()

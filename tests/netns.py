@@ -4,8 +4,10 @@ A `NetnsLab` makes a bridge in this machine's namespace (the launcher's side, ad
 per host, a network namespace joined to it by a veth pair with an address of its own in a /24
 of the benchmarking range 198.18.0.0/15 that no interface here uses yet. Each host runs its own
 OpenSSH sshd on port 22 of its own namespace (nothing else listens there). A partition is an
-iptables rule inside one namespace; `close()` kills every process in every namespace and removes
-the namespaces and the bridge, pass or fail. Needs root, iproute2, nsenter and iptables.
+iptables rule inside one namespace; `close()` kills every process in every namespace, removes
+the namespaces and the bridge, and restores the kernel's neighbour-table limits it raised for a
+large lab (that table is shared by every namespace), pass or fail. Needs root, iproute2, nsenter
+and iptables.
 """
 
 from __future__ import annotations
@@ -88,6 +90,7 @@ class NetnsLab:
     identity_file: str = ""
     known_hosts: str = ""
     rules: list[tuple[str, list[str]]] = field(default_factory=list)
+    restore_sysctls: dict[str, str] = field(default_factory=dict)
 
     @property
     def launcher_address(self) -> str:
@@ -190,6 +193,24 @@ LogLevel VERBOSE
             _run("ip", "link", "del", host.veth, check=False)  # the kernel may keep a deleted namespace a while
             _run("ip", "netns", "del", host.namespace, check=False)
         _run("ip", "link", "del", self.bridge, check=False)
+        for key, value in self.restore_sysctls.items():
+            Path(f"/proc/sys/{key.replace('.', '/')}").write_text(value)
+        self.restore_sysctls.clear()
+
+
+_NEIGHBOUR_LIMITS = ("net.ipv4.neigh.default.gc_thresh2", "net.ipv4.neigh.default.gc_thresh3")
+
+
+def _room_for_neighbours(lab: NetnsLab, count: int) -> None:
+    """The kernel's ARP table is one for all namespaces (1024 entries by default): a full mesh of
+    `count` hosts needs about count squared. Raised while the lab exists, restored by close()."""
+    needed = count * count + 512
+    for key in _NEIGHBOUR_LIMITS:
+        path = Path(f"/proc/sys/{key.replace('.', '/')}")
+        current = path.read_text().strip()
+        if int(current) < needed:
+            lab.restore_sysctls[key] = current
+            path.write_text(str(needed))
 
 
 def make_lab(directory: Path, count: int) -> NetnsLab:
@@ -199,7 +220,8 @@ def make_lab(directory: Path, count: int) -> NetnsLab:
     subnet = _unused_subnet()
     lab = NetnsLab(directory, subnet, tag, f"{tag}br")
     try:
-        _run("ip", "link", "add", lab.bridge, "type", "bridge")
+        _room_for_neighbours(lab, count)
+        _run("ip", "link", "add", lab.bridge, "type", "bridge", "nf_call_iptables", "0", "nf_call_arptables", "0")
         _run("ip", "addr", "add", f"{lab.launcher_address}/24", "dev", lab.bridge)
         _run("ip", "link", "set", lab.bridge, "up")
         host_key = directory / "host_ed25519"

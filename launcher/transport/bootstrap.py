@@ -18,8 +18,11 @@ BOOTSTRAP = (
 )
 
 
-def remote_command(python: str) -> str:
-    return " ".join(shlex.quote(part) for part in (python, "-u", "-c", BOOTSTRAP))
+def remote_command(python: str, stdlib_only: bool = False) -> str:
+    """The fixed command line. A stdlib-only helper runs isolated and without site-packages (`-I -S`),
+    which halves its start-up; the probe needs site-packages to find TensorFlow."""
+    flags = ("-I", "-S", "-u") if stdlib_only else ("-u",)
+    return " ".join(shlex.quote(part) for part in (python, *flags, "-c", BOOTSTRAP))
 
 
 def source_line(module: ModuleType) -> bytes:

@@ -18,6 +18,7 @@ from typing import Any
 
 from launcher import task_runner
 from launcher.plan import TaskLaunch
+from launcher.private_files import make_private_dir
 from launcher.transport.base import EventSink, ExitStatus, HelperChannel
 from launcher.transport.bootstrap import BOOTSTRAP
 from launcher.transport.streams import TaskStreams
@@ -50,7 +51,7 @@ class LocalTask:
 
     def __init__(self, launch: TaskLaunch, sink: EventSink) -> None:
         self.launch = launch
-        Path(launch.log_path).parent.mkdir(parents=True, exist_ok=True)
+        make_private_dir(Path(launch.log_path).parent)
         read_fd, write_fd = os.pipe()
         env = {**os.environ, **launch.env, EVENT_FD_VAR: str(write_fd)}
         try:

@@ -24,6 +24,7 @@ from typing import Any
 from launcher import task_runner
 from launcher.errors import HostError
 from launcher.plan import TaskLaunch
+from launcher.private_files import make_private_dir, open_private
 from launcher.spec import HostSpec, SshSpec
 from launcher.task_runner import BEATS_PER_TIMEOUT
 from launcher.transport.base import EventSink, ExitStatus, HelperChannel
@@ -51,7 +52,7 @@ class SshTask:
         self._lost: str | None = None
         try:
             self._channel = client.get_transport().open_session(timeout=10)
-            self._channel.exec_command(remote_command(launch.python))
+            self._channel.exec_command(remote_command(launch.python, stdlib_only=True))
             header = {"argv": launch.argv, "cwd": launch.cwd, "env": launch.env, "liveness_s": liveness_s}
             self._channel.sendall(source_line(task_runner) + (json.dumps(header) + "\n").encode())
         except _channel_errors() as error:
@@ -83,9 +84,9 @@ class SshTask:
             path = targets.get(key)
             if path is None or not isinstance(text, str):
                 continue
-            os.makedirs(os.path.dirname(path), exist_ok=True)
+            make_private_dir(os.path.dirname(path))
             tmp = f"{path}.tmp-{os.getpid()}"
-            with open(tmp, "w", encoding="utf-8") as handle:
+            with open_private(tmp, "w", encoding="utf-8") as handle:
                 handle.write(text)
             os.replace(tmp, path)
 

@@ -71,18 +71,89 @@ def _local_user() -> str:
     return getpass.getuser()
 
 
+@dataclass
+class KnownHosts:
+    """What a known_hosts file says, read line by line (paramiko refuses the whole file on a marker line)."""
+
+    path: str
+    revoked: dict[str, int]  # base64 key -> line number of its @revoked line
+    authorities: list[int]  # line numbers of @cert-authority lines (not supported)
+    unreadable: list[int]  # line numbers paramiko cannot parse (skipped)
+
+
+def load_known_hosts(path: str, into: Any) -> KnownHosts:
+    """Add the plain entries of `path` to `into` (a paramiko HostKeys); note markers and bad lines."""
+    from paramiko.hostkeys import HostKeyEntry, InvalidHostKey
+
+    known = KnownHosts(path, {}, [], [])
+    if not os.path.exists(path):
+        return known
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        for number, raw in enumerate(handle, start=1):
+            line = raw.strip()
+            if not line or line.startswith("#"):
+                continue
+            fields = line.split()
+            if fields[0] == "@revoked" and len(fields) >= 4:
+                known.revoked[fields[3]] = number
+                continue
+            if fields[0].startswith("@"):
+                known.authorities.append(number)
+                continue
+            try:
+                entry = HostKeyEntry.from_line(line, number)
+            except (InvalidHostKey, ValueError):
+                entry = None
+            if entry is None or entry.key is None:
+                known.unreadable.append(number)
+                continue
+            for name in entry.hostnames:
+                into.add(name, entry.key.get_name(), entry.key)
+    return known
+
+
+def _record_key(target: SshTarget, key: Any) -> None:
+    """Append one line for a newly accepted key; the rest of the file (comments too) stays as it is."""
+    path = Path(target.known_hosts)
+    if not path.parent.exists():
+        path.parent.mkdir(parents=True, mode=0o700)
+    line = f"{target.key_name} {key.get_name()} {key.get_base64()}\n"
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    with os.fdopen(fd, "a", encoding="utf-8") as handle:
+        if path.stat().st_size and not path.read_bytes().endswith(b"\n"):
+            handle.write("\n")
+        handle.write(line)
+
+
+def _host_key_policy(target: SshTarget, known: KnownHosts) -> Any:
+    """Decides about a key not in known_hosts: revoked ones never, others only with accept_unknown."""
+    import paramiko
+
+    class Policy(paramiko.MissingHostKeyPolicy):
+        def missing_host_key(self, client: Any, hostname: str, key: Any) -> None:
+            revoked_at = known.revoked.get(key.get_base64())
+            if revoked_at is not None:
+                raise paramiko.SSHException(f"revoked at line {revoked_at}")
+            if not target.accept_unknown:
+                raise paramiko.SSHException(f"Server {hostname!r} not found in known_hosts")
+            client.get_host_keys().add(target.key_name, key.get_name(), key)
+            _record_key(target, key)
+
+    return Policy()
+
+
 def connect(target: SshTarget) -> Any:
     """A connected, authenticated paramiko.SSHClient, or HostError saying what to fix."""
     import paramiko
 
     client = paramiko.SSHClient()
-    if os.path.exists(target.known_hosts):
-        client.load_host_keys(target.known_hosts)
-    elif target.accept_unknown:
-        Path(target.known_hosts).parent.mkdir(parents=True, exist_ok=True)
-        Path(target.known_hosts).touch(mode=0o600)
-        client.load_host_keys(target.known_hosts)
-    client.set_missing_host_key_policy(paramiko.AutoAddPolicy() if target.accept_unknown else paramiko.RejectPolicy())
+    known = load_known_hosts(target.known_hosts, client.get_host_keys())
+    for key_data in known.revoked:  # a revoked key is never trusted, even if listed as well
+        for name in list(client.get_host_keys().keys()):
+            for key_type, key in list(client.get_host_keys()[name].items()):
+                if key.get_base64() == key_data:
+                    del client.get_host_keys()[name][key_type]
+    client.set_missing_host_key_policy(_host_key_policy(target, known))
     where = f"{target.user}@{target.hostname}:{target.port}"
     for path in target.identity_files:
         if not os.path.isfile(path):
@@ -120,7 +191,21 @@ def connect(target: SshTarget) -> Any:
         ) from None
     except paramiko.SSHException as error:
         client.close()
+        if str(error).startswith("revoked at line"):
+            raise HostError(
+                target.address,
+                f"the host key of {target.key_name} is marked @revoked in {target.known_hosts} "
+                f"({error}); refusing to connect. Replace the key on the host or fix known_hosts",
+            ) from None
         if "not found in known_hosts" in str(error):
+            if known.authorities:
+                lines = ", ".join(str(n) for n in known.authorities)
+                raise HostError(
+                    target.address,
+                    f"unknown host key for {target.key_name}; {target.known_hosts} trusts host certificates "
+                    f"(@cert-authority, line {lines}), which this launcher does not support. Add the host's own key "
+                    f"(ssh-keyscan -p {target.port} {target.hostname} >> {target.known_hosts})",
+                ) from None
             raise HostError(
                 target.address,
                 f"unknown host key for {target.key_name} (not in {target.known_hosts}). "

@@ -12,14 +12,27 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from launcher.private_files import make_private_dir, open_private
 from launcher.transport.base import EventSink, ExitStatus, OutputLine, TaskExited, exit_from_report, parse_report
 from worker.contract import ALIVE, EXIT, FILES
 
 DRAIN_TIMEOUT_S = 1.0
+MAX_LINE_BYTES = 64 * 1024  # a longer line is cut for the console (the log file keeps all of it)
+CUT_MARKER = " [... line cut at 64 KiB]"
+
+
+def bounded_lines(stream: Any, limit: int = MAX_LINE_BYTES) -> Iterator[tuple[bytes, bool]]:
+    """(chunk, complete) pairs: whole lines, or a line's pieces of at most `limit` bytes, so one
+    endless line never has to fit in memory. `complete` is false for every piece but a line's last."""
+    while True:
+        chunk = stream.readline(limit)
+        if not chunk:
+            return
+        yield chunk, chunk.endswith(b"\n")
 
 
 class TaskStreams:
@@ -48,19 +61,23 @@ class TaskStreams:
         self._on_alive = on_alive
         self.last_heard = time.monotonic()
         self._exit_report: dict[str, Any] | None = None
-        Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+        make_private_dir(Path(log_path).parent)
         self._output = threading.Thread(target=self._read_output, args=(output,), daemon=True, name=f"out-{name}")
         self._events = threading.Thread(target=self._read_events, args=(events,), daemon=True, name=f"ev-{name}")
         self._waiter = threading.Thread(target=self._wait, daemon=True, name=f"wait-{name}")
         for thread in (self._output, self._events, self._waiter):
             thread.start()
 
-    def _read_output(self, stream: Iterable[bytes]) -> None:
-        with open(self._log_path, "ab", buffering=0) as log_file:
-            for raw in stream:
+    def _read_output(self, stream: Any) -> None:
+        cutting = False  # inside a line already shown cut: the rest goes to the log only
+        with open_private(self._log_path, "ab") as log_file:
+            for raw, complete in bounded_lines(stream):
                 self.last_heard = time.monotonic()
                 log_file.write(raw)
-                self._sink(OutputLine(self._name, raw.decode("utf-8", "replace").rstrip("\r\n")))
+                if not cutting:
+                    text = raw.decode("utf-8", "replace").rstrip("\r\n")
+                    self._sink(OutputLine(self._name, text if complete else text + CUT_MARKER))
+                cutting = not complete
 
     def _read_events(self, stream: Iterable[bytes]) -> None:
         for raw in stream:

@@ -177,6 +177,34 @@ def test_host_keys_strict_by_default_opt_in_records_them(work: Path, sshd: SshSe
     assert changed.returncode == 2 and "has CHANGED" in changed.stderr, changed.stderr
 
 
+def test_known_hosts_markers_comments_and_appending(work: Path, sshd: SshServer) -> None:
+    key_type, key_data = sshd.host_public_key.split()[:2]
+    known = work / "ssh" / "known_hosts"
+    known.parent.mkdir()
+    authority = f"@cert-authority *.example.com {key_type} {key_data}"
+    known.write_text(f"# fleet keys\n{authority}\n[127.0.0.3]:{sshd.port} {key_type} {key_data}\n")
+    hosts = [ssh_host(sshd, "127.0.0.2", known_hosts=str(known)), ssh_host(sshd, "127.0.0.3", known_hosts=str(known))]
+    spec = ssh_spec(work, "markers", hosts)
+
+    unknown = run_launch(["--cluster", str(write_spec(work, spec)), "--check"], work)
+    assert unknown.returncode == 2, unknown.stderr
+    assert "127.0.0.2: unknown host key" in unknown.stderr and "@cert-authority, line 2" in unknown.stderr
+    assert "127.0.0.3" not in unknown.stderr, "a host with its own key must not suffer from a marker line"
+
+    spec["hosts"][0]["ssh"]["accept_unknown_host_keys"] = True
+    before = known.read_text()
+    accepted = run_launch(["--cluster", str(write_spec(work, spec)), "--check"], work)
+    assert accepted.returncode == 0, accepted.stderr
+    after = known.read_text()
+    assert after.startswith(before) and after[len(before) :] == f"[127.0.0.2]:{sshd.port} {key_type} {key_data}\n"
+
+    known.write_text(f"{before}@revoked [127.0.0.2]:{sshd.port} {key_type} {key_data}\n")
+    revoked = run_launch(["--cluster", str(write_spec(work, spec)), "--check"], work)
+    assert revoked.returncode == 2
+    assert "127.0.0.2: the host key of" in revoked.stderr and "@revoked" in revoked.stderr, revoked.stderr
+    assert known.read_text().count(key_data) == 3, "a revoked key must never be recorded again"
+
+
 def test_wrong_user_key_is_a_clear_error(work: Path, sshd: SshServer) -> None:
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(work / "stranger")], check=True)
     spec = ssh_spec(

@@ -1,0 +1,54 @@
+"""What reaches the operator's screen and disk: no control sequences, bounded lines, no secrets, private files."""
+
+from __future__ import annotations
+
+import io
+import os
+import stat
+from pathlib import Path
+
+from launcher.masking import MASK, mask_env, printable
+from launcher.private_files import make_private_dir, open_private
+from launcher.transport.streams import MAX_LINE_BYTES, bounded_lines
+
+
+def test_terminal_control_sequences_are_stripped_for_the_screen() -> None:
+    raw = "\x1b[31mred\x1b[0m \x1b]0;pwned title\x07done\x1b[2J\x1b[H\rbell\x07 tab\tkept\x9b"
+    assert printable(raw) == "red donebell tab\tkept"
+
+
+def test_credentials_are_masked_by_name_and_inside_urls() -> None:
+    env = {
+        "HF_TOKEN": "hf_abc",
+        "AWS_SECRET_ACCESS_KEY": "x",
+        "DB_PASSWORD": "p",
+        "SSH_KEY": "k",
+        "DATA_URL": "https://alice:s3cret@data.example.com/path?q=1",
+        "PLAIN_URL": "https://data.example.com/a:b@c",
+        "EPOCHS": "3",
+    }
+    masked = mask_env(env)
+    assert [masked[k] for k in ("HF_TOKEN", "AWS_SECRET_ACCESS_KEY", "DB_PASSWORD", "SSH_KEY")] == [MASK] * 4
+    assert masked["DATA_URL"] == f"https://alice:{MASK}@data.example.com/path?q=1"
+    assert masked["PLAIN_URL"] == env["PLAIN_URL"] and masked["EPOCHS"] == "3"
+
+
+def test_an_endless_line_arrives_in_bounded_pieces() -> None:
+    blob = b"x" * (3 * MAX_LINE_BYTES + 10) + b"\nnext\n"
+    pieces = list(bounded_lines(io.BufferedReader(io.BytesIO(blob))))  # type: ignore[arg-type]
+    assert all(len(chunk) <= MAX_LINE_BYTES for chunk, _ in pieces)
+    assert [complete for _, complete in pieces] == [False, False, False, True, True]
+    assert b"".join(chunk for chunk, _ in pieces) == blob
+
+
+def test_run_files_are_for_the_owner_only(tmp_path: Path) -> None:
+    old = os.umask(0o022)
+    try:
+        make_private_dir(tmp_path / "runs" / "r" / "attempt-0")
+        with open_private(tmp_path / "runs" / "r" / "attempt-0" / "w.log", "ab") as handle:
+            handle.write(b"secret output\n")
+    finally:
+        os.umask(old)
+    for directory in ("runs", "runs/r", "runs/r/attempt-0"):
+        assert stat.S_IMODE((tmp_path / directory).stat().st_mode) == 0o700
+    assert stat.S_IMODE((tmp_path / "runs/r/attempt-0/w.log").stat().st_mode) == 0o600
