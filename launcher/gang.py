@@ -143,3 +143,4 @@ class RunResult:
     attempts: list[AttemptResult] = field(default_factory=list)
     final_step: int | None = None
     message: str = ""
+    outputs: dict[str, str] = field(default_factory=dict)  # what the run produced, and where

@@ -94,6 +94,10 @@ class LaunchPlan:
     checkpoint_dir: str
     tasks: tuple[TaskLaunch, ...]
 
+    @property
+    def outputs(self) -> dict[str, str]:
+        return RunLayout(self.run_dir).outputs(self.checkpoint_dir)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "run_name": self.run_name,
@@ -175,7 +179,8 @@ def _task_env(
             result_file=layout.result_file(inputs.attempt, stem),
             error_file=layout.error_file(inputs.attempt, stem),
             metrics_file=layout.metrics_file,
-            export_dir=layout.export_dir,
+            export_dir=layout.chief_outputs(checkpoint_dir)[0],
+            tensorboard_dir=layout.chief_outputs(checkpoint_dir)[1],
             training=spec.training.model_dump(mode="json"),
             preemption_exit_code=spec.restart.preemption_exit_code,
             fault=inputs.faults.get(slot.name),

@@ -89,6 +89,7 @@ def summary(result: RunResult) -> dict[str, Any]:
         "restarts": sum(1 for a in result.attempts[:-1] if a.kind != "preempted"),
         "preemptions": sum(1 for a in result.attempts[:-1] if a.kind == "preempted"),
         "first_failure": first,
+        "outputs": result.outputs,
         "attempts": [
             {
                 "attempt": a.attempt,

@@ -123,6 +123,10 @@ def _describe_summary(run_dir: str, summary: dict[str, Any], path: str) -> list[
             lines.append(
                 f"    {str(task.get('name')):<12} on {str(task.get('host')):<16} {task.get('exit', '')}{extra}"
             )
+    outputs = summary.get("outputs")
+    if isinstance(outputs, dict) and outputs:
+        lines.append("  outputs:")
+        lines += [f"    {str(name):<12} {where}" for name, where in outputs.items()]
     first = summary.get("first_failure")
     if isinstance(first, dict):
         error = first.get("error") if isinstance(first.get("error"), dict) else {}

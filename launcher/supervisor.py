@@ -24,6 +24,7 @@ from launcher.gang import AttemptResult, GangStatus, LaunchState, RunResult, Tas
 from launcher.plan import LaunchPlan, TaskLaunch
 from launcher.policy import Action, Decision, FailureKind, RestartPolicy
 from launcher.private_files import make_private_dir
+from launcher.records import RecordFiles
 from launcher.transport.base import (
     Event,
     ExitStatus,
@@ -34,7 +35,7 @@ from launcher.transport.base import (
     UnreachedTask,
     WorkerReport,
 )
-from worker.contract import CONTINUED, JOINED, PROGRESS_EVENTS, START_MILESTONES, STOPPED
+from worker.contract import CONTINUED, JOINED, PROGRESS_EVENTS, RECORD, START_MILESTONES, STOPPED
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +106,7 @@ class Supervisor:
     ) -> None:
         self._planner = planner
         self._transport = transport
+        self._records: RecordFiles | None = None  # the run's metrics and eval rows, from the tasks' reports
         self._policy = policy
         self._reports_progress = reports_progress
         self._on_output = on_output or (lambda launch, line: None)
@@ -177,6 +179,10 @@ class Supervisor:
                 self._on_report(task.launch, event.data)
                 return
             task.reported = True
+            if kind == RECORD:
+                if self._records is not None:
+                    self._records.append(event.data)
+                return
             if kind in START_MILESTONES:
                 task.milestone = kind
             if kind == JOINED:
@@ -221,6 +227,8 @@ class Supervisor:
 
     def _start_attempt(self, attempt: int) -> None:
         self._plan = self._planner(attempt)
+        if self._records is None:
+            self._records = RecordFiles(self._plan.run_dir)
         self._tasks = {launch.name: _Task(launch) for launch in self._plan.tasks}
         self._attempt_started_at = time.time()
         self.state = LaunchState.STARTING
@@ -339,7 +347,7 @@ class Supervisor:
             time.time(),
         )
         if self.result is None:
-            self.result = RunResult(self.plan.run_name, self.plan.run_dir)
+            self.result = RunResult(self.plan.run_name, self.plan.run_dir, outputs=self.plan.outputs)
         self.result.attempts.append(attempt)
 
     def run(self, poll_s: float = 0.5) -> RunResult:
@@ -362,9 +370,11 @@ class Supervisor:
         if not self.state.is_terminal:  # stopped from outside: tasks running, or waiting to restart
             self.state = LaunchState.INTERRUPTED
         if self.result is None:
-            self.result = RunResult(self.plan.run_name, self.plan.run_dir)
+            self.result = RunResult(self.plan.run_name, self.plan.run_dir, outputs=self.plan.outputs)
         self.result.state = self.state
         for task in self._tasks.values():
             if task.process is not None:
                 task.process.close()
         self._transport.close()
+        if self._records is not None:
+            self._records.close()

@@ -30,6 +30,7 @@ RESULT_FILE_VAR = "TFLAUNCH_RESULT_FILE"
 ERROR_FILE_VAR = "TFLAUNCH_ERROR_FILE"
 METRICS_FILE_VAR = "TFLAUNCH_METRICS_FILE"
 EXPORT_DIR_VAR = "TFLAUNCH_EXPORT_DIR"
+TENSORBOARD_DIR_VAR = "TFLAUNCH_TENSORBOARD_DIR"
 TRAINING_VAR = "TFLAUNCH_TRAINING"
 PREEMPTION_EXIT_CODE_VAR = "TFLAUNCH_PREEMPTION_EXIT_CODE"
 FAULT_VAR = "TFLAUNCH_FAULT"  # --inject rehearsals, first attempt only
@@ -49,6 +50,8 @@ STEP = "step"  # {"step": n}: training advanced
 DONE = "done"  # {"step": n}: training finished; the result file is written
 PREEMPTED = "preempted"  # checkpoint written after a preemption notice
 EVAL = "eval"  # the evaluator scored a checkpoint
+RECORD = "record"  # {"stream": "metrics" | "eval", "row": {...}}: a row the launcher appends to the run's file
+RECORD_STREAMS = ("metrics", "eval")
 STOPPED = "stopped"  # from the helper: the task's process is held stopped (SIGSTOP, Ctrl-Z)
 CONTINUED = "continued"  # from the helper: it runs again
 EXIT = "exit"  # from the helper: {"code": c, "signal": s}
@@ -98,6 +101,30 @@ class RunLayout:
     def eval_file(self) -> str:
         return posixpath.join(self.run_dir, "eval.jsonl")
 
+    def chief_outputs(self, checkpoint_dir: str) -> tuple[str, str]:
+        """(model export dir, TensorBoard dir). In the run directory while the checkpoints are there;
+        otherwise beside the checkpoints (inside that directory), on the storage every host shares, so
+        a remote chief writes where the launcher and every other host can find them."""
+        if checkpoint_dir == self.default_checkpoint_dir:
+            return self.export_dir, self.tensorboard_dir
+        return posixpath.join(checkpoint_dir, "model"), posixpath.join(checkpoint_dir, "tensorboard")
+
+    def outputs(self, checkpoint_dir: str) -> dict[str, str]:
+        """Where everything a run produces can be found; summary.json and `launch status` show it."""
+        model, tensorboard = self.chief_outputs(checkpoint_dir)
+        return {
+            "metrics": self.metrics_file,
+            "eval": self.eval_file,
+            "checkpoints": checkpoint_dir,
+            "model": model,
+            "tensorboard": tensorboard,
+            "logs": posixpath.join(self.run_dir, "attempt-*"),
+        }
+
+    def record_file(self, stream: str) -> str:
+        """Where the launcher appends the rows of a record stream (see RECORD)."""
+        return self.metrics_file if stream == "metrics" else self.eval_file
+
     @property
     def export_dir(self) -> str:
         return posixpath.join(self.run_dir, "model")
@@ -135,6 +162,7 @@ class TaskEnv:
     error_file: str
     metrics_file: str
     export_dir: str
+    tensorboard_dir: str
     training: Mapping[str, Any]
     preemption_exit_code: int = PREEMPTION_EXIT_CODE
     fault: str | None = None
@@ -150,6 +178,7 @@ class TaskEnv:
             ERROR_FILE_VAR: self.error_file,
             METRICS_FILE_VAR: self.metrics_file,
             EXPORT_DIR_VAR: self.export_dir,
+            TENSORBOARD_DIR_VAR: self.tensorboard_dir,
             TRAINING_VAR: json.dumps(dict(self.training), sort_keys=True),
             PREEMPTION_EXIT_CODE_VAR: str(self.preemption_exit_code),
         }
@@ -176,6 +205,7 @@ class TaskEnv:
             error_file=env.get(ERROR_FILE_VAR, layout.error_file(attempt, stem)),
             metrics_file=env.get(METRICS_FILE_VAR, layout.metrics_file),
             export_dir=env.get(EXPORT_DIR_VAR, layout.export_dir),
+            tensorboard_dir=env.get(TENSORBOARD_DIR_VAR, layout.tensorboard_dir),
             training=json.loads(env.get(TRAINING_VAR, '{"kind": "builtin"}')),
             preemption_exit_code=int(env.get(PREEMPTION_EXIT_CODE_VAR, str(PREEMPTION_EXIT_CODE))),
             fault=env.get(FAULT_VAR) or None,

@@ -8,9 +8,7 @@ shared storage give no event to wait on.
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import re
 import time
 from typing import Any
@@ -19,6 +17,7 @@ import tensorflow as tf
 
 from worker import example
 from worker.contract import EVAL, RunLayout, TaskEnv
+from worker.events import record as record_row
 from worker.events import report
 from worker.loop import build_model, per_example_loss
 from worker.training_spec import BuiltinTraining
@@ -42,7 +41,6 @@ def run_evaluator(settings: TaskEnv) -> dict[str, Any]:
     )
     loss_fn = per_example_loss(config.loss)
     out_path = RunLayout(settings.run_dir).eval_file
-    os.makedirs(settings.run_dir, exist_ok=True)
     scored: list[dict[str, Any]] = []
     last = None
     log.info("evaluator: watching %s", settings.checkpoint_dir)
@@ -59,8 +57,7 @@ def run_evaluator(settings: TaskEnv) -> dict[str, Any]:
                 "time": time.time(),
                 "attempt": settings.attempt,
             }
-            with open(out_path, "a", encoding="utf-8") as handle:
-                handle.write(json.dumps(record) + "\n")
+            record_row("eval", record, out_path)
             scored.append(record)
             log.info("evaluator: step %d eval_loss %.5f", record["step"], loss)
             report(EVAL, step=record["step"], eval_loss=loss)

@@ -13,7 +13,7 @@ import os
 import time
 from typing import Any
 
-from worker.contract import EVENT_FD_VAR
+from worker.contract import EVENT_FD_VAR, RECORD
 
 
 def report(event: str, **fields: Any) -> None:
@@ -26,3 +26,15 @@ def report(event: str, **fields: Any) -> None:
         os.write(int(fd), (payload + "\n").encode())
     except (OSError, ValueError):  # the launcher is gone or the fd is not ours; keep training
         pass
+
+
+def record(stream: str, row: dict[str, Any], fallback_path: str) -> None:
+    """One row of a run's record file (metrics, eval). Under a launcher it travels on the event
+    channel and the launcher writes it into its own run directory, wherever this task runs;
+    without one it is appended to `fallback_path` here."""
+    if os.environ.get(EVENT_FD_VAR):
+        report(RECORD, stream=stream, row=row)
+        return
+    os.makedirs(os.path.dirname(fallback_path) or ".", exist_ok=True)
+    with open(fallback_path, "a", encoding="utf-8") as handle:
+        handle.write(json.dumps(row, default=str) + "\n")

@@ -96,7 +96,7 @@ def train_fit(strategy: tf.distribute.Strategy, cluster: ClusterInfo, settings: 
     # Saving reads distributed variables, which takes collectives: every worker saves, the
     # non-chief ones to a temporary directory that is removed right away.
     target = settings.export_dir if cluster.is_chief else tempfile.mkdtemp(prefix="tflaunch-fit-")
-    os.makedirs(target, exist_ok=True)
+    tf.io.gfile.makedirs(target)
     model.save_weights(os.path.join(target, "fit.weights.h5"))
     if not cluster.is_chief:
         shutil.rmtree(target, ignore_errors=True)

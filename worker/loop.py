@@ -10,9 +10,8 @@ where it stopped.
 from __future__ import annotations
 
 import importlib.util
-import json
 import logging
-import os
+import posixpath
 import sys
 import time
 from collections.abc import Callable
@@ -23,7 +22,8 @@ import tensorflow as tf
 from worker import example
 from worker.checkpoints import CheckpointStore
 from worker.cluster import ClusterInfo
-from worker.contract import STEP, RunLayout, TaskEnv
+from worker.contract import STEP, TaskEnv
+from worker.events import record as record_row
 from worker.events import report
 from worker.faults import FaultInjector
 from worker.fingerprint import weights_fingerprint
@@ -89,11 +89,9 @@ class MetricsWriter:
     """JSON lines (step, loss, steps/s) and TensorBoard scalars, written by the chief only."""
 
     def __init__(self, settings: TaskEnv, enabled: bool, tensorboard: bool) -> None:
-        self._handle = None
+        self._path = settings.metrics_file if enabled else None
         self._summary = None
         if enabled:
-            os.makedirs(os.path.dirname(settings.metrics_file) or ".", exist_ok=True)
-            self._handle = open(settings.metrics_file, "a", encoding="utf-8")
             if tensorboard and importlib.util.find_spec("tensorboard") is None:
                 # a host set up without the project's dependencies: train on, say how to get summaries
                 log.warning(
@@ -102,12 +100,11 @@ class MetricsWriter:
                     sys.executable,
                 )
             elif tensorboard:
-                self._summary = tf.summary.create_file_writer(RunLayout(settings.run_dir).tensorboard_dir)
+                self._summary = tf.summary.create_file_writer(settings.tensorboard_dir)
 
     def write(self, step: int, **record: Any) -> None:
-        if self._handle is not None:
-            self._handle.write(json.dumps({"step": step, **record}) + "\n")
-            self._handle.flush()
+        if self._path is not None:
+            record_row("metrics", {"step": step, **record}, self._path)
         if self._summary is not None:
             with self._summary.as_default(step=step):
                 for key in ("loss", "steps_per_s", "learning_rate", "replicas"):
@@ -115,8 +112,6 @@ class MetricsWriter:
                         tf.summary.scalar(key, record[key])
 
     def close(self) -> None:
-        if self._handle is not None:
-            self._handle.close()
         if self._summary is not None:
             self._summary.close()
 
@@ -238,8 +233,8 @@ def train_builtin(strategy: tf.distribute.Strategy, cluster: ClusterInfo, settin
         if restored is None or start_step < config.steps:
             store.save(step)
         if cluster.is_chief:
-            os.makedirs(settings.export_dir, exist_ok=True)
-            model.save(os.path.join(settings.export_dir, "model.keras"))
+            tf.io.gfile.makedirs(settings.export_dir)  # a directory, or an object-store URL
+            model.save(posixpath.join(settings.export_dir, "model.keras"))
     finally:
         metrics.close()
         store.close()

@@ -99,15 +99,26 @@ def test_mixed_local_and_ssh_hosts(work: Path, sshd: SshServer) -> None:
 
 
 def test_remote_worker_killed_restarts_the_gang_over_ssh(work: Path, sshd: SshServer) -> None:
-    spec = ssh_spec(work, "kill", [ssh_host(sshd, "127.0.0.2"), ssh_host(sshd, "127.0.0.3")])
+    spec = ssh_spec(work, "kill", [ssh_host(sshd, "127.0.0.2"), ssh_host(sshd, "127.0.0.3")], tensorboard=True)
     spec["restart"]["max_restarts"] = 1
+    spec["checkpoint_dir"] = str(work / "shared" / "kill")
     proc = run_launch(["--cluster", str(write_spec(work, spec)), "--inject", "kill:worker:1@step=30"], work)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    summary = json.loads((work / "runs" / "kill" / "summary.json").read_text())
+    run_dir = work / "runs" / "kill"
+    summary = json.loads((run_dir / "summary.json").read_text())
     assert len(summary["attempts"]) == 2 and "SIGKILL" in summary["attempts"][0]["reason"]
-    found = results(work / "runs" / "kill", 1)
+    found = results(run_dir, 1)
     assert_agree(found, 2, 60)
     assert {r["start_step"] for r in found.values()} == {20}
+    # the remote chief's rows came over the event channel; its files sit beside the shared checkpoints
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if r["attempt"] == 1][-1] == 60
+    outputs = summary["outputs"]
+    assert outputs["model"] == str(work / "shared" / "kill" / "model")
+    assert (work / "shared" / "kill" / "model" / "model.keras").is_file()
+    assert list((work / "shared" / "kill" / "tensorboard").glob("events.out.tfevents.*"))
+    status = run_launch(["status", str(run_dir)], work)
+    assert f"tensorboard  {work / 'shared' / 'kill' / 'tensorboard'}" in status.stdout, status.stdout
 
 
 def test_sigkill_of_launch_leaves_no_remote_worker(work: Path, sshd: SshServer) -> None:

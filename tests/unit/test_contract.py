@@ -22,6 +22,7 @@ def test_task_env_round_trips() -> None:
         error_file="/e",
         metrics_file="/m",
         export_dir="/x",
+        tensorboard_dir="gs://b/r/tensorboard",
         training={"kind": "builtin", "steps": 5},
         preemption_exit_code=43,
         fault="kill:5:1",
@@ -66,3 +67,11 @@ def test_no_second_definition_of_a_contract_name() -> None:
             if re.search(r"[\"']TFLAUNCH_[A-Z_]*[\"']", code):
                 offenders.append(f"{path.relative_to(REPO)}:{number}: {line.strip()}")
     assert not offenders, "\n".join(offenders)
+
+
+def test_chief_outputs_live_beside_the_checkpoints_every_host_shares() -> None:
+    layout = RunLayout("/runs/r")
+    assert layout.chief_outputs(layout.default_checkpoint_dir) == ("/runs/r/model", "/runs/r/tensorboard")
+    assert layout.chief_outputs("/shared/ckpt/r") == ("/shared/ckpt/r/model", "/shared/ckpt/r/tensorboard")
+    outputs = layout.outputs("gs://bucket/r")
+    assert outputs["metrics"] == "/runs/r/metrics.jsonl" and outputs["model"] == "gs://bucket/r/model"
