@@ -166,6 +166,7 @@ def _task_env(
 ) -> dict[str, str]:
     """The environment one task gets on top of its host's: the spec's env, TF_CONFIG and the contract."""
     stem = task_stem(slot.name)
+    export_dir, tensorboard_dir = layout.chief_outputs(checkpoint_dir)
     env = {**spec.env, **slot.host.env}
     env[TF_CONFIG] = json.dumps(tf_config, sort_keys=True)
     env["PYTHONUNBUFFERED"] = "1"
@@ -179,8 +180,8 @@ def _task_env(
             result_file=layout.result_file(inputs.attempt, stem),
             error_file=layout.error_file(inputs.attempt, stem),
             metrics_file=layout.metrics_file,
-            export_dir=layout.chief_outputs(checkpoint_dir)[0],
-            tensorboard_dir=layout.chief_outputs(checkpoint_dir)[1],
+            export_dir=export_dir,
+            tensorboard_dir=tensorboard_dir,
             training=spec.training.model_dump(mode="json"),
             preemption_exit_code=spec.restart.preemption_exit_code,
             fault=inputs.faults.get(slot.name),

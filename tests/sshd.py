@@ -56,6 +56,12 @@ class SshServer:
         """How many logins sshd has accepted so far (its log says so at LogLevel VERBOSE)."""
         return (self.directory / "sshd.log").read_text(errors="replace").count("Accepted publickey")
 
+    def sessions_serving(self, address: str) -> list[psutil.Process]:
+        """The per-connection sshd processes whose connection arrived on `address`."""
+        return [
+            s for s in self.sessions() if any(c.laddr and c.laddr.ip == address for c in s.net_connections(kind="tcp"))
+        ]
+
     def sessions(self) -> list[psutil.Process]:
         """The per-connection sshd processes (what a dropped connection kills)."""
         try:

@@ -42,6 +42,13 @@ def _channel_errors() -> tuple[type[BaseException], ...]:
     return (paramiko.SSHException, OSError, EOFError)
 
 
+def _exec_session(client: Any, command: str) -> Any:
+    """A new session on `client`'s connection running `command` (the fixed bootstrap)."""
+    channel = client.get_transport().open_session(timeout=10)
+    channel.exec_command(command)
+    return channel
+
+
 class SshTask:
     """One task on a remote host. Invariant: `gone()` once the remote helper has exited or is lost."""
 
@@ -51,8 +58,7 @@ class SshTask:
         self._lock = threading.Lock()
         self._lost: str | None = None
         try:
-            self._channel = client.get_transport().open_session(timeout=10)
-            self._channel.exec_command(remote_command(launch.python, stdlib_only=True))
+            self._channel = _exec_session(client, remote_command(launch.python, stdlib_only=True))
             header = {"argv": launch.argv, "cwd": launch.cwd, "env": launch.env, "liveness_s": liveness_s}
             self._channel.sendall(source_line(task_runner) + (json.dumps(header) + "\n").encode())
         except _channel_errors() as error:
@@ -173,8 +179,7 @@ class SshTransport:
     def open_helper(self, host_index: int, python: str) -> HelperChannel:
         """A bootstrap session on the host's shared connection (the one its tasks will use)."""
         try:
-            channel = self.client(host_index).get_transport().open_session(timeout=10)
-            channel.exec_command(remote_command(python))
+            channel = _exec_session(self.client(host_index), remote_command(python))
         except _channel_errors() as error:
             raise HostError(self._hosts[host_index].address, f"cannot open an SSH session ({error})") from None
         return HelperChannel(channel.sendall, channel.makefile("rb"), channel.makefile_stderr("rb"), channel.close)

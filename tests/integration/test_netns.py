@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import HELPERS, free_port, launch_cmd, launcher_traceback, run_launch, write_spec
-from tests.integration.test_ssh import wait_for_text
+from tests.conftest import free_port, launch_cmd, launcher_traceback, run_launch, write_spec
+from tests.integration.test_ssh import ssh_spec, wait_for_text
 from tests.integration.test_train_local import assert_agree, results
 from tests.netns import NetnsHost, NetnsLab
 
@@ -30,25 +31,23 @@ def lab_spec(
     hosts = [
         {"address": host.address, "ports": [free_port()], "ssh": lab.ssh_settings(**(ssh or {}))} for host in lab.hosts
     ]
-    return {
-        "name": name,
-        "run_root": str(work / "runs"),
-        "python": sys.executable,
-        "env": {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(HELPERS)},
-        "hosts": hosts,
-        "training": {"kind": "builtin", "steps": 100000, "checkpoint_every": 10000, "log_every": 10, **training},
-        "restart": {"max_restarts": 0, "backoff_s": 0, "grace_period_s": 5},
-    }
+    return ssh_spec(work, name, hosts, **{"steps": 100000, "checkpoint_every": 10000, **training})
 
 
-def start(work: Path, spec: dict[str, Any]) -> tuple[subprocess.Popen[bytes], Path]:
+@contextmanager
+def launched(work: Path, spec: dict[str, Any]) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
+    """`launch` running in the background with its output in a file; killed on the way out if still running."""
     log = work / "launch.out"
-    handle = open(log, "w")
-    proc = subprocess.Popen(
-        launch_cmd("--cluster", str(write_spec(work, spec))), cwd=work, stdout=handle, stderr=subprocess.STDOUT
-    )
-    handle.close()  # the child keeps its own copy
-    return proc, log
+    with open(log, "w") as handle:
+        proc = subprocess.Popen(
+            launch_cmd("--cluster", str(write_spec(work, spec))), cwd=work, stdout=handle, stderr=subprocess.STDOUT
+        )
+    try:
+        yield proc, log
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def wait_tasks_gone(hosts: list[NetnsHost], deadline: float) -> list[str]:
@@ -62,8 +61,7 @@ def wait_tasks_gone(hosts: list[NetnsHost], deadline: float) -> list[str]:
 
 def test_silent_partition_with_default_settings_loses_the_host_and_its_tasks_stop(lab: NetnsLab, work: Path) -> None:
     healthy, cut = lab.hosts
-    proc, log = start(work, lab_spec(lab, work, "partition"))
-    try:
+    with launched(work, lab_spec(lab, work, "partition")) as (proc, log):
         wait_for_text(log, "step 20/", proc)
         assert cut.tasks_alive(), "the worker should be running in the partitioned host's namespace"
         lab.partition(cut)
@@ -72,10 +70,6 @@ def test_silent_partition_with_default_settings_loses_the_host_and_its_tasks_sto
         reported_s = time.monotonic() - cut_at
         left = wait_tasks_gone([cut], cut_at + 15 + 2)  # default ssh.liveness_timeout_s is 15
         tasks_gone_s = time.monotonic() - cut_at
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     text = log.read_text()
     assert code == 1, text[-3000:]
     assert f"nothing from {cut.address}" in text and "liveness_timeout_s=15" in text, text[-3000:]
@@ -93,17 +87,12 @@ def test_partition_that_heals_after_the_gang_restarted_without_it(lab: NetnsLab,
     spec = lab_spec(lab, work, "heal", ssh={"liveness_timeout_s": 3, "connect_timeout_s": 2}, steps=200)
     spec["training"]["checkpoint_every"] = 20
     spec["restart"].update({"max_restarts": 6, "backoff_s": 1})
-    proc, log = start(work, spec)
-    try:
+    with launched(work, spec) as (proc, log):
         wait_for_text(log, "step 40/", proc)
         lab.partition(cut)
         wait_for_text(log, f"cannot start: {cut.address}", proc, timeout=60)  # a restart could not reach it
         lab.heal()
         code = proc.wait(timeout=240)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     text = log.read_text()
     assert code == 0, text[-3000:]
     summary = json.loads((work / "runs" / "heal" / "summary.json").read_text())
@@ -129,18 +118,13 @@ def test_preflight_names_the_pair_when_a_task_port_is_firewalled(lab: NetnsLab, 
 
 
 def test_launcher_partitioned_from_every_worker(lab: NetnsLab, work: Path) -> None:
-    proc, log = start(work, lab_spec(lab, work, "island", ssh={"liveness_timeout_s": 3}))
-    try:
+    with launched(work, lab_spec(lab, work, "island", ssh={"liveness_timeout_s": 3})) as (proc, log):
         wait_for_text(log, "step 20/", proc)
         for host in lab.hosts:
             lab.partition_from_launcher(host)  # the workers still reach each other
         cut_at = time.monotonic()
         code = proc.wait(timeout=60)
         left = wait_tasks_gone(lab.hosts, cut_at + 3 + 2)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     text = log.read_text()
     assert code == 1, text[-3000:]
     assert not launcher_traceback(text), text[-3000:]

@@ -150,11 +150,7 @@ def test_dropped_ssh_connection_stops_everything_and_names_the_host(work: Path, 
             launch_cmd("--cluster", str(write_spec(work, spec))), cwd=work, stdout=handle, stderr=subprocess.STDOUT
         )
         wait_for_text(log, "step 20/", proc)
-        sessions = [
-            s
-            for s in sshd.sessions()
-            if any(c.laddr and c.laddr.ip == "127.0.0.3" for c in s.net_connections(kind="tcp"))
-        ]
+        sessions = sshd.sessions_serving("127.0.0.3")
         assert sessions, "no sshd session serves 127.0.0.3"
         for session in sessions:
             session.kill()
@@ -272,11 +268,7 @@ def test_frozen_sshd_session_is_a_lost_host_and_its_worker_stops_itself(work: Pa
                 launch_cmd("--cluster", str(write_spec(work, spec))), cwd=work, stdout=handle, stderr=subprocess.STDOUT
             )
             wait_for_text(log, "step 20/", proc)
-            serving = [
-                s
-                for s in sshd.sessions()
-                if any(c.laddr and c.laddr.ip == "127.0.0.3" for c in s.net_connections(kind="tcp"))
-            ]
+            serving = sshd.sessions_serving("127.0.0.3")
             assert serving, "no sshd session serves 127.0.0.3"
             worker = next(p for p in processes_mentioning(str(work)) if "127.0.0.3" in str(p.environ()))
             frozen = [p for s in serving for p in [s, *s.children(recursive=True)] if p.name() == "sshd"]
