@@ -13,6 +13,7 @@ import json
 import logging
 import queue
 import secrets
+import sys
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -25,10 +26,12 @@ from launcher.plan import LaunchPlan, TaskLaunch
 from launcher.probe import creatable
 from launcher.spec import BuiltinTraining, ClusterSpec, FunctionTraining, is_url, machine_key
 from launcher.transport.base import HelperChannel, Transport
-from launcher.transport.bootstrap import source_line
+from launcher.transport.bootstrap import helper_argv, source_line
 
 log = logging.getLogger(__name__)
 _CALL_TIMEOUT_S = 30.0
+_BECAME = b'"became": true'
+_MARKER = probe.BECAME_MARKER.encode()
 T = TypeVar("T")
 
 
@@ -39,6 +42,7 @@ class ProbeSession:
         self._channel = channel
         self._answers: queue.Queue[bytes | None] = queue.Queue()
         self._stderr: list[bytes] = []
+        self._stderr_done = threading.Event()
         threading.Thread(target=self._read_answers, args=(channel.stdout,), daemon=True).start()
         threading.Thread(target=self._read_stderr, args=(channel.stderr,), daemon=True).start()
         channel.write(source_line(probe))
@@ -46,11 +50,30 @@ class ProbeSession:
     def _read_answers(self, stream: Any) -> None:
         for line in stream:
             self._answers.put(line)
+            if _BECAME in line:  # what follows belongs to the task helper the probe became
+                return
         self._answers.put(None)  # end of output: the probe is gone
 
     def _read_stderr(self, stream: Any) -> None:
         for line in stream:
+            if line.rstrip() == _MARKER:
+                break
             self._stderr.append(line)
+        self._stderr_done.set()
+
+    def hand_over(self, python: str) -> bool:
+        """Turn the session into a waiting task bootstrap and give it to the transport, where it
+        can (one shell start-up per host, not two). False: nothing handed over; close as usual."""
+        if self._channel.keep is None:
+            return False
+        try:
+            self.call({"op": "become", "argv": helper_argv(python, stdlib_only=True)}, timeout=10)
+        except RuntimeError:
+            return False
+        if not self._stderr_done.wait(10):
+            return False
+        self._channel.keep()
+        return True
 
     def call(self, request: dict[str, Any], timeout: float = _CALL_TIMEOUT_S) -> dict[str, Any]:
         self._channel.write((json.dumps(request) + "\n").encode())
@@ -145,10 +168,17 @@ def run_preflight(spec: ClusterSpec, plan: LaunchPlan, transport: Transport) -> 
                 f"{len(host.tasks)} task(s) on port(s) {', '.join(str(t.port) for t in host.tasks)}"
             )
     finally:
-        for host in hosts:
-            if host.session is not None:
+        sessions = [h for h in hosts if h.session is not None]
+        passed = report.ok and sys.exc_info()[0] is None
+        kept = {id(h) for h, handed in _parallel(sessions, lambda h: passed and _hand_over(h)) if handed is True}
+        for host in sessions:
+            if id(host) not in kept and host.session is not None:
                 host.session.close()
     return report
+
+
+def _hand_over(host: _Host) -> bool:
+    return host.session is not None and host.session.hand_over(host.python)
 
 
 def _check_info(hosts: list[_Host], plan: LaunchPlan, need_worker: bool, report: PreflightReport) -> None:

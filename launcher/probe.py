@@ -8,6 +8,7 @@ take milliseconds). Requests and answers are JSON lines on stdin/stdout:
     {"op": "write_marker" | "read_marker" | "remove", "path": ..., "token": ...}
     {"op": "bind", "ports": [...]}       keeps listeners open until "release" or end of input
     {"op": "connect", "addresses": [["host", port], ...], "timeout": 3}
+    {"op": "become", "argv": [...]}      execs argv on the same session (a task helper's bootstrap)
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import socket
 import sys
 from typing import Any
 
+BECAME_MARKER = "tflaunch-probe: became a task helper"
 _listeners: list[socket.socket] = []
 _created: list[str] = []  # directories write_marker made; "remove" takes them away again
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://\S+")
@@ -46,6 +48,48 @@ def _make_dirs(path: str) -> None:
         _created.append(directory)
 
 
+_TF_DISTRIBUTIONS = ("tensorflow", "tensorflow_cpu", "tf_nightly")
+
+
+def _site_dirs() -> list[str]:
+    """Where this interpreter installs packages, computed without processing them (no .pth files)."""
+    import site
+
+    dirs = list(site.getsitepackages())
+    if site.ENABLE_USER_SITE is not False:
+        dirs.append(site.getusersitepackages())
+    return [d for d in dirs if os.path.isdir(d)]
+
+
+def _tensorflow_in(directories: list[str]) -> str | None:
+    """TensorFlow's version from a `*.dist-info` next to its package in `directories`, or None."""
+    for directory in directories:
+        if not os.path.isdir(os.path.join(directory, "tensorflow")):
+            continue
+        for entry in sorted(os.listdir(directory)):
+            name, _, rest = entry.partition("-")
+            if entry.endswith(".dist-info") and name.lower() in _TF_DISTRIBUTIONS:
+                return rest[: -len(".dist-info")]
+    return None
+
+
+def _worker_in(directories: list[str]) -> bool:
+    return any(os.path.isfile(os.path.join(d, "worker", "runtime.py")) for d in directories)
+
+
+_site_ran: list[bool] = []
+
+
+def _run_site() -> None:
+    """The probe starts without site (`-S`: a quarter of the start-up on a host with many
+    packages); run it once when a lookup needs what .pth files add (editable installs, hooks)."""
+    import site
+
+    if sys.flags.no_site and not _site_ran:
+        site.main()
+        _site_ran.append(True)
+
+
 def _version(*names: str) -> str | None:
     from importlib import metadata
 
@@ -57,28 +101,43 @@ def _version(*names: str) -> str | None:
     return None
 
 
-def _info(request: dict[str, Any]) -> dict[str, Any]:
+def _tensorflow_version() -> str | None:
     import importlib.util
 
+    found = _tensorflow_in(_site_dirs() + [p for p in sys.path if p])
+    if found is not None:
+        return found
+    _run_site()
+    return _version("tensorflow", "tensorflow-cpu", "tf-nightly") if importlib.util.find_spec("tensorflow") else None
+
+
+def _worker_importable() -> bool:
+    import importlib.util
+
+    if _worker_in(_site_dirs() + [p or os.getcwd() for p in sys.path]):
+        return True
+    _run_site()
+    try:
+        return importlib.util.find_spec("worker.runtime") is not None
+    except ImportError:
+        return False
+
+
+def _info(request: dict[str, Any]) -> dict[str, Any]:
     workdir = os.path.expanduser(request.get("workdir") or ".")
     checkpoint_dir = os.path.join(workdir, os.path.expanduser(request.get("checkpoint_dir") or ""))
     answer: dict[str, Any] = {
         "hostname": socket.gethostname(),
         "python": platform.python_version(),
         "executable": sys.executable,
-        "tensorflow": _version("tensorflow", "tensorflow-cpu", "tf-nightly")
-        if importlib.util.find_spec("tensorflow")
-        else None,
+        "tensorflow": _tensorflow_version(),
         "workdir_ok": os.path.isdir(workdir),
         # an object store is TensorFlow's to reach; a directory may be made by the run itself
         "checkpoint_url": bool(_URL.fullmatch(request.get("checkpoint_dir") or "")),
         "checkpoint_ok": bool(_URL.fullmatch(request.get("checkpoint_dir") or "")) or creatable(checkpoint_dir),
     }
     if request.get("need_worker"):
-        try:
-            answer["worker_ok"] = importlib.util.find_spec("worker.runtime") is not None
-        except ImportError:
-            answer["worker_ok"] = False
+        answer["worker_ok"] = _worker_importable()
     return answer
 
 
@@ -170,10 +229,23 @@ def handle(request: dict[str, Any]) -> dict[str, Any]:
     return {"error": f"unknown op {op!r}"}
 
 
+def _become(argv: list[str]) -> None:
+    """Replace this process by a fresh bootstrap (`argv`) on the same session: the marker on stderr
+    and the answer on stdout are the last bytes the launcher reads as the probe's."""
+    sys.stderr.write(BECAME_MARKER + "\n")
+    sys.stderr.flush()
+    sys.stdout.write(json.dumps({"ok": True, "became": True}) + "\n")
+    sys.stdout.flush()
+    os.execv(argv[0], argv)
+
+
 def remote_main() -> int:
     for line in sys.stdin:
         try:
-            answer = handle(json.loads(line))
+            request = json.loads(line)
+            if request.get("op") == "become":
+                _become([str(part) for part in request["argv"]])
+            answer = handle(request)
         except Exception as error:  # noqa: BLE001 - every failure must become an answer, not a hang
             answer = {"error": f"{type(error).__name__}: {error}"}
         sys.stdout.write(json.dumps(answer) + "\n")

@@ -15,6 +15,7 @@ import queue
 import signal
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,7 @@ OutputCallback = Callable[[TaskLaunch, str], None]
 _QUEUE_LIMIT = 4096
 NoticeCallback = Callable[[str], None]
 _KILL_WAIT_S = 10.0
+_START_THREADS = 32
 _HELPER_REPORTS = (STOPPED, CONTINUED)
 
 
@@ -233,20 +235,30 @@ class Supervisor:
         self._attempt_started_at = time.time()
         self.state = LaunchState.STARTING
         make_private_dir(self._plan.attempt_dir)
-        unreachable: dict[str, HostError] = {}
+        by_host: dict[str, list[_Task]] = {}
         for task in self._tasks.values():
+            by_host.setdefault(task.launch.host, []).append(task)
+        if len(by_host) == 1:
+            self._start_on_host(next(iter(by_host.values())))
+        else:  # hosts start side by side: a fleet costs about one host's start-up, not the sum
+            with ThreadPoolExecutor(max_workers=min(_START_THREADS, len(by_host)), thread_name_prefix="start") as pool:
+                list(pool.map(self._start_on_host, by_host.values()))
+        log.info("attempt %d: started %d tasks", attempt, len(self._tasks))
+
+    def _start_on_host(self, tasks: list[_Task]) -> None:
+        """Start one host's tasks in order; the first HostError marks the host unreached for all."""
+        error: HostError | None = None
+        for task in tasks:
             task.started_mono = task.last_progress = self._clock()
             task.started_at = time.time()
-            error = unreachable.get(task.launch.host)
             if error is None:
                 try:
                     task.process = self._transport.start(task.launch, functools.partial(self._deliver, task))
                     continue
                 except HostError as failed:  # counted as a lost host, like a connection that drops mid-run
-                    error = unreachable[task.launch.host] = failed
+                    error = failed
             task.process = UnreachedTask(task.launch)
             self._deliver(task, TaskExited(task.launch.name, ExitStatus(None, None, lost=f"cannot start: {error}")))
-        log.info("attempt %d: started %d tasks", attempt, len(self._tasks))
 
     def step(self, timeout: float = 0.5) -> LaunchState:
         """One iteration: wait up to `timeout` for events, decide, act. Returns the new state."""

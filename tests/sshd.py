@@ -56,6 +56,10 @@ class SshServer:
         """How many logins sshd has accepted so far (its log says so at LogLevel VERBOSE)."""
         return (self.directory / "sshd.log").read_text(errors="replace").count("Accepted publickey")
 
+    def sessions_started(self) -> int:
+        """How many sessions (one command each) sshd has started so far, all connections together."""
+        return (self.directory / "sshd.log").read_text(errors="replace").count("Starting session:")
+
     def sessions_serving(self, address: str) -> list[psutil.Process]:
         """The per-connection sshd processes whose connection arrived on `address`."""
         return [

@@ -114,6 +114,9 @@ class HelperChannel:
     stdout: Any  # iterable of bytes lines
     stderr: Any
     close: Callable[[], None]
+    # Where the transport can reuse a session for the host's first task (one shell start-up per
+    # host instead of two): hands the session, now running a fresh bootstrap, to the transport.
+    keep: Callable[[], None] | None = None
 
 
 class UnreachedTask:

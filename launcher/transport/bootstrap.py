@@ -18,11 +18,17 @@ BOOTSTRAP = (
 )
 
 
+def helper_argv(python: str, stdlib_only: bool = False) -> list[str]:
+    """The fixed argv, always without site (`-S`: most of python's start-up on a host with many
+    packages). A stdlib-only helper also runs isolated (`-I`); the probe keeps the login's
+    PYTHONPATH and user site and runs site itself when a lookup needs what .pth files add."""
+    flags = ["-I", "-S", "-u"] if stdlib_only else ["-S", "-u"]
+    return [python, *flags, "-c", BOOTSTRAP]
+
+
 def remote_command(python: str, stdlib_only: bool = False) -> str:
-    """The fixed command line. A stdlib-only helper runs isolated and without site-packages (`-I -S`),
-    which halves its start-up; the probe needs site-packages to find TensorFlow."""
-    flags = ("-I", "-S", "-u") if stdlib_only else ("-u",)
-    return " ".join(shlex.quote(part) for part in (python, *flags, "-c", BOOTSTRAP))
+    """`helper_argv` as one shell-quoted command line (what an SSH session runs)."""
+    return " ".join(shlex.quote(part) for part in helper_argv(python, stdlib_only))
 
 
 def source_line(module: ModuleType) -> bytes:

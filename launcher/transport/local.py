@@ -20,7 +20,7 @@ from launcher import task_runner
 from launcher.plan import TaskLaunch
 from launcher.private_files import make_private_dir
 from launcher.transport.base import EventSink, ExitStatus, HelperChannel
-from launcher.transport.bootstrap import BOOTSTRAP
+from launcher.transport.bootstrap import helper_argv
 from launcher.transport.streams import TaskStreams
 from worker.contract import EVENT_FD_VAR
 
@@ -102,7 +102,7 @@ class LocalTask:
 def _open_local_helper(python: str) -> HelperChannel:
     try:
         proc = subprocess.Popen(
-            [python, "-u", "-c", BOOTSTRAP], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+            helper_argv(python), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
         )
     except OSError as error:
         raise RuntimeError(f"cannot run python {python!r}: {error.strerror}") from None

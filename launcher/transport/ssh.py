@@ -52,13 +52,17 @@ def _exec_session(client: Any, command: str) -> Any:
 class SshTask:
     """One task on a remote host. Invariant: `gone()` once the remote helper has exited or is lost."""
 
-    def __init__(self, launch: TaskLaunch, client: Any, sink: EventSink, liveness_s: float) -> None:
+    def __init__(
+        self, launch: TaskLaunch, client: Any, sink: EventSink, liveness_s: float, session: Any = None
+    ) -> None:
+        """`session`: a session already running the helper's bootstrap (the preflight's, handed
+        over); None opens a new one on `client`."""
         self.launch = launch
         self.liveness_s = liveness_s
         self._lock = threading.Lock()
         self._lost: str | None = None
         try:
-            self._channel = _exec_session(client, remote_command(launch.python, stdlib_only=True))
+            self._channel = session or _exec_session(client, remote_command(launch.python, stdlib_only=True))
             header = {"argv": launch.argv, "cwd": launch.cwd, "env": launch.env, "liveness_s": liveness_s}
             self._channel.sendall(source_line(task_runner) + (json.dumps(header) + "\n").encode())
         except _channel_errors() as error:
@@ -148,18 +152,26 @@ class SshTransport:
     def __init__(self, hosts: list[HostSpec]) -> None:
         self._hosts = hosts
         self._clients: dict[int, Any] = {}
+        self._connecting: dict[int, threading.Lock] = {}
+        self._spares: dict[int, list[Any]] = {}  # preflight sessions handed over, one per host
         self._lock = threading.Lock()
         self._tasks: list[SshTask] = []
         self._closed = threading.Event()
         self._heartbeat: threading.Thread | None = None
 
     def client(self, host_index: int) -> Any:
+        """The host's shared connection, opened if needed. Hosts connect in parallel: only callers
+        for the same host wait for each other."""
         with self._lock:
-            client = self._clients.get(host_index)
+            host_lock = self._connecting.setdefault(host_index, threading.Lock())
+        with host_lock:
+            with self._lock:
+                client = self._clients.get(host_index)
             transport = client.get_transport() if client is not None else None
             if transport is None or not transport.is_active():
                 client = connect(resolve_target(self._hosts[host_index]))
-                self._clients[host_index] = client
+                with self._lock:
+                    self._clients[host_index] = client
             return client
 
     def _liveness_s(self, host_index: int) -> float:
@@ -168,7 +180,10 @@ class SshTransport:
 
     def start(self, launch: TaskLaunch, sink: EventSink) -> SshTask:
         log.debug("starting %s on %s over SSH", launch.name, launch.host)
-        task = SshTask(launch, self.client(launch.host_index), sink, self._liveness_s(launch.host_index))
+        index = launch.host_index
+        session = self._take_spare(index)
+        client = None if session is not None else self.client(index)
+        task = SshTask(launch, client, sink, self._liveness_s(index), session)
         with self._lock:
             self._tasks = [t for t in self._tasks if not t.gone()] + [task]
             if self._heartbeat is None:
@@ -177,12 +192,31 @@ class SshTransport:
         return task
 
     def open_helper(self, host_index: int, python: str) -> HelperChannel:
-        """A bootstrap session on the host's shared connection (the one its tasks will use)."""
+        """A bootstrap session on the host's shared connection (the one its tasks will use). Kept,
+        it becomes the session of the host's first task: each session costs a login shell there."""
         try:
             channel = _exec_session(self.client(host_index), remote_command(python))
         except _channel_errors() as error:
             raise HostError(self._hosts[host_index].address, f"cannot open an SSH session ({error})") from None
-        return HelperChannel(channel.sendall, channel.makefile("rb"), channel.makefile_stderr("rb"), channel.close)
+
+        def keep() -> None:
+            with self._lock:
+                self._spares.setdefault(host_index, []).append(channel)
+
+        return HelperChannel(
+            channel.sendall, channel.makefile("rb"), channel.makefile_stderr("rb"), channel.close, keep=keep
+        )
+
+    def _take_spare(self, host_index: int) -> Any:
+        """A kept session of this host still open, or None."""
+        with self._lock:
+            spares = self._spares.get(host_index, [])
+            while spares:
+                channel = spares.pop(0)
+                if not (channel.closed or channel.exit_status_ready()):
+                    return channel
+                channel.close()
+        return None
 
     def _beat(self) -> None:
         tick = min(1.0, min(self._liveness_s(i) for i in range(len(self._hosts))) / BEATS_PER_TIMEOUT)
@@ -214,6 +248,9 @@ class SshTransport:
     def close(self) -> None:
         self._closed.set()
         with self._lock:
+            for spare in [c for spares in self._spares.values() for c in spares]:
+                spare.close()  # a waiting bootstrap reads EOF and exits
+            self._spares.clear()
             for client in self._clients.values():
                 client.close()
             self._clients.clear()

@@ -56,7 +56,7 @@ def test_two_ssh_hosts_train_and_no_env_value_is_on_a_command_line(work: Path, s
     secret = f"tok-{secrets.token_hex(6)}"
     spec = ssh_spec(work, "two", [ssh_host(sshd, "127.0.0.2"), ssh_host(sshd, "127.0.0.3")], steps=400)
     spec["env"]["MY_API_TOKEN"] = secret
-    accepted_before = sshd.accepted_connections()
+    accepted_before, sessions_before = sshd.accepted_connections(), sshd.sessions_started()
     log = work / "launch.out"
     with open(log, "w") as handle:
         proc = subprocess.Popen(
@@ -85,8 +85,10 @@ def test_two_ssh_hosts_train_and_no_env_value_is_on_a_command_line(work: Path, s
     text = log.read_text()
     assert "[worker:0@127.0.0.2]" in text and "[worker:1@127.0.0.3]" in text
     assert (work / "runs" / "two" / "attempt-0" / "worker-1.log").read_text().count("step 400/400") == 1
-    # preflight probes and tasks share one connection per host
+    # preflight probes and tasks share one connection per host, and each task runs in the session
+    # its host's probe ran in (a session costs a login shell on the host)
     assert sshd.accepted_connections() - accepted_before == 2
+    assert sshd.sessions_started() - sessions_before == 2
 
 
 def test_mixed_local_and_ssh_hosts(work: Path, sshd: SshServer) -> None:

@@ -1,0 +1,52 @@
+"""The preflight probe finds TensorFlow and the worker runtime without running site first, and
+falls back to site where only a .pth file knows the way (an editable install)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from launcher import probe
+from launcher.transport.bootstrap import helper_argv, source_line
+
+
+def _install(site_dir: Path, distribution: str, version: str) -> None:
+    (site_dir / "tensorflow").mkdir(parents=True)
+    (site_dir / f"{distribution}-{version}.dist-info").mkdir()
+
+
+def test_tensorflow_version_comes_from_its_dist_info(tmp_path: Path) -> None:
+    _install(tmp_path / "a", "tensorflow_cpu", "2.21.0")
+    (tmp_path / "b").mkdir()
+    assert probe._tensorflow_in([str(tmp_path / "b"), str(tmp_path / "a")]) == "2.21.0"
+    assert probe._tensorflow_in([str(tmp_path / "b")]) is None
+
+
+def test_a_dist_info_without_the_package_is_not_tensorflow(tmp_path: Path) -> None:
+    (tmp_path / "tensorflow-2.21.0.dist-info").mkdir()  # left behind by an uninstall
+    assert probe._tensorflow_in([str(tmp_path)]) is None
+
+
+def test_the_worker_runtime_is_found_in_a_site_directory(tmp_path: Path) -> None:
+    (tmp_path / "worker").mkdir()
+    (tmp_path / "worker" / "runtime.py").write_text("")
+    assert probe._worker_in([str(tmp_path)]) and not probe._worker_in([str(tmp_path / "worker")])
+
+
+def _ask(python: str, request: dict[str, object], cwd: Path) -> dict[str, object]:
+    """Run the probe as a host would (no site at start-up) and ask it one question."""
+    stdin = source_line(probe) + (json.dumps(request) + "\n").encode()
+    done = subprocess.run(helper_argv(python), input=stdin, capture_output=True, timeout=60, check=True, cwd=cwd)
+    return json.loads(done.stdout.splitlines()[0])
+
+
+def test_the_probe_sees_what_the_task_will_import(tmp_path: Path) -> None:
+    import importlib.metadata
+
+    answer = _ask(sys.executable, {"op": "info", "workdir": ".", "need_worker": True}, tmp_path)
+    assert answer["tensorflow"] == importlib.metadata.version("tensorflow")
+    # the suite runs from an editable install: outside the checkout only site's .pth processing
+    # finds `worker`, so this passes only if the probe falls back to running site
+    assert answer["worker_ok"] is True
