@@ -15,7 +15,6 @@ import queue
 import signal
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,7 +45,6 @@ OutputCallback = Callable[[TaskLaunch, str], None]
 _QUEUE_LIMIT = 4096
 NoticeCallback = Callable[[str], None]
 _KILL_WAIT_S = 10.0
-_START_THREADS = 32
 _HELPER_REPORTS = (STOPPED, CONTINUED)
 
 
@@ -235,30 +233,19 @@ class Supervisor:
         self._attempt_started_at = time.time()
         self.state = LaunchState.STARTING
         make_private_dir(self._plan.attempt_dir)
-        by_host: dict[str, list[_Task]] = {}
-        for task in self._tasks.values():
-            by_host.setdefault(task.launch.host, []).append(task)
-        if len(by_host) == 1:
-            self._start_on_host(next(iter(by_host.values())))
-        else:  # hosts start side by side: a fleet costs about one host's start-up, not the sum
-            with ThreadPoolExecutor(max_workers=min(_START_THREADS, len(by_host)), thread_name_prefix="start") as pool:
-                list(pool.map(self._start_on_host, by_host.values()))
-        log.info("attempt %d: started %d tasks", attempt, len(self._tasks))
-
-    def _start_on_host(self, tasks: list[_Task]) -> None:
-        """Start one host's tasks in order; the first HostError marks the host unreached for all."""
-        error: HostError | None = None
+        tasks = list(self._tasks.values())
         for task in tasks:
             task.started_mono = task.last_progress = self._clock()
             task.started_at = time.time()
-            if error is None:
-                try:
-                    task.process = self._transport.start(task.launch, functools.partial(self._deliver, task))
-                    continue
-                except HostError as failed:  # counted as a lost host, like a connection that drops mid-run
-                    error = failed
-            task.process = UnreachedTask(task.launch)
-            self._deliver(task, TaskExited(task.launch.name, ExitStatus(None, None, lost=f"cannot start: {error}")))
+        outcomes = self._transport.start_all([(t.launch, functools.partial(self._deliver, t)) for t in tasks])
+        for task, outcome in zip(tasks, outcomes, strict=True):
+            if isinstance(outcome, HostError):  # counted as a lost host, like a connection that drops mid-run
+                task.process = UnreachedTask(task.launch)
+                lost = ExitStatus(None, None, lost=f"cannot start: {outcome}")
+                self._deliver(task, TaskExited(task.launch.name, lost))
+            else:
+                task.process = outcome
+        log.info("attempt %d: started %d tasks", attempt, len(self._tasks))
 
     def step(self, timeout: float = 0.5) -> LaunchState:
         """One iteration: wait up to `timeout` for events, decide, act. Returns the new state."""

@@ -126,7 +126,8 @@ class NetnsLab:
 
     # ---- lifetime --------------------------------------------------------------------------
 
-    def add_host(self, index: int, host_key: Path) -> NetnsHost:
+    def add_host(self, index: int, host_key: Path | None) -> NetnsHost:
+        """A namespace host on the bridge; with `host_key`, also its sshd."""
         namespace = f"{self.tag}-{index}"
         outside, inside = f"{self.tag}v{index}", f"{self.tag}p{index}"
         host = NetnsHost(namespace, f"198.18.{self.subnet}.{10 + index}", outside)
@@ -139,6 +140,8 @@ class NetnsLab:
         _run("ip", "-n", namespace, "link", "set", "eth0", "up")
         _run("ip", "-n", namespace, "link", "set", "lo", "up")
         _run("ip", "link", "set", outside, "master", self.bridge, "up")
+        if host_key is None:
+            return host
         config = self.directory / f"sshd_config-{index}"
         config.write_text(f"""ListenAddress {host.address}:{SSH_PORT}
 HostKey {host_key}
@@ -213,8 +216,9 @@ def _room_for_neighbours(lab: NetnsLab, count: int) -> None:
             path.write_text(str(needed))
 
 
-def make_lab(directory: Path, count: int) -> NetnsLab:
-    """`count` namespace hosts with sshd up; the caller must `close()` it (a fixture does)."""
+def make_lab(directory: Path, count: int, sshd: bool = True) -> NetnsLab:
+    """`count` namespace hosts (with sshd up unless `sshd` is false); the caller must `close()` it
+    (a fixture does)."""
     directory.mkdir(parents=True, exist_ok=True)
     tag = f"tl{secrets.token_hex(2)}"  # interface names stay under 15 characters
     subnet = _unused_subnet()
@@ -232,11 +236,12 @@ def make_lab(directory: Path, count: int) -> NetnsLab:
         key_type, key_data = Path(f"{host_key}.pub").read_text().split()[:2]
         Path("/run/sshd").mkdir(parents=True, exist_ok=True)
         for index in range(1, count + 1):
-            lab.add_host(index, host_key)
+            lab.add_host(index, host_key if sshd else None)
         known = directory / "known_hosts"
         known.write_text("".join(f"{h.address} {key_type} {key_data}\n" for h in lab.hosts))
         lab.identity_file, lab.known_hosts = str(user_key), str(known)
-        lab.wait_ready()
+        if sshd:
+            lab.wait_ready()
     except BaseException:
         lab.close()
         raise

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from launcher.plan import TaskLaunch
 from launcher.spec import HostSpec
-from launcher.transport.base import EventSink, HelperChannel, TaskProcess
+from launcher.transport.base import EventSink, HelperChannel, Started, StartRequest, TaskProcess, start_by_host
 from launcher.transport.local import LocalTransport
 
 
@@ -24,6 +24,9 @@ class HostRouter:
         if launch.is_local or self._ssh is None:
             return self._local.start(launch, sink)
         return self._ssh.start(launch, sink)
+
+    def start_all(self, requests: list[StartRequest]) -> list[Started]:
+        return start_by_host(self.start, requests)
 
     def open_helper(self, host_index: int, python: str) -> HelperChannel:
         if self._hosts[host_index].is_local or self._ssh is None:

@@ -11,10 +11,14 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Union
 
+from launcher.errors import HostError
 from launcher.plan import TaskLaunch
+
+_START_THREADS = 32
 
 
 @dataclass(frozen=True)
@@ -137,9 +141,46 @@ class UnreachedTask:
         """Nothing to release."""
 
 
+StartRequest = tuple[TaskLaunch, EventSink]
+Started = Union[TaskProcess, HostError]  # a HostError: the task's host could not be reached
+
+
 class Transport(Protocol):
-    def start(self, launch: TaskLaunch, sink: EventSink) -> TaskProcess: ...
+    def start_all(self, requests: list[StartRequest]) -> list[Started]:
+        """Start one attempt's tasks; one outcome per request, in order. Never raises HostError."""
+        ...
 
     def open_helper(self, host_index: int, python: str) -> HelperChannel: ...
 
     def close(self) -> None: ...
+
+
+def start_by_host(
+    start: Callable[[TaskLaunch, EventSink], TaskProcess], requests: list[StartRequest], parallel: bool = True
+) -> list[Started]:
+    """Start each host's tasks in order with `start`, hosts side by side (a fleet costs about one
+    host's start-up, not the sum). A host's first HostError stands for its remaining tasks: one
+    connection attempt per host and attempt."""
+    by_host: dict[str, list[int]] = {}
+    for position, (launch, _) in enumerate(requests):
+        by_host.setdefault(launch.host, []).append(position)
+    outcomes: list[Started | None] = [None] * len(requests)
+
+    def on_host(positions: list[int]) -> None:
+        error: HostError | None = None
+        for position in positions:
+            if error is None:
+                try:
+                    outcomes[position] = start(*requests[position])
+                    continue
+                except HostError as failed:
+                    error = failed
+            outcomes[position] = error
+
+    if parallel and len(by_host) > 1:
+        with ThreadPoolExecutor(max_workers=min(_START_THREADS, len(by_host)), thread_name_prefix="start") as pool:
+            list(pool.map(on_host, by_host.values()))
+    else:
+        for positions in by_host.values():
+            on_host(positions)
+    return [outcome for outcome in outcomes if outcome is not None]

@@ -8,7 +8,17 @@ from dataclasses import dataclass, field
 from launcher.errors import HostError
 from launcher.plan import LaunchPlan, PlanInputs, TaskLaunch, build_plan
 from launcher.spec import ClusterSpec, parse_spec
-from launcher.transport.base import EventSink, ExitStatus, HelperChannel, OutputLine, TaskExited, WorkerReport
+from launcher.transport.base import (
+    EventSink,
+    ExitStatus,
+    HelperChannel,
+    OutputLine,
+    Started,
+    StartRequest,
+    TaskExited,
+    WorkerReport,
+    start_by_host,
+)
 
 
 class FakeClock:
@@ -69,6 +79,9 @@ class FakeTransport:
         task = FakeTask(launch, sink, pid=10_000 + len(self.started))
         self.started.append(task)
         return task
+
+    def start_all(self, requests: list[StartRequest]) -> list[Started]:
+        return start_by_host(self.start, requests, parallel=False)  # in order: tests index `started`
 
     def open_helper(self, host_index: int, python: str) -> HelperChannel:
         raise NotImplementedError("the supervisor never opens helper sessions; preflight is tested on real hosts")
