@@ -27,8 +27,9 @@ from launcher.gang import LaunchState
 from launcher.masking import mask_env
 from launcher.plan import LaunchPlan, task_slots
 from launcher.report import failure_text, success_text
-from launcher.run import launch, make_planner, preflight
+from launcher.run import launch, make_planner, make_transport, preflight
 from launcher.run_status import describe_run
+from launcher.slurm.allocation import Allocation, read_allocation
 from launcher.spec import ClusterSpec, json_schema, load_spec, parse_spec
 from worker.contract import TF_CONFIG
 
@@ -72,6 +73,12 @@ def _parser() -> argparse.ArgumentParser:
         help="rehearse a failure in the first attempt: kill|term|hang|exit=CODE:TASK@step=N, e.g. "
         "kill:worker:1@step=50 (repeatable)",
     )
+    parser.add_argument(
+        "--slurm",
+        action="store_true",
+        help="run inside the current Slurm allocation: its nodes are the hosts, each attempt is one srun step "
+        "(see also 'launch slurm submit')",
+    )
     parser.add_argument("--quiet", action="store_true", help="do not echo task output (it is still logged per task)")
     parser.add_argument("--plain", action="store_true", help="prefixed output lines even on a terminal (no live table)")
     parser.add_argument("-v", "--verbose", action="store_true", help="log the launcher's own decisions")
@@ -93,7 +100,7 @@ def _refuse_empty(args: argparse.Namespace) -> None:
             raise UsageError(f"Got an empty --{flag.replace('_', '-')}: give a value or leave the flag out.")
 
 
-def _load(args: argparse.Namespace, command: list[str]) -> ClusterSpec:
+def _load(args: argparse.Namespace, command: list[str], allocation: Allocation | None = None) -> ClusterSpec:
     _refuse_empty(args)
     if args.local is not None:
         if not 1 <= args.local <= 256:
@@ -104,7 +111,7 @@ def _load(args: argparse.Namespace, command: list[str]) -> ClusterSpec:
         }
         spec = parse_spec(data, "--local")
     elif args.cluster is not None:
-        spec = load_spec(Path(args.cluster))
+        spec = load_spec(Path(args.cluster), allocation.hosts if allocation is not None else None)
     else:
         raise UsageError("Give --cluster FILE or --local N (see 'launch --help').")
     updates: dict[str, Any] = {}
@@ -151,9 +158,13 @@ def _print_dry_run(plan: LaunchPlan, as_json: bool) -> None:
         print(f"  log: {task.log_path}")
 
 
-def _check(spec: ClusterSpec) -> int:
+def _check(spec: ClusterSpec, allocation: Allocation | None) -> int:
     plan = make_planner(spec)(0)
-    report = preflight(spec, plan)
+    transport = make_transport(spec, allocation)
+    try:
+        report = preflight(spec, plan, transport)
+    finally:
+        transport.close()
     for line in report.lines:
         print(f"  {line}")
     if not report.ok:
@@ -162,12 +173,18 @@ def _check(spec: ClusterSpec) -> int:
     return 0
 
 
-def _launch(spec: ClusterSpec, quiet: bool, faults: list[Fault], plain: bool) -> int:
+def _launch(spec: ClusterSpec, quiet: bool, faults: list[Fault], plain: bool, allocation: Allocation | None) -> int:
     console = Console(quiet=quiet, live=sys.stdout.isatty() and not plain)
-    result = launch(spec, console, faults)
+    result = launch(spec, console, faults, allocation)
     if result.state is LaunchState.SUCCEEDED:
         console.notice(success_text(result))
         return 0
+    if result.state is LaunchState.PREEMPTED and allocation is not None:
+        refused = allocation.requeue()
+        if refused is None:
+            console.notice(f"requeued Slurm job {allocation.job_id}: it resumes from the last checkpoint")
+            return 0
+        console.notice(f"Slurm refused to requeue job {allocation.job_id}: {refused}; launch it again to resume")
     console.notice(failure_text(result))
     return 1
 
@@ -204,15 +221,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         if args.json and not args.dry_run:
             raise UsageError("--json goes with --dry-run.")
-        spec = _load(args, command)
+        allocation = read_allocation() if args.slurm else None
+        if args.slurm and args.local is not None:
+            raise UsageError("--slurm takes the hosts from the allocation; use it with --cluster, not --local.")
+        spec = _load(args, command, allocation)
         faults = _faults(spec, args.inject)
         _raise_fd_limit()
         if args.dry_run:
             _print_dry_run(make_planner(spec, faults)(0), args.json)
             return 0
         if args.check:
-            return _check(spec)
-        return _launch(spec, quiet=args.quiet, faults=faults, plain=args.plain)
+            return _check(spec, allocation)
+        return _launch(spec, quiet=args.quiet, faults=faults, plain=args.plain, allocation=allocation)
     except LaunchError as error:
         print(f"launch: {error}", file=sys.stderr)
         return error.exit_code

@@ -23,10 +23,11 @@ class LaunchState(str, Enum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     INTERRUPTED = "interrupted"  # the user (or a signal) stopped the launcher
+    PREEMPTED = "preempted"  # every task saved after a preemption; the scheduler requeues the run
 
     @property
     def is_terminal(self) -> bool:
-        return self in (LaunchState.SUCCEEDED, LaunchState.FAILED, LaunchState.INTERRUPTED)
+        return self in (LaunchState.SUCCEEDED, LaunchState.FAILED, LaunchState.INTERRUPTED, LaunchState.PREEMPTED)
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,8 @@ from launcher.policy import RestartPolicy
 from launcher.ports import check_local_ports, choose_free_ports, port_is_free
 from launcher.private_files import make_private_dir
 from launcher.report import write_summary
-from launcher.spec import BuiltinTraining, ClusterSpec, FunctionTraining, is_url
+from launcher.slurm.allocation import Allocation
+from launcher.spec import BuiltinTraining, ClusterSpec, FunctionTraining, SshSpec, is_url
 from launcher.supervisor import Supervisor
 from launcher.transport import HostRouter
 from launcher.transport.base import Transport
@@ -77,6 +78,12 @@ def make_planner(spec: ClusterSpec, faults: list[Fault] | None = None) -> Planne
     return plan
 
 
+def requeueable(spec: ClusterSpec, allocation: Allocation) -> bool:
+    """A preemption ends the run for Slurm to requeue: a batch job marked requeueable, unless the
+    spec says to restart inside the allocation."""
+    return (spec.slurm is None or spec.slurm.requeue) and allocation.requeueable()
+
+
 def preflight(spec: ClusterSpec, plan: LaunchPlan, transport: Transport | None = None) -> PreflightReport:
     """Check every host (local ones too) and the run directory; leaves nothing behind.
 
@@ -114,14 +121,26 @@ def _install_signals(supervisor: Supervisor) -> None:
         signal.signal(signum, handler)
 
 
-def launch(spec: ClusterSpec, console: Console, faults: list[Fault] | None = None) -> RunResult:
+def make_transport(spec: ClusterSpec, allocation: Allocation | None = None) -> Transport:
+    """SSH and local hosts; or, inside a Slurm allocation, one srun step per attempt."""
+    if allocation is None:
+        return HostRouter(list(spec.hosts))
+    from launcher.transport.slurm import SlurmTransport
+
+    options = spec.slurm.srun_options if spec.slurm is not None else []
+    return SlurmTransport(allocation.nodes, options, SshSpec().liveness_timeout_s)
+
+
+def launch(
+    spec: ClusterSpec, console: Console, faults: list[Fault] | None = None, allocation: Allocation | None = None
+) -> RunResult:
     """Preflight, then supervise every attempt until the run ends; always writes summary.json.
 
     Raises PreflightError (nothing written, nothing started) or InterruptedLaunchError (every
     task stopped, summary written)."""
     planner = make_planner(spec, faults)
     first_plan = planner(0)  # validates local ports before anything starts (raises PortInUseError)
-    transport = HostRouter(list(spec.hosts))
+    transport = make_transport(spec, allocation)
     try:
         report = preflight(spec, first_plan, transport)
     except BaseException:
@@ -141,6 +160,7 @@ def launch(spec: ClusterSpec, console: Console, faults: list[Fault] | None = Non
         on_notice=console.notice,
         on_report=console.report,
         on_drained=console.flush,
+        preemption_ends_run=allocation is not None and requeueable(spec, allocation),
     )
     console.attach(supervisor.snapshot, RunLayout(first_plan.run_dir).status_file)
     console.notice(f"run {spec.name}: starting {len(first_plan.tasks)} task(s); logs in {first_plan.run_dir}")

@@ -10,10 +10,11 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from launcher.errors import SpecError, SpecProblem
 from launcher.spec_json import decode_json, decode_text, json_child, raw_problems
@@ -87,6 +88,7 @@ _NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._\-]{0,63}$"
 _ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 Port = Annotated[int, Field(ge=0, le=65535)]
+HOSTS_LATER = "hosts_later"  # validation context: the hosts come from a Slurm allocation
 
 
 class CrossFieldProblems(ValueError):
@@ -354,13 +356,73 @@ class RestartSpec(StrictModel):
         return self
 
 
+_SLURM_TIME = r"^(\d+|\d+:\d{2}(:\d{2})?|\d+-\d{1,2}(:\d{2}(:\d{2})?)?|UNLIMITED|INFINITE)$"
+_SBATCH_OPTION = r"^--[a-z][a-z0-9-]*(=.*)?$"
+
+
+class SlurmSpec(StrictModel):
+    """Running on a Slurm allocation instead of a host list (`launch --slurm`, `launch slurm submit`)."""
+
+    nodes: int = Field(1, ge=1, le=4096, description="Nodes to allocate (`launch slurm submit`).")
+    tasks_per_node: int | None = Field(
+        None,
+        ge=1,
+        le=256,
+        description="Workers per node (default: SLURM_NTASKS_PER_NODE inside an allocation, else 1, or one per GPU "
+        "with worker_per_gpu).",
+    )
+    gpus_per_node: int | None = Field(
+        None, ge=0, le=64, description="GPUs to allocate per node (inside an allocation: SLURM_GPUS_ON_NODE)."
+    )
+    worker_per_gpu: bool = Field(False, description="One worker per GPU of the node instead of tasks_per_node.")
+    chief: bool = Field(False, description="Run a chief on the first node in addition to its workers.")
+    port: Port = Field(
+        29500,
+        ge=1,
+        description="TF port of the first task on each node; a node's further tasks use the next ports. Checked "
+        "free on every node before the start.",
+    )
+    partition: str | None = Field(None, pattern=r"^[A-Za-z0-9_.,\-]+$", description="sbatch --partition.")
+    account: str | None = Field(None, pattern=r"^[A-Za-z0-9_.\-]+$", description="sbatch --account.")
+    time_limit: str | None = Field(
+        None, pattern=_SLURM_TIME, description="sbatch --time, in Slurm's format (minutes, HH:MM:SS, D-HH:MM)."
+    )
+    signal_before_end_s: int = Field(
+        120,
+        ge=0,
+        le=65535,
+        description="Seconds before the time limit at which Slurm sends SIGTERM to the workers (sbatch "
+        "--signal=TERM@N): they save and the job is requeued (0: no warning).",
+    )
+    requeue: bool = Field(
+        True,
+        description="Submitted jobs are requeueable: a preemption (every worker saved) requeues the job, which "
+        "resumes from the checkpoint. Off: a preemption restarts inside the allocation.",
+    )
+    sbatch_options: list[Annotated[str, Field(pattern=_SBATCH_OPTION)]] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Further sbatch options, one '--name=value' each (e.g. '--qos=high', '--constraint=a100').",
+    )
+    srun_options: list[Annotated[str, Field(pattern=_SBATCH_OPTION)]] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Further options of the srun step that runs the tasks, one '--name=value' each.",
+    )
+
+
 class ClusterSpec(StrictModel):
     """A whole training job: where its tasks run and what they run."""
 
     name: str = Field(
         pattern=_NAME_PATTERN, description="Run name: letters, digits, '.', '_', '-'; names the run directory."
     )
-    hosts: list[HostSpec] = Field(min_length=1, max_length=4096, description="Machines and the tasks each runs.")
+    hosts: list[HostSpec] = Field(
+        default_factory=list,
+        max_length=4096,
+        description="Machines and the tasks each runs. Not needed on Slurm (`launch --slurm`, `launch slurm "
+        "submit`): there the allocation's nodes are the hosts.",
+    )
     run_root: str = Field(
         "runs",
         min_length=1,
@@ -387,6 +449,7 @@ class ClusterSpec(StrictModel):
     env: dict[str, str] = Field(default_factory=dict, description="Environment variables for every task.")
     training: TrainingSpec = Field(default_factory=lambda: BuiltinTraining(), description="What every task runs.")
     restart: RestartSpec = Field(default_factory=lambda: RestartSpec(), description="Supervision settings.")
+    slurm: SlurmSpec | None = Field(None, description="Settings for running on Slurm instead of a host list.")
 
     @field_validator("run_root")
     @classmethod
@@ -396,8 +459,19 @@ class ClusterSpec(StrictModel):
         return value
 
     @model_validator(mode="after")
-    def _check(self) -> ClusterSpec:
+    def _check(self, info: ValidationInfo) -> ClusterSpec:
         problems: list[tuple[str, str]] = _check_env(self.env, "env")
+        if not self.hosts:
+            if (info.context or {}).get(HOSTS_LATER):
+                return self  # the allocation's nodes become the hosts; checked again with them
+            problems.append(
+                (
+                    "hosts",
+                    "is required: the machines and the tasks each runs. On Slurm the allocation is the host list: "
+                    "run `launch --slurm` inside an allocation or `launch slurm submit`",
+                )
+            )
+            raise CrossFieldProblems(problems)
         explicit = [h.tasks is not None for h in self.hosts]
         if any(explicit) and not all(explicit):
             problems.append(("hosts", "mix of hosts with 'tasks' and hosts with 'workers'; use one form on every host"))
@@ -579,20 +653,29 @@ def _shown(value: Any) -> str:
     return type(value).__name__
 
 
-def parse_spec(data: Any, source: str = "cluster spec") -> ClusterSpec:
-    """Validate already-decoded JSON; raise SpecError listing every problem."""
+HostsFrom = Callable[[ClusterSpec], list[dict[str, Any]]]
+
+
+def parse_spec(data: Any, source: str = "cluster spec", hosts_from: HostsFrom | None = None) -> ClusterSpec:
+    """Validate already-decoded JSON; raise SpecError listing every problem.
+
+    `hosts_from` (Slurm): the spec is first validated without hosts, then with the host entries
+    it returns for that spec (they replace any `hosts` the file has)."""
     if not isinstance(data, dict):
         raise SpecError(source, [SpecProblem("$", f"the spec must be a JSON object, got {_shown(data)}")])
     problems = raw_problems(data)
     if problems:
         raise SpecError(source, problems)
     try:
-        return ClusterSpec.model_validate(data)
+        if hosts_from is None:
+            return ClusterSpec.model_validate(data)
+        first = ClusterSpec.model_validate({**data, "hosts": []}, context={HOSTS_LATER: True})
+        return ClusterSpec.model_validate({**data, "hosts": hosts_from(first)})
     except ValidationError as error:
         raise SpecError(source, _problems(error)) from None
 
 
-def load_spec(path: Path) -> ClusterSpec:
+def load_spec(path: Path, hosts_from: HostsFrom | None = None) -> ClusterSpec:
     """Read and validate a cluster.json file; raise SpecError (exit 2) on any problem."""
     try:
         raw = path.read_bytes()
@@ -605,4 +688,4 @@ def load_spec(path: Path) -> ClusterSpec:
         data, problems = decode_json(text)
     if problems:
         raise SpecError(str(path), problems)
-    return parse_spec(data, str(path))
+    return parse_spec(data, str(path), hosts_from)

@@ -103,7 +103,11 @@ class Supervisor:
         on_drained: Callable[[], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        preemption_ends_run: bool = False,
     ) -> None:
+        """`preemption_ends_run`: after a preemption (every task saved) end the run as PREEMPTED
+        instead of restarting, for a scheduler that requeues it (Slurm)."""
+        self._preemption_ends_run = preemption_ends_run
         self._planner = planner
         self._transport = transport
         self._records: RecordFiles | None = None  # the run's metrics and eval rows, from the tasks' reports
@@ -270,6 +274,10 @@ class Supervisor:
         if decision.kind is FailureKind.PREEMPTED:
             self.preemptions += 1
             wait = 0.0
+            if self._preemption_ends_run:
+                self._on_notice(f"{decision.reason}; every task saved: the run ends here to be requeued")
+                self.state = LaunchState.PREEMPTED
+                return
         else:
             wait = self._policy.backoff_s(self.restarts)
             self.restarts += 1

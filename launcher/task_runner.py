@@ -44,6 +44,7 @@ EVENT_FD_VAR = "TFLAUNCH_EVENT_FD"
 MIRRORED_FILES = ("TFLAUNCH_RESULT_FILE", "TFLAUNCH_ERROR_FILE")
 PING_LINE = "ping"
 SIGNAL_LINE = "signal"
+END_LINE = "\x1etflaunch-end"  # a task's last stdout line in a shared (Slurm step) output
 STATE_POLL_S = 0.5
 BEATS_PER_TIMEOUT = 4  # heartbeats (and checks) per liveness timeout
 
@@ -76,8 +77,17 @@ class Lifeline:
     `on_lost` runs once, before the group is killed, when the launcher is gone: end of input, or
     no line at all for `liveness_s` seconds (None: only end of input counts)."""
 
-    def __init__(self, stream: IO[str], liveness_s: float | None = None, on_lost: Callable[[], None] = lambda: None):
+    def __init__(
+        self,
+        stream: IO[str],
+        liveness_s: float | None = None,
+        on_lost: Callable[[], None] = lambda: None,
+        me: str | None = None,
+    ):
+        """`me`: this task's name on a channel shared by several helpers (a Slurm step's broadcast
+        stdin), where `signal N ME` is for this helper alone and `signal N` for all."""
         self._stream = stream
+        self._me = me
         self._liveness_s = liveness_s
         self._on_lost = on_lost
         self._heard = time.monotonic()
@@ -92,6 +102,8 @@ class Lifeline:
         for raw in self._stream:
             self._heard = time.monotonic()
             words = raw.split()
+            if len(words) == 3 and words[2] == self._me:
+                words = words[:2]
             if len(words) == 2 and words[0] == SIGNAL_LINE:
                 try:
                     _signal_others(int(words[1]))
@@ -171,6 +183,7 @@ def supervise(
     watch: Reporter | None = None,
     liveness_s: float | None = None,
     on_lost: Callable[[], None] = lambda: None,
+    me: str | None = None,
 ) -> tuple[int | None, int | None]:
     """Start `argv` in our process group, wait, report its end; the lifeline kills the group.
 
@@ -197,7 +210,7 @@ def supervise(
         print(message, flush=True)
         report({"event": "exit", "code": 127, "signal": None, "error": message})
         return 127, None
-    Lifeline(lifeline, liveness_s, on_lost).start()
+    Lifeline(lifeline, liveness_s, on_lost, me).start()
     done = threading.Event()
     threading.Thread(target=_watch_state, args=(child, watch or report, done), daemon=True).start()
     status = child.wait()
@@ -217,9 +230,33 @@ def _relay_events(read_fd: int, report: Reporter) -> None:
                 continue
 
 
+def _own_header(table: dict) -> tuple[dict, str]:
+    """In a Slurm step every helper reads the same table: pick this task's entry by SLURM_PROCID,
+    and map its GPU ids through the devices Slurm gave the step (they are slots, not ids)."""
+    me = os.environ.get("SLURM_PROCID", "")
+    entry = table["tasks"][int(me)]
+    node = os.environ.get("SLURMD_NODENAME")
+    if entry.get("node") and node and entry["node"] != node:
+        raise SystemExit(f"tflaunch helper: task {me} was planned for node {entry['node']} but runs on {node}")
+    step_gpus = [g for g in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g]
+    slots = entry["env"].get("CUDA_VISIBLE_DEVICES")
+    if step_gpus and slots:
+        entry["env"]["CUDA_VISIBLE_DEVICES"] = ",".join(step_gpus[int(i)] for i in slots.split(",") if i)
+    return entry, me
+
+
+def _slurm_step() -> str | None:
+    job, step = os.environ.get("SLURM_JOB_ID"), os.environ.get("SLURM_STEP_ID")
+    return f"{job}.{step}" if job and step else None
+
+
 def remote_main() -> int:
-    """Over SSH: header on stdin; output on stdout; events (JSON lines) on stderr."""
+    """Over SSH: header on stdin; output on stdout; events (JSON lines) on stderr. In a Slurm step
+    the header is a table of every task's (see `_own_header`), and stdout ends with END_LINE."""
     header = json.loads(sys.stdin.readline())
+    me = None
+    if "tasks" in header:
+        header, me = _own_header(header)
     lock = threading.Lock()
 
     def report(event: dict) -> None:
@@ -247,7 +284,7 @@ def remote_main() -> int:
     liveness_s = header.get("liveness_s")
     if liveness_s:
         threading.Thread(target=_heartbeat, args=(report, liveness_s / BEATS_PER_TIMEOUT), daemon=True).start()
-    report({"event": "alive", "pid": os.getpid()})
+    report({"event": "alive", "pid": os.getpid(), "step": _slurm_step()})
     try:
         code, sig = supervise(
             header["argv"],
@@ -259,6 +296,7 @@ def remote_main() -> int:
             watch=report,
             liveness_s=liveness_s,
             on_lost=lambda: shutil.rmtree(scratch, ignore_errors=True),
+            me=me,
         )
     finally:
         os.close(write_fd)
@@ -272,6 +310,9 @@ def remote_main() -> int:
             continue
     shutil.rmtree(scratch, ignore_errors=True)
     report({"event": "files", "files": files})
+    if me is not None:  # the step's output is shared: say where this task's ends
+        sys.stdout.write(END_LINE + "\n")
+        sys.stdout.flush()
     report({"event": "exit", "code": code, "signal": sig})
     return exit_status(code, sig)
 

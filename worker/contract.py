@@ -62,7 +62,8 @@ PROGRESS_EVENTS = (STEP, DONE)
 HELPER_EVENTS = (STOPPED, CONTINUED, EXIT, FILES, ALIVE)
 # Lines the launcher writes to a helper's standard input.
 PING_LINE = "ping"  # the launcher still hears the helper; silence longer than the liveness timeout kills the task
-SIGNAL_LINE = "signal"  # `signal N`: send signal N to the task's whole group
+SIGNAL_LINE = "signal"  # `signal N`: send signal N to the task's whole group (`signal N ID`: only task ID's)
+END_LINE = "\x1etflaunch-end"  # a task's last stdout line where several tasks share one output (a Slurm step)
 
 _ATTEMPT_DIR = re.compile(r"attempt-(\d+)")
 

@@ -14,9 +14,9 @@ the helper kills its task by itself.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
-import os
 import threading
 import time
 from typing import Any
@@ -24,14 +24,13 @@ from typing import Any
 from launcher import task_runner
 from launcher.errors import HostError
 from launcher.plan import TaskLaunch
-from launcher.private_files import make_private_dir, open_private
 from launcher.spec import HostSpec, SshSpec
 from launcher.task_runner import BEATS_PER_TIMEOUT
 from launcher.transport.base import EventSink, ExitStatus, HelperChannel
 from launcher.transport.bootstrap import remote_command, source_line
 from launcher.transport.ssh_client import connect, resolve_target
-from launcher.transport.streams import TaskStreams
-from worker.contract import ERROR_FILE_VAR, PING_LINE, RESULT_FILE_VAR, SIGNAL_LINE
+from launcher.transport.streams import TaskStreams, write_mirrored
+from worker.contract import PING_LINE, SIGNAL_LINE
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +77,7 @@ class SshTask:
             self._channel.makefile("rb"),
             self._channel.makefile_stderr("rb"),
             self._wait,
-            on_files=self._mirror,
+            on_files=functools.partial(write_mirrored, launch),
             on_alive=self._alive,
         )
 
@@ -86,19 +85,6 @@ class SshTask:
         pid = report.get("pid")
         if isinstance(pid, int) and not self.pid:
             self.pid = pid
-
-    def _mirror(self, files: dict[str, Any]) -> None:
-        """Write the remote result/error files where the launcher reads local ones."""
-        targets = {RESULT_FILE_VAR: self.launch.result_path, ERROR_FILE_VAR: self.launch.error_path}
-        for key, text in files.items():
-            path = targets.get(key)
-            if path is None or not isinstance(text, str):
-                continue
-            make_private_dir(os.path.dirname(path))
-            tmp = f"{path}.tmp-{os.getpid()}"
-            with open_private(tmp, "w", encoding="utf-8") as handle:
-                handle.write(text)
-            os.replace(tmp, path)
 
     def _wait(self) -> ExitStatus:
         status = self._channel.recv_exit_status()  # -1 when the channel closed without one

@@ -10,15 +10,17 @@ background grandchild may hold a pipe open, so the drain waits a bounded time.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from launcher.plan import TaskLaunch
 from launcher.private_files import make_private_dir, open_private
 from launcher.transport.base import EventSink, ExitStatus, OutputLine, TaskExited, exit_from_report, parse_report
-from worker.contract import ALIVE, EXIT, FILES
+from worker.contract import ALIVE, ERROR_FILE_VAR, EXIT, FILES, RESULT_FILE_VAR
 
 DRAIN_TIMEOUT_S = 1.0
 MAX_LINE_BYTES = 64 * 1024  # a longer line is cut for the console (the log file keeps all of it)
@@ -106,3 +108,17 @@ class TaskStreams:
         self._events.join(DRAIN_TIMEOUT_S)
         self._output.join(DRAIN_TIMEOUT_S)
         self._sink(TaskExited(self._name, exit_from_report(self._exit_report) or fallback))
+
+
+def write_mirrored(launch: TaskLaunch, files: dict[str, Any]) -> None:
+    """Write the result/error files a remote helper sent back where the launcher reads local ones."""
+    targets = {RESULT_FILE_VAR: launch.result_path, ERROR_FILE_VAR: launch.error_path}
+    for key, text in files.items():
+        path = targets.get(key)
+        if path is None or not isinstance(text, str):
+            continue
+        make_private_dir(os.path.dirname(path))
+        tmp = f"{path}.tmp-{os.getpid()}"
+        with open_private(tmp, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)

@@ -409,7 +409,8 @@ def test_schema_command_prints_schema(capsys: pytest.CaptureFixture[str]) -> Non
     assert main(["schema"]) == 0
     schema = json.loads(capsys.readouterr().out)
     assert schema["additionalProperties"] is False
-    assert "hosts" in schema["required"]
+    # hosts are required by validation, not by the schema: on Slurm the allocation is the host list
+    assert schema["required"] == ["name"] and "Slurm" in schema["properties"]["hosts"]["description"]
     host = schema["$defs"]["HostSpec"]["properties"]
     assert all("description" in field for field in host.values())
 
@@ -418,3 +419,39 @@ def test_spec_is_frozen() -> None:
     spec = parse_spec(GOOD)
     with pytest.raises(ValidationError):
         spec.name = "other"  # type: ignore[misc]
+
+
+def test_a_spec_without_hosts_says_where_hosts_come_from_on_slurm() -> None:
+    with pytest.raises(SpecError) as caught:
+        parse_spec({"name": "x"})
+    text = str(caught.value)
+    assert "$.hosts" in text and "launch --slurm" in text and "launch slurm submit" in text
+
+
+def test_on_slurm_the_hosts_come_from_the_allocation() -> None:
+    seen: list[object] = []
+
+    def hosts_from(first: object) -> list[dict[str, object]]:
+        seen.append(first)
+        return [{"address": "10.0.0.1", "ports": [29500]}, {"address": "10.0.0.2", "ports": [29500]}]
+
+    spec = parse_spec(
+        {"name": "x", "hosts": [{"address": "localhost"}], "slurm": {"port": 29500}}, hosts_from=hosts_from
+    )
+    assert [h.address for h in spec.hosts] == ["10.0.0.1", "10.0.0.2"]
+    assert len(seen) == 1 and spec.slurm is not None and spec.slurm.port == 29500
+
+
+@pytest.mark.parametrize(
+    ("slurm", "where"),
+    [
+        ({"time_limit": "soon"}, "$.slurm.time_limit"),
+        ({"sbatch_options": ["-N 2"]}, "$.slurm.sbatch_options[0]"),
+        ({"nodes": 0}, "$.slurm.nodes"),
+        ({"partition": "gpu; rm -rf /"}, "$.slurm.partition"),
+    ],
+)
+def test_bad_slurm_settings_are_named(slurm: dict[str, object], where: str) -> None:
+    with pytest.raises(SpecError) as caught:
+        parse_spec({**GOOD, "slurm": slurm})
+    assert where in str(caught.value)
