@@ -27,10 +27,10 @@ from launcher.gang import LaunchState
 from launcher.masking import mask_env
 from launcher.plan import LaunchPlan, task_slots
 from launcher.report import failure_text, success_text
-from launcher.run import launch, make_planner, make_transport, preflight
+from launcher.run import launch, make_planner, make_transport, preflight, run_dir_of
 from launcher.run_status import describe_run
 from launcher.slurm.allocation import Allocation, read_allocation
-from launcher.spec import ClusterSpec, json_schema, load_spec, parse_spec
+from launcher.spec import ClusterSpec, HostsFrom, json_schema, load_spec, parse_spec
 from worker.contract import TF_CONFIG
 
 log = logging.getLogger(__name__)
@@ -100,7 +100,7 @@ def _refuse_empty(args: argparse.Namespace) -> None:
             raise UsageError(f"Got an empty --{flag.replace('_', '-')}: give a value or leave the flag out.")
 
 
-def _load(args: argparse.Namespace, command: list[str], allocation: Allocation | None = None) -> ClusterSpec:
+def _load(args: argparse.Namespace, command: list[str], hosts_from: HostsFrom | None = None) -> ClusterSpec:
     _refuse_empty(args)
     if args.local is not None:
         if not 1 <= args.local <= 256:
@@ -111,7 +111,7 @@ def _load(args: argparse.Namespace, command: list[str], allocation: Allocation |
         }
         spec = parse_spec(data, "--local")
     elif args.cluster is not None:
-        spec = load_spec(Path(args.cluster), allocation.hosts if allocation is not None else None)
+        spec = load_spec(Path(args.cluster), hosts_from)
     else:
         raise UsageError("Give --cluster FILE or --local N (see 'launch --help').")
     updates: dict[str, Any] = {}
@@ -122,7 +122,8 @@ def _load(args: argparse.Namespace, command: list[str], allocation: Allocation |
     if args.run_root is not None:
         updates["run_root"] = args.run_root
     if updates:  # re-validate: overrides obey the same rules as the file
-        spec = parse_spec({**spec.model_dump(mode="json", exclude_unset=True), **updates}, args.cluster or "--local")
+        data = {**spec.model_dump(mode="json", exclude_unset=True), **updates}
+        spec = parse_spec(data, args.cluster or "--local", hosts_from)
     return spec
 
 
@@ -189,6 +190,44 @@ def _launch(spec: ClusterSpec, quiet: bool, faults: list[Fault], plain: bool, al
     return 1
 
 
+def _slurm_command(own: list[str], command: list[str]) -> int:
+    """`launch slurm submit --cluster FILE [--print] [--wait] [-- COMMAND ...]`."""
+    from launcher.slurm import submit as slurm
+
+    parser = _ArgumentParser(
+        prog="launch slurm submit",
+        description="Write a batch script that runs 'launch --slurm' with the spec's slurm section (nodes, tasks per "
+        "node, GPUs, partition, account, time limit) into the run directory and submit it with sbatch.",
+    )
+    parser.add_argument("--cluster", metavar="FILE", required=True, help="cluster spec (JSON); hosts are not needed")
+    parser.add_argument("--name", help="run name (default: the spec's)")
+    parser.add_argument("--run-root", metavar="DIR", help="override the spec's run_root")
+    parser.add_argument("--print", action="store_true", help="print the batch script; submit nothing, write nothing")
+    parser.add_argument("--wait", action="store_true", help="follow the job's output until it ends; exit as it did")
+    if own[:1] != ["submit"]:
+        raise UsageError(f"usage: {parser.format_usage().strip().removeprefix('usage: ')}")
+    args = parser.parse_args(own[1:])
+    args.local = None
+    spec = _load(args, command, lambda first: None)
+    run_dir = run_dir_of(spec)
+    if args.print:
+        print(slurm.batch_script(spec, run_dir / "submitted-spec.json", run_dir), end="")
+        return 0
+    script = slurm.write_job(spec, run_dir)
+    job_id = slurm.submit(script)
+    output = run_dir / f"slurm-{job_id}.out"
+    print(f"[launch] submitted Slurm job {job_id}: script {script}, output {output}", flush=True)
+
+    def say(text: str) -> None:
+        print(f"[launch] {text}", flush=True)
+
+    fields = slurm.wait_started(job_id, spec.restart.start_timeout_s, say)
+    say(f"job {job_id} is {fields.get('JobState', '?').lower()} on {fields.get('NodeList', '?')}")
+    if not args.wait:
+        return 0
+    return slurm.follow(job_id, output, say, lambda line: print(line, flush=True))
+
+
 def _raise_fd_limit() -> None:
     """Every local task holds a few pipes; the common soft limit of 1024 runs out at a few hundred tasks."""
     import resource
@@ -209,6 +248,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if own[:1] == ["schema"]:
             print(json.dumps(json_schema(), indent=2))
             return 0
+        if own[:1] == ["slurm"]:
+            return _slurm_command(own[1:], command)
         if own[:1] == ["status"]:
             if len(own) != 2:
                 raise UsageError("usage: launch status RUN_DIR (e.g. runs/example)")
@@ -224,7 +265,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         allocation = read_allocation() if args.slurm else None
         if args.slurm and args.local is not None:
             raise UsageError("--slurm takes the hosts from the allocation; use it with --cluster, not --local.")
-        spec = _load(args, command, allocation)
+        spec = _load(args, command, allocation.hosts if allocation is not None else None)
         faults = _faults(spec, args.inject)
         _raise_fd_limit()
         if args.dry_run:

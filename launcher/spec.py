@@ -653,7 +653,7 @@ def _shown(value: Any) -> str:
     return type(value).__name__
 
 
-HostsFrom = Callable[[ClusterSpec], list[dict[str, Any]]]
+HostsFrom = Callable[[ClusterSpec], list[dict[str, Any]] | None]  # None: a spec without hosts (sbatch)
 
 
 def parse_spec(data: Any, source: str = "cluster spec", hosts_from: HostsFrom | None = None) -> ClusterSpec:
@@ -670,7 +670,8 @@ def parse_spec(data: Any, source: str = "cluster spec", hosts_from: HostsFrom | 
         if hosts_from is None:
             return ClusterSpec.model_validate(data)
         first = ClusterSpec.model_validate({**data, "hosts": []}, context={HOSTS_LATER: True})
-        return ClusterSpec.model_validate({**data, "hosts": hosts_from(first)})
+        hosts = hosts_from(first)
+        return first if hosts is None else ClusterSpec.model_validate({**data, "hosts": hosts})
     except ValidationError as error:
         raise SpecError(source, _problems(error)) from None
 
