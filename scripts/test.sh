@@ -10,6 +10,9 @@ missing=()
 { command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ]; } || missing+=(iproute2)
 { command -v iptables >/dev/null 2>&1 || [ -x /usr/sbin/iptables ]; } || missing+=(iptables)
 command -v nsenter >/dev/null 2>&1 || missing+=(util-linux)
+# A real Slurm (controller and node daemons started by the tests) and munge for its authentication.
+{ [ -x /usr/sbin/slurmctld ] && [ -x /usr/sbin/slurmd ] && command -v sbatch >/dev/null 2>&1; } || missing+=(slurm-wlm)
+[ -x /usr/sbin/munged ] || missing+=(munge)
 if [ "${#missing[@]}" -gt 0 ]; then
   apt-get update
   DEBIAN_FRONTEND=noninteractive apt-get install -y "${missing[@]}"
