@@ -106,6 +106,11 @@ def _open_local_helper(python: str) -> HelperChannel:
         )
     except OSError as error:
         raise RuntimeError(f"cannot run python {python!r}: {error.strerror}") from None
+    return pipe_channel(proc)
+
+
+def pipe_channel(proc: subprocess.Popen[bytes]) -> HelperChannel:
+    """A helper session over a child's pipes (a local python, or an srun step's one task)."""
     stdin = proc.stdin
     assert stdin is not None  # stdin=PIPE
 
@@ -116,11 +121,11 @@ def _open_local_helper(python: str) -> HelperChannel:
     def close() -> None:
         try:
             stdin.close()
-        except BrokenPipeError:  # the helper already exited
+        except OSError:  # the helper already exited
             pass
         try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:  # a "python" that never answers: not ours to keep
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # a helper that never answers: not ours to keep
             proc.kill()
             proc.wait()
 

@@ -32,6 +32,7 @@ from launcher.private_files import open_private
 from launcher.task_runner import BEATS_PER_TIMEOUT
 from launcher.transport.base import EventSink, ExitStatus, HelperChannel, Started, StartRequest
 from launcher.transport.bootstrap import helper_argv, source_line
+from launcher.transport.local import pipe_channel
 from launcher.transport.streams import MAX_LINE_BYTES, TaskStreams, write_mirrored
 from worker.contract import END_LINE, EXIT, PING_LINE, SIGNAL_LINE
 
@@ -306,25 +307,7 @@ class SlurmTransport:
             proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         except OSError as error:
             raise HostError(self._nodes[host_index], f"cannot run srun ({error.strerror})") from None
-        stdin = proc.stdin
-        assert stdin is not None and proc.stdout is not None and proc.stderr is not None
-
-        def write(data: bytes) -> None:
-            stdin.write(data)
-            stdin.flush()
-
-        def close() -> None:
-            try:
-                stdin.close()
-            except OSError:  # the probe already exited
-                pass
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-        return HelperChannel(write, proc.stdout, proc.stderr, close)
+        return pipe_channel(proc)
 
     def _beat(self) -> None:
         """Ping every helper (they leave on silence) and give up a task silent for the timeout."""
