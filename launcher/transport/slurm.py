@@ -150,9 +150,7 @@ class _Step:
         """One task closed; when all are, close the shared stdin (the helpers' dead-man switch)."""
         with self._lock:
             self._closed += 1
-            last = self._closed == self._count
-        if last:
-            with self._lock:
+            if self._closed == self._count:
                 try:
                     assert self.proc.stdin is not None
                     self.proc.stdin.close()
