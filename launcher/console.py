@@ -188,6 +188,7 @@ class Console:
             "updated": time.time(),
             "attempt": status.attempt if status else self._attempt,
             "restarts": status.restarts if status else 0,
+            "spares": {"ready": status.spares[0], "standing_by": status.spares[1]} if status else None,
             "tasks": [
                 {
                     "task": v.label,

@@ -76,6 +76,7 @@ class GangStatus:
     reports_progress: bool
     tasks: tuple[TaskStatus, ...]
     earlier_causes: tuple[str | None, ...] = ()  # root-cause signature of every earlier restarted attempt
+    spares: tuple[int, int] = (0, 0)  # warm spares for the next attempt: (ready, standing by)
 
     @property
     def all_succeeded(self) -> bool:
@@ -132,6 +133,7 @@ class AttemptResult:
     tasks: tuple[TaskResult, ...]
     started_at: float
     ended_at: float
+    recovery: dict[str, Any] | None = None  # for a restarted attempt: where the restart's time went
 
 
 @dataclass

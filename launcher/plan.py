@@ -67,6 +67,8 @@ class TaskLaunch:
     log_path: str
     result_path: str
     error_path: str
+    # What a warm spare for this task imports ahead of the next attempt; empty: no spare.
+    preload: tuple[str, ...] = ()
 
     @property
     def file_stem(self) -> str:
@@ -194,6 +196,17 @@ def _task_env(
     return env
 
 
+def _preload(spec: ClusterSpec, sidecar: bool) -> tuple[str, ...]:
+    """The modules a task's warm spare imports: TensorFlow, and the runtime path the task takes."""
+    if isinstance(spec.training, CommandTraining):
+        return ("tensorflow",)  # a user script: what it imports besides is its own business
+    runtime = ("tensorflow", f"{WORKER_MODULE}.runtime")
+    if sidecar:
+        return (*runtime, f"{WORKER_MODULE}.evaluator")
+    by_kind = {"builtin": (f"{WORKER_MODULE}.loop",), "fit": ("tf_keras", f"{WORKER_MODULE}.fit")}
+    return (*runtime, *by_kind.get(spec.training.kind, ()))
+
+
 def build_plan(spec: ClusterSpec, inputs: PlanInputs) -> LaunchPlan:
     """Derive every task's TF_CONFIG, environment, argv and files for one attempt."""
     slots = task_slots(spec)
@@ -228,6 +241,7 @@ def build_plan(spec: ClusterSpec, inputs: PlanInputs) -> LaunchPlan:
             argv = [python if arg in _BARE_PYTHON and i == 0 else arg for i, arg in enumerate(spec.training.argv)]
         else:
             argv = [python, "-m", WORKER_MODULE]
+        preload = _preload(spec, sidecar) if spec.restart.warm_spares else ()
         stem = task_stem(slot.name)
         tasks.append(
             TaskLaunch(
@@ -247,6 +261,7 @@ def build_plan(spec: ClusterSpec, inputs: PlanInputs) -> LaunchPlan:
                 log_path=layout.log_file(inputs.attempt, stem),
                 result_path=layout.result_file(inputs.attempt, stem),
                 error_path=layout.error_file(inputs.attempt, stem),
+                preload=preload,
             )
         )
     return LaunchPlan(

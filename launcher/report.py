@@ -98,6 +98,7 @@ def summary(result: RunResult) -> dict[str, Any]:
                 "cause": a.cause,
                 "started_at": a.started_at,
                 "ended_at": a.ended_at,
+                **({"recovery": a.recovery} if a.recovery is not None else {}),
                 "tasks": [_task_json(t) for t in a.tasks],
             }
             for a in result.attempts

@@ -340,6 +340,12 @@ class RestartSpec(StrictModel):
         description="Restart the gang when no task makes progress for this many seconds (None: off). Until its first "
         "step a task gets start_timeout_s instead (restoring and tracing are start-up).",
     )
+    warm_spares: bool = Field(
+        True,
+        description="While an attempt runs, keep one standby interpreter per task with TensorFlow already imported, so "
+        "a restart skips Python and TensorFlow start-up (costs the memory of an imported TensorFlow per task: about "
+        "0.5 GiB on CPU; no GPU memory). false: every restart starts cold.",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> RestartSpec:

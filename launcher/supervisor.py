@@ -15,7 +15,7 @@ import queue
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from launcher.plan import LaunchPlan, TaskLaunch
 from launcher.policy import Action, Decision, FailureKind, RestartPolicy
 from launcher.private_files import make_private_dir
 from launcher.records import RecordFiles
+from launcher.recovery import FIRST_STEP, RestartTimes, restart_phases
 from launcher.transport.base import (
     Event,
     ExitStatus,
@@ -35,7 +36,7 @@ from launcher.transport.base import (
     UnreachedTask,
     WorkerReport,
 )
-from worker.contract import CONTINUED, JOINED, PROGRESS_EVENTS, RECORD, START_MILESTONES, STOPPED
+from worker.contract import CONTINUED, JOINED, PROGRESS_EVENTS, RECORD, RESTORED, START_MILESTONES, STOPPED, WARM
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +66,8 @@ class _Task:
     milestone: str | None = None
     stopped_since: float | None = None
     error: tuple[str, str] | None = None
+    times: dict[str, float] = field(default_factory=dict)  # milestone -> wall time the launcher got it
+    warm: dict[str, Any] | None = None  # the standby helper's `warm` report: ran in a spare, or why not
 
 
 def _error_of(path: str) -> tuple[str, str] | None:
@@ -129,6 +132,8 @@ class Supervisor:
         self.hurry = False  # set on a second interrupt: skip the grace period
         self.state = LaunchState.STARTING
         self.result: RunResult | None = None
+        self._restart_times: RestartTimes | None = None  # how the current attempt came about, if by a restart
+        self._decided_at = 0.0
 
     # ---- observe ---------------------------------------------------------------------------
 
@@ -167,6 +172,7 @@ class Supervisor:
                 if not t.launch.sidecar
             ),
             earlier_causes=tuple(self._causes),
+            spares=self._transport.spares(),
         )
 
     def _apply(self, task: _Task, event: Event) -> None:
@@ -182,7 +188,15 @@ class Supervisor:
                 task.stopped_since = self._clock() if kind == STOPPED else None
                 self._on_report(task.launch, event.data)
                 return
+            if kind == WARM:  # from a standby helper: whether the task runs in a warm spare
+                task.warm = event.data
+                self._on_report(task.launch, event.data)
+                return
             task.reported = True
+            if kind in (*START_MILESTONES, RESTORED):
+                task.times.setdefault(str(kind), time.time())
+            elif kind in PROGRESS_EVENTS:
+                task.times.setdefault(FIRST_STEP, time.time())
             if kind == RECORD:
                 if self._records is not None:
                     self._records.append(event.data)
@@ -257,9 +271,12 @@ class Supervisor:
         status = self.status()
         if self.state is LaunchState.STARTING and not status.unjoined:
             self.state = LaunchState.RUNNING
+            # The gang's start-up is over: spares for the next attempt now import at low priority.
+            self._transport.prepare_spares([t.launch for t in self._tasks.values()])
         decision = self._policy.decide(status)
         if decision.action is Action.KEEP_GOING:
             return self.state
+        self._decided_at = time.time()
         self._finish_attempt(decision)
         if decision.action is Action.SUCCEED:
             self.state = LaunchState.SUCCEEDED
@@ -283,9 +300,14 @@ class Supervisor:
             self.restarts += 1
             self._causes.append(decision.signature)
         self._on_notice(f"{decision.reason}; restarting every task" + (f" in {wait:g}s" if wait else ""))
+        stopped_at = time.time()
+        failed = [t.exit.time for t in self._tasks.values() if t.exit is not None and not t.exit.ok and not t.stopped]
         if wait:
             self._sleep(wait)
         self._start_attempt(self.plan.attempt + 1)
+        self._restart_times = RestartTimes(
+            decision.kind.value, min(failed) if failed else None, self._decided_at, stopped_at, self._attempt_started_at
+        )
 
     def _finish_attempt(self, decision: Decision) -> None:
         """Stop what still runs, then record how every task of this attempt ended."""
@@ -352,10 +374,24 @@ class Supervisor:
             tuple(tasks),
             self._attempt_started_at,
             time.time(),
+            recovery=self._recovery(),
         )
         if self.result is None:
             self.result = RunResult(self.plan.run_name, self.plan.run_dir, outputs=self.plan.outputs)
         self.result.attempts.append(attempt)
+
+    def _recovery(self) -> dict[str, Any] | None:
+        """How this attempt's restart spent its time (None for the first attempt)."""
+        if self._restart_times is None:
+            return None
+        trainers = [t for t in self._tasks.values() if not t.launch.sidecar]
+        recovery = restart_phases(self._restart_times, [t.times for t in trainers])
+        recovery["warm_tasks"] = sum(1 for t in trainers if t.warm and t.warm.get("used"))
+        recovery["tasks"] = len(trainers)
+        cold = {t.launch.name: t.warm.get("why") for t in trainers if t.warm and not t.warm.get("used")}
+        if cold:
+            recovery["cold_because"] = cold
+        return recovery
 
     def run(self, poll_s: float = 0.5) -> RunResult:
         """Start and supervise until a terminal state; always shuts down."""

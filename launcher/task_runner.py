@@ -22,6 +22,14 @@ can call a frozen task hung without waiting for a deadline. When the task ends i
 `{"event": "exit", "code": ..., "signal": ...}` on the event channel and exits with the task's
 code (128+N for signal N).
 
+Standby mode (warm spares): a helper started with a `standby` header (locally `--standby`, the
+header on stdin) starts a spare interpreter that imports TensorFlow while the current attempt
+runs (see launcher/spare.py), reports `{"event": "spare", "ready": ...}`, and waits under the
+same lifeline for its task's header as the next JSON line on stdin. The task then runs in the
+spare when it can (`python SCRIPT` or `python -m MODULE`, same python, same environment but for
+what TensorFlow reads only when it builds a strategy); otherwise it starts cold. Either way a
+`{"event": "warm", "used": ...}` report says which.
+
 Standard library only: it must start fast and run on hosts where only python is installed.
 It must never catch a signal meant for the task, nor leave the task behind.
 """
@@ -30,6 +38,7 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import shutil
 import signal
 import subprocess
@@ -47,6 +56,12 @@ SIGNAL_LINE = "signal"
 END_LINE = "\x1etflaunch-end"  # a task's last stdout line in a shared (Slurm step) output
 STATE_POLL_S = 0.5
 BEATS_PER_TIMEOUT = 4  # heartbeats (and checks) per liveness timeout
+SPARE_EVENT = "spare"  # a standby's first report: its spare is ready, or will not be
+WARM_EVENT = "warm"  # whether the task runs in the spare, and why not
+# Read by TensorFlow only when a strategy or a device is first made, never at import: a spare
+# may take an order whose values differ. So may the launcher's own TFLAUNCH_* variables.
+LATE_KEYS = ("TF_CONFIG", "CUDA_VISIBLE_DEVICES")
+LATE_PREFIX = "TFLAUNCH_"
 
 Reporter = Callable[[dict], None]
 
@@ -92,15 +107,31 @@ class Lifeline:
         self._on_lost = on_lost
         self._heard = time.monotonic()
         self._lost = threading.Lock()
+        self._started = False
+        self._orders: queue.Queue[dict] = queue.Queue()
 
     def start(self) -> None:
+        if self._started:
+            return
+        self._started = True
         threading.Thread(target=self._read, daemon=True).start()
         if self._liveness_s:
             threading.Thread(target=self._watch_silence, daemon=True).start()
 
+    def next_order(self) -> dict:
+        """A standby's task header: the next JSON line. Never returns if the launcher goes first."""
+        self.start()
+        return self._orders.get()
+
     def _read(self) -> None:
         for raw in self._stream:
             self._heard = time.monotonic()
+            if raw.startswith("{"):
+                try:
+                    self._orders.put(json.loads(raw))
+                except ValueError:  # a garbled header: the launcher's silence or EOF decides
+                    pass
+                continue
             words = raw.split()
             if len(words) == 3 and words[2] == self._me:
                 words = words[:2]
@@ -173,44 +204,142 @@ def exit_status(code: int | None, sig: int | None) -> int:
     return code if code is not None else 128 + (sig or 0)
 
 
+def spare_declines(python: str, before: dict[str, str], argv: list[str], env: dict[str, str]) -> str | None:
+    """Why a spare started as `python` with environment `before` cannot run this order; None when it can."""
+    if not argv or argv[0] != python:
+        return f"the command does not start with the spare's python ({python})"
+    if len(argv) < 2 or (argv[1] == "-m" and len(argv) < 3) or (argv[1] != "-m" and argv[1].startswith("-")):
+        return "only `python SCRIPT ...` and `python -m MODULE ...` run in a spare"
+    changed = sorted(
+        key
+        for key in set(before) | set(env)
+        if key not in LATE_KEYS and not key.startswith(LATE_PREFIX) and before.get(key) != env.get(key)
+    )
+    if changed:
+        return f"the environment changed since the spare started ({', '.join(changed[:3])})"
+    return None
+
+
+class Spare:
+    """A standby interpreter for the next attempt, child of this helper and in its process group.
+
+    Lifecycle: started at once; `take()` hands it the task (or refuses and kills it); used once.
+    Exactly one `spare` report is sent: when it is ready, or when the order comes first."""
+
+    def __init__(self, standby: dict, env: dict[str, str], pass_fds: tuple[int, ...], report: Reporter) -> None:
+        self.standby = standby
+        self._report = report
+        self._told = threading.Lock()
+        self._said = False
+        self.ready = False
+        self.error: str | None = None
+        self.proc: subprocess.Popen | None = None
+        self.env = {**env, **(standby.get("env") or {})}
+        orders_r, self._orders = os.pipe()
+        ready_r, ready_w = os.pipe()
+        try:
+            self.proc = subprocess.Popen(
+                [standby["python"], "-c", standby["bootstrap"], str(orders_r), str(ready_w)],
+                stdin=subprocess.DEVNULL,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+                cwd=os.path.expanduser(standby["cwd"]) if standby.get("cwd") else None,
+                pass_fds=(orders_r, ready_w, *pass_fds),
+                close_fds=True,
+                preexec_fn=_default_signals,
+            )
+        except OSError as error:
+            self.error = f"cannot start {standby['python']!r}: {error.strerror}"
+        finally:
+            os.close(orders_r)
+            os.close(ready_w)
+        if self.proc is not None:
+            first = json.dumps(standby["source"]) + "\n" + json.dumps({"preload": standby.get("preload", [])}) + "\n"
+            if not self._send(first):
+                self.error = "the spare exited at once"
+        threading.Thread(target=self._await_ready, args=(ready_r,), daemon=True).start()
+
+    def _send(self, text: str) -> bool:
+        try:
+            os.write(self._orders, text.encode())
+            return True
+        except OSError:  # the spare died (a python that cannot start)
+            return False
+
+    def _await_ready(self, ready_r: int) -> None:
+        with os.fdopen(ready_r, "r", encoding="utf-8", errors="replace") as stream:
+            line = stream.readline()
+        try:
+            info = json.loads(line) if line else {}
+        except ValueError:
+            info = {}
+        if info.get("ready"):
+            self.ready = True
+            self._tell({"ready": True, "import_s": info.get("import_s"), "failed": info.get("failed") or []})
+        else:
+            code = self.proc.poll() if self.proc is not None else None
+            self._tell({"ready": False, "error": self.error or f"the spare exited before it was ready ({code})"})
+
+    def _tell(self, info: dict) -> None:
+        with self._told:
+            if self._said:
+                return
+            self._said = True
+        self._report({"event": SPARE_EVENT, **info})
+
+    def take(self, argv: list[str], env: dict[str, str], cwd: str | None) -> subprocess.Popen | None:
+        """Hand the spare its task; None (and the spare killed) when it cannot run it."""
+        why = self.error or spare_declines(self.standby["python"], self.env, argv, env)
+        if why is None and self.proc is not None and self.proc.poll() is not None:
+            why = f"the spare exited (code {self.proc.returncode})"
+        ready = self.ready
+        if why is None and not self._send(json.dumps({"argv": argv, "env": env, "cwd": cwd}) + "\n"):
+            why = "the spare is gone"
+        os.close(self._orders)
+        self._tell({"ready": False, "error": "the order came first"})
+        if why is not None:
+            if self.proc is not None:
+                self.proc.kill()
+                self.proc.wait()
+            self._report({"event": WARM_EVENT, "used": False, "why": why})
+            return None
+        self._report({"event": WARM_EVENT, "used": True, "ready": ready})
+        return self.proc
+
+
 def supervise(
     argv: list[str],
-    lifeline: IO[str],
+    lifeline: Lifeline,
     report: Reporter,
     env: dict[str, str] | None = None,
     cwd: str | None = None,
     pass_fds: tuple[int, ...] = (),
     watch: Reporter | None = None,
-    liveness_s: float | None = None,
-    on_lost: Callable[[], None] = lambda: None,
-    me: str | None = None,
+    spare: Spare | None = None,
 ) -> tuple[int | None, int | None]:
-    """Start `argv` in our process group, wait, report its end; the lifeline kills the group.
-
-    `watch` (default: `report`) receives the stopped/continued reports while the task runs.
-    Returns (exit code, None) or (None, signal number)."""
-    if os.getpgid(0) != os.getpid():
-        os.setsid()  # remote start: become the leader of our own group
-    # The task decides what SIGTERM/SIGINT mean; the helper must outlive it to report.
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, signal.SIG_IGN)
-    try:
-        child = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stderr=subprocess.STDOUT,
-            env=env,
-            cwd=cwd,
-            pass_fds=pass_fds,
-            close_fds=True,
-            preexec_fn=_default_signals,
-        )
-    except OSError as error:
-        message = f"cannot start {argv[0]!r}: {error.strerror}"
-        print(message, flush=True)
-        report({"event": "exit", "code": 127, "signal": None, "error": message})
-        return 127, None
-    Lifeline(lifeline, liveness_s, on_lost, me).start()
+    """Start `argv` in our process group (in the spare when it can), wait, report its end; the
+    lifeline kills the group. `watch` (default: `report`) receives the stopped/continued reports
+    while the task runs. Returns (exit code, None) or (None, signal number)."""
+    _lead_group()
+    child = spare.take(argv, dict(os.environ) if env is None else env, cwd) if spare is not None else None
+    if child is None:
+        try:
+            child = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=cwd,
+                pass_fds=pass_fds,
+                close_fds=True,
+                preexec_fn=_default_signals,
+            )
+        except OSError as error:
+            message = f"cannot start {argv[0]!r}: {error.strerror}"
+            print(message, flush=True)
+            report({"event": "exit", "code": 127, "signal": None, "error": message})
+            return 127, None
+    lifeline.start()
     done = threading.Event()
     threading.Thread(target=_watch_state, args=(child, watch or report, done), daemon=True).start()
     status = child.wait()
@@ -219,6 +348,15 @@ def supervise(
     code, sig = (status, None) if status >= 0 else (None, -status)
     report({"event": "exit", "code": code, "signal": sig, "pid": child.pid})
     return code, sig
+
+
+def _lead_group() -> None:
+    """Lead our own process group (a remote start is not one yet), and leave SIGTERM and SIGINT
+    to the task: the helper must outlive it to report."""
+    if os.getpgid(0) != os.getpid():
+        os.setsid()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, signal.SIG_IGN)
 
 
 def _relay_events(read_fd: int, report: Reporter) -> None:
@@ -250,13 +388,7 @@ def _slurm_step() -> str | None:
     return f"{job}.{step}" if job and step else None
 
 
-def remote_main() -> int:
-    """Over SSH: header on stdin; output on stdout; events (JSON lines) on stderr. In a Slurm step
-    the header is a table of every task's (see `_own_header`), and stdout ends with END_LINE."""
-    header = json.loads(sys.stdin.readline())
-    me = None
-    if "tasks" in header:
-        header, me = _own_header(header)
+def _stderr_reporter() -> Reporter:
     lock = threading.Lock()
 
     def report(event: dict) -> None:
@@ -267,7 +399,29 @@ def remote_main() -> int:
             except (OSError, ValueError):  # the SSH channel is gone; the lifeline handles the rest
                 pass
 
+    return report
+
+
+def remote_main() -> int:
+    """Over SSH: header on stdin; output on stdout; events (JSON lines) on stderr. In a Slurm step
+    the header is a table of every task's (see `_own_header`), and stdout ends with END_LINE.
+    A `standby` header starts a spare first and waits for the task's header (module docstring)."""
+    header = json.loads(sys.stdin.readline())
+    me = None
+    if "tasks" in header:
+        header, me = _own_header(header)
+    _lead_group()
+    report = _stderr_reporter()
     scratch = tempfile.mkdtemp(prefix="tflaunch-task-")
+    read_fd, write_fd = os.pipe()
+    relay = threading.Thread(target=_relay_events, args=(read_fd, report), daemon=True)
+    relay.start()
+    liveness_s = header.get("liveness_s")
+    lifeline = Lifeline(sys.stdin, liveness_s, lambda: shutil.rmtree(scratch, ignore_errors=True), me)
+    spare = None
+    if "standby" in header:
+        spare = Spare(header["standby"], {**os.environ, EVENT_FD_VAR: str(write_fd)}, (write_fd,), report)
+        header = lifeline.next_order()
     env = dict(os.environ)
     env.update(header["env"])
     # Result and error files are written in a private scratch dir and sent back at the end,
@@ -277,26 +431,20 @@ def remote_main() -> int:
         if key in env:
             mirrors[key] = os.path.join(scratch, key.lower())
             env[key] = mirrors[key]
-    read_fd, write_fd = os.pipe()
     env[EVENT_FD_VAR] = str(write_fd)
-    relay = threading.Thread(target=_relay_events, args=(read_fd, report), daemon=True)
-    relay.start()
-    liveness_s = header.get("liveness_s")
     if liveness_s:
         threading.Thread(target=_heartbeat, args=(report, liveness_s / BEATS_PER_TIMEOUT), daemon=True).start()
     report({"event": "alive", "pid": os.getpid(), "step": _slurm_step()})
     try:
         code, sig = supervise(
             header["argv"],
-            sys.stdin,
+            lifeline,
             lambda event: None,
             env=env,
             cwd=os.path.expanduser(header["cwd"]) if header.get("cwd") else None,
             pass_fds=(write_fd,),
             watch=report,
-            liveness_s=liveness_s,
-            on_lost=lambda: shutil.rmtree(scratch, ignore_errors=True),
-            me=me,
+            spare=spare,
         )
     finally:
         os.close(write_fd)
@@ -318,14 +466,27 @@ def remote_main() -> int:
 
 
 def main() -> None:
+    """Local start: `-- COMMAND ARGS...`, or `--standby` with the standby and then the task's
+    header as JSON lines on stdin (the launcher set the environment but for the task's own)."""
     args = sys.argv[1:]
+    fd = int(os.environ[EVENT_FD_VAR]) if os.environ.get(EVENT_FD_VAR) else None
+    report = _fd_reporter(fd)
+    pass_fds = (fd,) if fd is not None else ()
+    lifeline = Lifeline(sys.stdin)
+    if args == ["--standby"]:
+        _lead_group()
+        spare = Spare(json.loads(sys.stdin.readline())["standby"], dict(os.environ), pass_fds, report)
+        header = lifeline.next_order()
+        env = {**os.environ, **header["env"]}
+        cwd = os.path.expanduser(header["cwd"]) if header.get("cwd") else None
+        code, sig = supervise(header["argv"], lifeline, report, env=env, cwd=cwd, pass_fds=pass_fds, spare=spare)
+        raise SystemExit(exit_status(code, sig))
     if args[:1] == ["--"]:
         args = args[1:]
     if not args:
-        print("usage: python -m launcher.task_runner -- COMMAND [ARGS...]", file=sys.stderr)
+        print("usage: python -m launcher.task_runner -- COMMAND [ARGS...] | --standby", file=sys.stderr)
         raise SystemExit(2)
-    fd = int(os.environ[EVENT_FD_VAR]) if os.environ.get(EVENT_FD_VAR) else None
-    code, sig = supervise(args, sys.stdin, _fd_reporter(fd), pass_fds=(fd,) if fd is not None else ())
+    code, sig = supervise(args, lifeline, report, pass_fds=pass_fds)
     raise SystemExit(exit_status(code, sig))
 
 

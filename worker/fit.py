@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from worker import example
 from worker.cluster import ClusterInfo
-from worker.contract import STEP, TaskEnv
+from worker.contract import RESTORED, STEP, TaskEnv
 from worker.events import report
 from worker.faults import FaultInjector
 from worker.fingerprint import weights_fingerprint
@@ -79,7 +79,8 @@ def train_fit(strategy: tf.distribute.Strategy, cluster: ClusterInfo, settings: 
 
     class Progress(keras.callbacks.Callback):  # type: ignore[name-defined]
         def on_train_begin(self, logs: Any = None) -> None:
-            progress["start"] = int(model.optimizer.iterations.numpy())
+            progress["start"] = int(model.optimizer.iterations.numpy())  # BackupAndRestore ran first
+            report(RESTORED, step=progress["start"])
             log.info("%s: fit starts at step %d of %d", cluster.name, progress["start"], steps)
 
         def on_train_batch_end(self, batch: int, logs: Any = None) -> None:

@@ -22,7 +22,7 @@ import tensorflow as tf
 from worker import example
 from worker.checkpoints import CheckpointStore
 from worker.cluster import ClusterInfo
-from worker.contract import STEP, TaskEnv
+from worker.contract import RESTORED, STEP, TaskEnv
 from worker.events import record as record_row
 from worker.events import report
 from worker.faults import FaultInjector
@@ -179,6 +179,7 @@ def train_builtin(strategy: tf.distribute.Strategy, cluster: ClusterInfo, settin
     store = CheckpointStore(checkpoint, settings.checkpoint_dir, cluster.is_chief, cluster.name)
     restored = store.restore()
     start_step = int(optimizer.iterations.numpy())
+    report(RESTORED, step=start_step)
     if restored:
         log.info("%s: restored %s, continuing from step %d", cluster.name, restored, start_step)
     else:

@@ -6,6 +6,7 @@ from launcher.plan import TaskLaunch
 from launcher.spec import HostSpec
 from launcher.transport.base import EventSink, HelperChannel, Started, StartRequest, TaskProcess, start_by_host
 from launcher.transport.local import LocalTransport
+from launcher.transport.standby import StandbyPool
 
 
 class HostRouter:
@@ -26,7 +27,25 @@ class HostRouter:
         return self._ssh.start(launch, sink)
 
     def start_all(self, requests: list[StartRequest]) -> list[Started]:
-        return start_by_host(self.start, requests)
+        try:
+            return start_by_host(self.start, requests)
+        finally:  # standbys serve the attempt after the one they were made in, never a later one
+            for pool in self._pools():
+                pool.clear()
+
+    def prepare_spares(self, launches: list[TaskLaunch]) -> None:
+        """Standbys for the next attempt of these tasks (in the background; see transport/standby.py)."""
+        self._local.standbys.prepare([launch for launch in launches if launch.is_local or self._ssh is None])
+        if self._ssh is not None:
+            self._ssh.standbys.prepare([launch for launch in launches if not launch.is_local])
+
+    def spares(self) -> tuple[int, int]:
+        """(spares ready, standbys waiting)."""
+        counts = [pool.counts() for pool in self._pools()]
+        return sum(ready for ready, _ in counts), sum(total for _, total in counts)
+
+    def _pools(self) -> list[StandbyPool]:
+        return [self._local.standbys] + ([self._ssh.standbys] if self._ssh is not None else [])
 
     def open_helper(self, host_index: int, python: str) -> HelperChannel:
         if self._hosts[host_index].is_local or self._ssh is None:

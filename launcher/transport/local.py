@@ -8,6 +8,7 @@ written to the attempt's log file and handed to the sink with the task's name.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import subprocess
@@ -21,6 +22,7 @@ from launcher.plan import TaskLaunch
 from launcher.private_files import make_private_dir
 from launcher.transport.base import EventSink, ExitStatus, HelperChannel
 from launcher.transport.bootstrap import helper_argv
+from launcher.transport.standby import SpareWatch, StandbyPool, standby_header, task_header
 from launcher.transport.streams import TaskStreams
 from worker.contract import EVENT_FD_VAR
 
@@ -46,16 +48,75 @@ def group_alive(pgid: int) -> bool:
     return False
 
 
+class LocalStandby:
+    """A local helper in standby mode (see transport/standby.py): its spare imports meanwhile."""
+
+    def __init__(self, launch: TaskLaunch) -> None:
+        self.launch = launch
+        read_fd, write_fd = os.pipe()
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-I", "-S", _HELPER, "--standby"],
+                cwd=os.path.expanduser(launch.cwd),
+                env={**os.environ, EVENT_FD_VAR: str(write_fd)},
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                pass_fds=(write_fd,),
+                **_OWN_GROUP,
+            )
+        except BaseException:
+            os.close(read_fd)
+            raise
+        finally:
+            os.close(write_fd)
+        self.events = os.fdopen(read_fd, "rb")
+        self.watch = SpareWatch(self.events, launch.name)
+        self.send(standby_header(launch, None))
+
+    def send(self, header: dict) -> None:
+        assert self.proc.stdin is not None  # stdin=PIPE
+        self.proc.stdin.write((json.dumps(header) + "\n").encode())
+        self.proc.stdin.flush()
+
+    def close(self) -> None:
+        """Its helper reads EOF and kills its group, spare included."""
+        for stream in (self.proc.stdin, self.proc.stdout):
+            try:
+                if stream is not None:
+                    stream.close()
+            except BrokenPipeError:  # the helper already exited
+                pass
+        self.proc.wait()
+        self.watch.finish()  # the helper's end of the event pipe is closed: the reader is done
+        self.events.close()
+
+
 class LocalTask:
     """One running local task. Invariant: after `gone()` is true, no process of it remains."""
 
-    def __init__(self, launch: TaskLaunch, sink: EventSink) -> None:
+    def __init__(self, launch: TaskLaunch, sink: EventSink, standby: LocalStandby | None = None) -> None:
+        """`standby`: a standby made for this task, which runs it (in its spare when it can)."""
         self.launch = launch
         make_private_dir(Path(launch.log_path).parent)
+        if standby is not None:
+            standby.send(task_header(launch))  # OSError: the standby is gone; the caller starts cold
+            standby.watch.finish()
+            self._proc = standby.proc
+            events = standby.events
+        else:
+            self._proc, events = self._start_cold(launch)
+        self.pid = self._proc.pid
+        self.started_at = time.time()
+        assert self._proc.stdout is not None
+        self._streams = TaskStreams(launch.name, launch.log_path, sink, self._proc.stdout, events, self._wait)
+
+    @staticmethod
+    def _start_cold(launch: TaskLaunch) -> tuple[subprocess.Popen[bytes], Any]:
         read_fd, write_fd = os.pipe()
         env = {**os.environ, **launch.env, EVENT_FD_VAR: str(write_fd)}
         try:
-            self._proc = subprocess.Popen(
+            proc = subprocess.Popen(
                 [sys.executable, "-I", "-S", _HELPER, "--", *launch.argv],
                 cwd=os.path.expanduser(launch.cwd),
                 env=env,
@@ -70,12 +131,7 @@ class LocalTask:
             raise
         finally:
             os.close(write_fd)
-        self.pid = self._proc.pid
-        self.started_at = time.time()
-        assert self._proc.stdout is not None
-        self._streams = TaskStreams(
-            launch.name, launch.log_path, sink, self._proc.stdout, os.fdopen(read_fd, "rb"), self._wait
-        )
+        return proc, os.fdopen(read_fd, "rb")
 
     def _wait(self) -> ExitStatus:
         status = self._proc.wait()
@@ -133,10 +189,21 @@ def pipe_channel(proc: subprocess.Popen[bytes]) -> HelperChannel:
 
 
 class LocalTransport:
-    """Starts tasks on this machine."""
+    """Starts tasks on this machine, in a standby prepared for the task when there is one."""
+
+    def __init__(self) -> None:
+        self.standbys = StandbyPool(LocalStandby)
 
     def start(self, launch: TaskLaunch, sink: EventSink) -> LocalTask:
         log.debug("starting %s: %s", launch.name, launch.argv)
+        standby = self.standbys.take(launch)
+        if standby is not None:
+            assert isinstance(standby, LocalStandby)
+            try:
+                return LocalTask(launch, sink, standby)
+            except OSError as error:  # the standby died meanwhile: start cold
+                log.debug("standby for %s unusable (%s); starting cold", launch.name, error)
+                standby.close()
         return LocalTask(launch, sink)
 
     def open_helper(self, host_index: int, python: str) -> HelperChannel:
@@ -144,4 +211,5 @@ class LocalTransport:
         return _open_local_helper(python)
 
     def close(self) -> None:
-        """Nothing shared to release; each LocalTask owns its own resources."""
+        """Close the standbys; each LocalTask owns its own resources."""
+        self.standbys.clear()

@@ -245,6 +245,12 @@ class SlurmTransport:
         self._closed = threading.Event()
         threading.Thread(target=self._beat, daemon=True, name="slurm-heartbeat").start()
 
+    def prepare_spares(self, launches: list[TaskLaunch]) -> None:
+        """No warm spares under Slurm: each attempt is a new job step, started cold."""
+
+    def spares(self) -> tuple[int, int]:
+        return 0, 0
+
     def start_all(self, requests: list[StartRequest]) -> list[Started]:
         launches = [launch for launch, _ in requests]
         attempt_dir = os.path.dirname(launches[0].log_path)

@@ -29,6 +29,7 @@ from launcher.task_runner import BEATS_PER_TIMEOUT
 from launcher.transport.base import EventSink, ExitStatus, HelperChannel
 from launcher.transport.bootstrap import remote_command, source_line
 from launcher.transport.ssh_client import connect, resolve_target
+from launcher.transport.standby import SpareWatch, StandbyPool, standby_header, task_header
 from launcher.transport.streams import TaskStreams, write_mirrored
 from worker.contract import PING_LINE, SIGNAL_LINE
 
@@ -48,22 +49,62 @@ def _exec_session(client: Any, command: str) -> Any:
     return channel
 
 
+class SshStandby:
+    """A remote helper in standby mode (see transport/standby.py), on the host's shared connection."""
+
+    def __init__(self, launch: TaskLaunch, client: Any, liveness_s: float) -> None:
+        self.launch = launch
+        self.lock = threading.Lock()  # one writer at a time: pings, then the task's header
+        self.channel = _exec_session(client, remote_command(launch.python, stdlib_only=True))
+        header = json.dumps(standby_header(launch, liveness_s)) + "\n"
+        self.channel.sendall(source_line(task_runner) + header.encode())
+        self.events = self.channel.makefile_stderr("rb")
+        self.watch = SpareWatch(self.events, launch.name)
+
+    def ping(self) -> None:
+        with self.lock:
+            try:
+                self.channel.sendall(f"{PING_LINE}\n".encode())
+            except _channel_errors():  # gone: the start that takes it falls back to a cold one
+                pass
+
+    def close(self) -> None:
+        try:
+            self.channel.close()  # the helper reads EOF and kills its group, spare included
+        except _channel_errors():  # a dead connection: closed as far as we are concerned
+            pass
+
+
 class SshTask:
     """One task on a remote host. Invariant: `gone()` once the remote helper has exited or is lost."""
 
     def __init__(
-        self, launch: TaskLaunch, client: Any, sink: EventSink, liveness_s: float, session: Any = None
+        self,
+        launch: TaskLaunch,
+        client: Any,
+        sink: EventSink,
+        liveness_s: float,
+        session: Any = None,
+        standby: SshStandby | None = None,
     ) -> None:
         """`session`: a session already running the helper's bootstrap (the preflight's, handed
-        over); None opens a new one on `client`."""
+        over); `standby`: a standby made for this task; neither: a new session on `client`."""
         self.launch = launch
         self.liveness_s = liveness_s
-        self._lock = threading.Lock()
+        self._lock = standby.lock if standby is not None else threading.Lock()
         self._lost: str | None = None
+        header = (json.dumps(task_header(launch, liveness_s)) + "\n").encode()
         try:
-            self._channel = session or _exec_session(client, remote_command(launch.python, stdlib_only=True))
-            header = {"argv": launch.argv, "cwd": launch.cwd, "env": launch.env, "liveness_s": liveness_s}
-            self._channel.sendall(source_line(task_runner) + (json.dumps(header) + "\n").encode())
+            if standby is not None:
+                self._channel = standby.channel
+                with self._lock:
+                    self._channel.sendall(header)
+                standby.watch.finish()
+                events = standby.events
+            else:
+                self._channel = session or _exec_session(client, remote_command(launch.python, stdlib_only=True))
+                self._channel.sendall(source_line(task_runner) + header)
+                events = self._channel.makefile_stderr("rb")
         except _channel_errors() as error:
             raise HostError(
                 launch.host, f"cannot open an SSH session for {launch.name} ({error or type(error).__name__})"
@@ -75,7 +116,7 @@ class SshTask:
             launch.log_path,
             sink,
             self._channel.makefile("rb"),
-            self._channel.makefile_stderr("rb"),
+            events,
             self._wait,
             on_files=functools.partial(write_mirrored, launch),
             on_alive=self._alive,
@@ -144,6 +185,18 @@ class SshTransport:
         self._tasks: list[SshTask] = []
         self._closed = threading.Event()
         self._heartbeat: threading.Thread | None = None
+        self.standbys = StandbyPool(self._standby)
+
+    def _standby(self, launch: TaskLaunch) -> SshStandby:
+        standby = SshStandby(launch, self.client(launch.host_index), self._liveness_s(launch.host_index))
+        self._ensure_heartbeat()  # a waiting standby needs pings as much as a task
+        return standby
+
+    def _ensure_heartbeat(self) -> None:
+        with self._lock:
+            if self._heartbeat is None:
+                self._heartbeat = threading.Thread(target=self._beat, daemon=True, name="ssh-heartbeat")
+                self._heartbeat.start()
 
     def client(self, host_index: int) -> Any:
         """The host's shared connection, opened if needed. Hosts connect in parallel: only callers
@@ -167,14 +220,21 @@ class SshTransport:
     def start(self, launch: TaskLaunch, sink: EventSink) -> SshTask:
         log.debug("starting %s on %s over SSH", launch.name, launch.host)
         index = launch.host_index
-        session = self._take_spare(index)
-        client = None if session is not None else self.client(index)
-        task = SshTask(launch, client, sink, self._liveness_s(index), session)
+        task = None
+        standby = self.standbys.take(launch)
+        if isinstance(standby, SshStandby):
+            try:
+                task = SshTask(launch, None, sink, self._liveness_s(index), standby=standby)
+            except HostError as error:  # the standby's session broke meanwhile: start cold
+                log.debug("standby for %s unusable (%s); starting cold", launch.name, error)
+                standby.close()
+        if task is None:
+            session = self._take_spare(index)
+            client = None if session is not None else self.client(index)
+            task = SshTask(launch, client, sink, self._liveness_s(index), session)
         with self._lock:
             self._tasks = [t for t in self._tasks if not t.gone()] + [task]
-            if self._heartbeat is None:
-                self._heartbeat = threading.Thread(target=self._beat, daemon=True, name="ssh-heartbeat")
-                self._heartbeat.start()
+        self._ensure_heartbeat()
         return task
 
     def open_helper(self, host_index: int, python: str) -> HelperChannel:
@@ -216,6 +276,9 @@ class SshTransport:
                     self._lose(task, silent)
                 else:
                     task.ping()
+            for standby in self.standbys.standing():
+                if isinstance(standby, SshStandby):
+                    standby.ping()
 
     def _lose(self, task: SshTask, silent: float) -> None:
         """Give up every task on the silent task's host, and the host's connection."""
@@ -233,6 +296,7 @@ class SshTransport:
 
     def close(self) -> None:
         self._closed.set()
+        self.standbys.clear()
         with self._lock:
             for spare in [c for spares in self._spares.values() for c in spares]:
                 spare.close()  # a waiting bootstrap reads EOF and exits

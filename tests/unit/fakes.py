@@ -71,6 +71,7 @@ class FakeTransport:
         self.closed = False
         self.unreachable: set[str] = set()  # hosts whose starts fail as an unreachable SSH host's do
         self.start_calls = 0
+        self.spares_for: list[list[str]] = []  # task names of every prepare_spares call
 
     def start(self, launch: TaskLaunch, sink: EventSink) -> FakeTask:
         self.start_calls += 1
@@ -82,6 +83,12 @@ class FakeTransport:
 
     def start_all(self, requests: list[StartRequest]) -> list[Started]:
         return start_by_host(self.start, requests, parallel=False)  # in order: tests index `started`
+
+    def prepare_spares(self, launches: list[TaskLaunch]) -> None:
+        self.spares_for.append([launch.name for launch in launches])
+
+    def spares(self) -> tuple[int, int]:
+        return 0, len(self.spares_for[-1]) if self.spares_for else 0
 
     def open_helper(self, host_index: int, python: str) -> HelperChannel:
         raise NotImplementedError("the supervisor never opens helper sessions; preflight is tested on real hosts")

@@ -1,0 +1,99 @@
+"""A warm spare: an interpreter that imports TensorFlow ahead of time, then becomes one task.
+
+A task's standby helper (see task_runner) starts it while the current attempt still runs, with
+that task's environment, as `python -c SPARE_BOOTSTRAP ORDERS_FD READY_FD`. The helper writes
+this file's source and the list of modules to preload on the orders pipe. The spare imports
+them in a thread of low CPU priority (the running gang keeps the CPU), says so on the ready pipe,
+and waits for its one order: the next attempt's argv, environment and working directory. Then it
+becomes the task as `python script.py ARGS` or `python -m module ARGS` would start it: the same
+sys.argv and sys.path[0], the script run with runpy as `__main__`.
+
+It must never build a TF op or touch a device before its order: TensorFlow must first see the
+order's TF_CONFIG and CUDA_VISIBLE_DEVICES (importing TensorFlow does neither). A spare runs one
+task at most: a process that ever built a strategy is never reused. Standard library only up to
+the preload: the source travels to remote hosts over the helper's channel.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import sys
+import threading
+import time
+from typing import IO, Any
+
+# `python -c` this with the orders and ready pipes' numbers: runs the source sent as line one.
+SPARE_BOOTSTRAP = (
+    "import os,sys,json;f=os.fdopen(int(sys.argv[1]),'r');src=json.loads(f.readline());"
+    "g={'__name__':'tflaunch_spare','ORDERS':f};exec(compile(src,'tflaunch_spare','exec'),g)"
+)
+PRELOAD_NICE = 10  # the preloading thread only: the training gang runs at full priority meanwhile
+
+
+def _preload(modules: list[str], outcome: dict[str, Any]) -> None:
+    try:  # Linux: a thread's own nice value; the task itself later runs at the process's priority
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), PRELOAD_NICE)
+    except (AttributeError, OSError):  # no per-thread priority here: preload at normal priority
+        pass
+    started = time.monotonic()
+    failed = []
+    for name in modules:
+        try:
+            __import__(name)
+        except Exception as error:  # a module that does not import only makes the spare less warm
+            failed.append(f"{name}: {type(error).__name__}: {error}")
+    outcome.update(ready=True, import_s=round(time.monotonic() - started, 3), failed=failed)
+
+
+def _say(fd: int, message: dict[str, Any]) -> None:
+    try:
+        os.write(fd, (json.dumps(message) + "\n").encode())
+    except OSError:  # the helper is gone; the orders pipe tells us too
+        pass
+
+
+def become(order: dict[str, Any]) -> None:
+    """Turn this interpreter into the ordered task and run it (returns when the script does)."""
+    os.environ.clear()
+    os.environ.update(order["env"])
+    if order.get("cwd"):
+        os.chdir(os.path.expanduser(order["cwd"]))
+    args = list(order["argv"][1:])
+    if args[0] == "-m":
+        sys.argv = [args[1], *args[2:]]  # run_module puts the module's file in argv[0]
+        sys.path.insert(0, os.getcwd())
+        runpy.run_module(args[1], run_name="__main__", alter_sys=True)
+    else:
+        sys.argv = args
+        sys.path.insert(0, os.path.dirname(os.path.abspath(args[0])))
+        runpy.run_path(args[0], run_name="__main__")
+
+
+def spare_main(orders: IO[str], ready_fd: int) -> None:
+    if sys.path and sys.path[0] == "":  # `-c` puts the working directory first; the task sets its own
+        sys.path.pop(0)
+    modules = json.loads(orders.readline())["preload"]
+    outcome: dict[str, Any] = {}
+    loader = threading.Thread(target=_preload, args=(modules, outcome), daemon=True, name="preload")
+    loader.start()
+
+    def tell_when_ready() -> None:
+        loader.join()
+        _say(ready_fd, outcome)
+
+    waiting = threading.Thread(target=tell_when_ready, daemon=True, name="ready")
+    waiting.start()
+    line = orders.readline()
+    orders.close()
+    if not line:  # the helper is gone, or it discarded us: leave quietly
+        os._exit(0)
+    loader.join()
+    waiting.join()
+    os.close(ready_fd)
+    become(json.loads(line))
+
+
+if __name__ == "tflaunch_spare":
+    spare_main(globals()["ORDERS"], int(sys.argv[2]))
