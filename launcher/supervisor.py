@@ -221,10 +221,12 @@ class Supervisor:
                 )
 
     def _pump(self, timeout: float) -> None:
-        """Apply every queued event, waiting up to `timeout` for the first one."""
+        """Apply every queued event, waiting up to `timeout` for the first one. The drained
+        callback runs after a quiet wait too: the status a quiet gang shows still moves."""
         try:
             self._apply(*self._events.get(timeout=max(timeout, 0.0)))
         except queue.Empty:
+            self._on_drained()
             return
         while True:
             try:

@@ -72,6 +72,11 @@ class SpareWatch:
     def ready(self) -> bool:
         return bool(self.report and self.report.get("ready"))
 
+    def wait_ready(self, timeout: float) -> bool:
+        """Wait until the spare said whether it is ready (or the helper ended); its answer."""
+        self._thread.join(timeout)
+        return self.ready
+
     def finish(self) -> bool:
         """Wait for the report that follows an order; False when the helper never sent it."""
         self._thread.join(WATCH_FINISH_S)
@@ -97,12 +102,17 @@ class StandbyPool:
         self._standbys: dict[str, Standby] = {}
         self._generation = 0
 
-    def prepare(self, launches: list[TaskLaunch]) -> None:
+    def prepare(self, launches: list[TaskLaunch], background: bool = True) -> None:
+        """Standbys for these tasks (those with something to preload), made in a background
+        thread: opening a session to a remote host takes a round trip."""
         wanted = [launch for launch in launches if launch.preload]
         if not wanted:
             return
         with self._lock:
             generation = self._generation
+        if not background:
+            self._make_all(wanted, generation)
+            return
         threading.Thread(target=self._make_all, args=(wanted, generation), daemon=True, name="standbys").start()
 
     def _make_all(self, launches: list[TaskLaunch], generation: int) -> None:

@@ -71,6 +71,10 @@ def test_sigkill_restarts_the_gang_and_finishes_identically(work: Path, referenc
     assert 0 <= redone <= EVERY
     assert (work / "runs" / "kill" / "attempt-0" / "worker-1.log").exists()
     assert (work / "runs" / "kill" / "attempt-1" / "worker-1.log").exists()
+    recovery = run["attempts"][1]["recovery"]  # the restart ran in the warm spares (on by default)
+    assert recovery["warm_tasks"] == 2 and recovery["tasks"] == 2, recovery
+    assert all(recovery["phases_s"][phase] is not None for phase in ("detect", "stop", "join", "first_step"))
+    assert recovery["total_s"] == pytest.approx(sum(v for v in recovery["phases_s"].values() if v), abs=0.01)
 
 
 def test_sigterm_preempts_checkpoints_and_loses_no_step(work: Path, reference: str) -> None:
@@ -85,6 +89,7 @@ def test_sigterm_preempts_checkpoints_and_loses_no_step(work: Path, reference: s
     assert_agree(found, 2, STEPS)
     assert {r["start_step"] for r in found.values()} == {61}, "the preemption checkpoint is the step after the notice"
     assert found["worker-0"]["fingerprint"] == reference
+    assert run["attempts"][1]["recovery"]["warm_tasks"] == 2, run["attempts"][1]["recovery"]
 
 
 def test_hung_worker_is_caught_by_the_stall_timeout(work: Path, reference: str) -> None:

@@ -64,9 +64,10 @@ def test_two_ssh_hosts_train_and_no_env_value_is_on_a_command_line(work: Path, s
         )
         wait_for_text(log, "[worker:1@127.0.0.3]", proc)
         wait_for_text(log, "step 50/", proc)
-        workers = [p for p in processes_mentioning(str(work)) if p.pid != proc.pid]
+        ours = [p for p in processes_mentioning(str(work)) if p.pid != proc.pid]
+        workers = [p for p in ours if "TF_CONFIG" in p.environ()]  # a warm spare gets TF_CONFIG with its task only
         assert len(workers) == 2, "expected one worker per SSH host"
-        for worker in workers:  # each under the helper that an sshd session started
+        for worker in [*ours]:  # each, worker or spare, under the helper that an sshd session started
             helper = worker.parent()
             assert helper is not None and "tflaunch_helper" in " ".join(helper.cmdline())
             assert any(p.name() == "sshd" for p in helper.parents())
@@ -85,10 +86,11 @@ def test_two_ssh_hosts_train_and_no_env_value_is_on_a_command_line(work: Path, s
     text = log.read_text()
     assert "[worker:0@127.0.0.2]" in text and "[worker:1@127.0.0.3]" in text
     assert (work / "runs" / "two" / "attempt-0" / "worker-1.log").read_text().count("step 400/400") == 1
-    # preflight probes and tasks share one connection per host, and each task runs in the session
-    # its host's probe ran in (a session costs a login shell on the host)
+    # preflight probes, tasks and standbys share one connection per host, and each task runs in the
+    # session its host's probe ran in (a session costs a login shell on the host); the one other
+    # session per host is the standby holding the task's warm spare for a restart
     assert sshd.accepted_connections() - accepted_before == 2
-    assert sshd.sessions_started() - sessions_before == 2
+    assert sshd.sessions_started() - sessions_before == 4
 
 
 def test_mixed_local_and_ssh_hosts(work: Path, sshd: SshServer) -> None:
@@ -109,6 +111,8 @@ def test_remote_worker_killed_restarts_the_gang_over_ssh(work: Path, sshd: SshSe
     run_dir = work / "runs" / "kill"
     summary = json.loads((run_dir / "summary.json").read_text())
     assert len(summary["attempts"]) == 2 and "SIGKILL" in summary["attempts"][0]["reason"]
+    # each restarted task ran in the warm spare its host kept under the standby helper
+    assert summary["attempts"][1]["recovery"]["warm_tasks"] == 2, summary["attempts"][1]["recovery"]
     found = results(run_dir, 1)
     assert_agree(found, 2, 60)
     assert {r["start_step"] for r in found.values()} == {20}
