@@ -133,6 +133,7 @@ class Supervisor:
         self.state = LaunchState.STARTING
         self.result: RunResult | None = None
         self._restart_times: RestartTimes | None = None  # how the current attempt came about, if by a restart
+        self._spares_asked = False
         self._decided_at = 0.0
 
     # ---- observe ---------------------------------------------------------------------------
@@ -250,6 +251,7 @@ class Supervisor:
         if self._records is None:
             self._records = RecordFiles(self._plan.run_dir)
         self._tasks = {launch.name: _Task(launch) for launch in self._plan.tasks}
+        self._spares_asked = False
         self._attempt_started_at = time.time()
         self.state = LaunchState.STARTING
         make_private_dir(self._plan.attempt_dir)
@@ -273,8 +275,7 @@ class Supervisor:
         status = self.status()
         if self.state is LaunchState.STARTING and not status.unjoined:
             self.state = LaunchState.RUNNING
-            # The gang's start-up is over: spares for the next attempt now import at low priority.
-            self._transport.prepare_spares([t.launch for t in self._tasks.values()])
+        self._prepare_spares()
         decision = self._policy.decide(status)
         if decision.action is Action.KEEP_GOING:
             return self.state
@@ -287,6 +288,18 @@ class Supervisor:
         else:
             self._restart(decision)
         return self.state
+
+    def _prepare_spares(self) -> None:
+        """Once per attempt, when its start-up is over (every training task made a step; for tasks
+        that report nothing, once they run), ask for the next attempt's warm spares: they import
+        at low priority, and would otherwise slow the restore and tracing they exist to hasten."""
+        if self._spares_asked or self.state is not LaunchState.RUNNING:
+            return
+        trainers = [t for t in self._tasks.values() if not t.launch.sidecar]
+        if self._reports_progress and not all(FIRST_STEP in t.times for t in trainers):
+            return
+        self._spares_asked = True
+        self._transport.prepare_spares([t.launch for t in self._tasks.values()])
 
     def _restart(self, decision: Decision) -> None:
         self.state = LaunchState.RESTARTING

@@ -79,6 +79,11 @@ def test_spares_are_prepared_once_the_gang_runs_and_the_restart_is_broken_down(t
     assert transport.spares_for == []  # not while the gang starts: it needs the CPU
     join_all(transport, 2)
     assert sup.step(0) is LaunchState.RUNNING
+    assert transport.spares_for == [], "not before the first step: restoring and tracing need the CPU too"
+    transport.started[0].say("step", step=1)
+    assert sup.step(0) is LaunchState.RUNNING and transport.spares_for == []
+    transport.started[1].say("step", step=1)
+    sup.step(0)
     assert transport.spares_for == [["worker:0", "worker:1"]]
     assert sup.status().spares == (0, 2)
     transport.started[1].exit(None, signal.SIGKILL)
