@@ -59,7 +59,7 @@ def run(quick: bool, seed: int = 7) -> str:
         ).wait(timeout=600)
         run_dir = directory / "runs" / name
         steps_seen, prints, summary = _final(run_dir)
-        left = worker_processes(run_dir)
+        left = worker_processes(run_dir, spares=True)
         kill_all(left)
         resumed = [t for t in summary["attempts"][1]["tasks"]] if len(summary["attempts"]) > 1 else []
         start_step = min(((t.get("result") or {}).get("start_step", step) for t in resumed), default=step)
@@ -70,9 +70,11 @@ def run(quick: bool, seed: int = 7) -> str:
                 "step": step,
                 "exit": code,
                 "attempts": len(summary["attempts"]),
+                "reasons": [a["reason"] for a in summary["attempts"]],  # why each attempt ended
                 "exact": code == 0 and steps_seen == {steps} and len(prints) == 1 and prints == reference,
                 "redone": max(0, step - start_step),
                 "leftover": len(left),
+                "warm_tasks": sum((a.get("recovery") or {}).get("warm_tasks", 0) for a in summary["attempts"]),
                 "seconds": time.monotonic() - started,
             }
         )
@@ -90,14 +92,14 @@ def run(quick: bool, seed: int = 7) -> str:
         ),
         "",
         f"Finished at exactly step {steps} with identical fingerprints equal to an uninterrupted run: "
-        f"**{exact}/{runs}**. Worker processes left behind: **{left}**.",
+        f"**{exact}/{runs}**. Worker processes (warm spares included) left behind: **{left}**.",
         "",
-        "| fault | worker | step | attempts | exact | redone |",
-        "| --- | --- | ---: | ---: | --- | ---: |",
+        "| fault | worker | step | attempts | exact | redone | tasks restarted in a warm spare |",
+        "| --- | --- | ---: | ---: | --- | ---: | ---: |",
     ]
     lines += [
         f"| {r['fault']} | {r['task']} | {r['step']} | {r['attempts']} | {'yes' if r['exact'] else 'NO'} | "
-        f"{r['redone']} |"
+        f"{r['redone']} | {r['warm_tasks']} |"
         for r in records
     ]
     return "\n".join(lines)

@@ -110,12 +110,15 @@ def wait_step(run_dir: Path, step: int, timeout: float = 120, attempt: int | Non
     return wait_for(reached, timeout, f"step {step} in {run_dir}")
 
 
-def worker_processes(run_dir: Path, task: str | None = None) -> list[psutil.Process]:
-    """The TF worker processes (`-m worker`) of a run, found by their environment."""
+def worker_processes(run_dir: Path, task: str | None = None, spares: bool = False) -> list[psutil.Process]:
+    """The TF worker processes (`-m worker`) of a run, found by their environment; with `spares`,
+    also warm spares, waiting or running a task (what must be gone once a run ended)."""
     found = []
     for proc in psutil.process_iter():
         try:
-            if "worker" not in proc.cmdline()[1:3]:
+            cmdline = proc.cmdline()
+            spare = any("tflaunch_spare" in part for part in cmdline)
+            if "worker" not in cmdline[1:3] and not (spares and spare):
                 continue
             env = proc.environ()
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):  # gone or not ours

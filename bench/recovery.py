@@ -86,7 +86,7 @@ def _one(kind: str, warm: bool) -> dict[str, Any]:
     last_before = max(m["step"] for m in metrics(run_dir) if m.get("attempt") == 0)
     proc.send_signal(signal.SIGINT)  # the measurement is over: stop the run (summary.json is written)
     proc.wait(timeout=120)
-    kill_all(worker_processes(run_dir))
+    kill_all(worker_processes(run_dir, spares=True))
     summary = json.loads((run_dir / "summary.json").read_text())
     recovery = summary["attempts"][1].get("recovery") or {}
     shutil.rmtree(directory, ignore_errors=True)

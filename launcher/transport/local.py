@@ -3,7 +3,9 @@
 The helper leads the task's process group and holds a lifeline pipe to the launcher: when the
 launcher dies, even by SIGKILL, the pipe closes and the helper kills the group. TF_CONFIG goes
 into the task's environment only, never into the launcher's. Output is read line by line,
-written to the attempt's log file and handed to the sink with the task's name.
+written to the attempt's log file and handed to the sink with the task's name. A task may also
+start in a standby helper made during the previous attempt (transport/standby.py), which runs it
+in its warm spare.
 """
 
 from __future__ import annotations

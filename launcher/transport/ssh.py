@@ -180,7 +180,7 @@ class SshTransport:
         self._hosts = hosts
         self._clients: dict[int, Any] = {}
         self._connecting: dict[int, threading.Lock] = {}
-        self._spares: dict[int, list[Any]] = {}  # preflight sessions handed over, one per host
+        self._kept_sessions: dict[int, list[Any]] = {}  # preflight sessions kept for first tasks, one per host
         self._lock = threading.Lock()
         self._tasks: list[SshTask] = []
         self._closed = threading.Event()
@@ -229,7 +229,7 @@ class SshTransport:
                 log.debug("standby for %s unusable (%s); starting cold", launch.name, error)
                 standby.close()
         if task is None:
-            session = self._take_spare(index)
+            session = self._take_kept_session(index)
             client = None if session is not None else self.client(index)
             task = SshTask(launch, client, sink, self._liveness_s(index), session)
         with self._lock:
@@ -247,18 +247,18 @@ class SshTransport:
 
         def keep() -> None:
             with self._lock:
-                self._spares.setdefault(host_index, []).append(channel)
+                self._kept_sessions.setdefault(host_index, []).append(channel)
 
         return HelperChannel(
             channel.sendall, channel.makefile("rb"), channel.makefile_stderr("rb"), channel.close, keep=keep
         )
 
-    def _take_spare(self, host_index: int) -> Any:
+    def _take_kept_session(self, host_index: int) -> Any:
         """A kept session of this host still open, or None."""
         with self._lock:
-            spares = self._spares.get(host_index, [])
-            while spares:
-                channel = spares.pop(0)
+            kept = self._kept_sessions.get(host_index, [])
+            while kept:
+                channel = kept.pop(0)
                 if not (channel.closed or channel.exit_status_ready()):
                     return channel
                 channel.close()
@@ -298,9 +298,9 @@ class SshTransport:
         self._closed.set()
         self.standbys.clear()
         with self._lock:
-            for spare in [c for spares in self._spares.values() for c in spares]:
-                spare.close()  # a waiting bootstrap reads EOF and exits
-            self._spares.clear()
+            for channel in [c for kept in self._kept_sessions.values() for c in kept]:
+                channel.close()  # a waiting bootstrap reads EOF and exits
+            self._kept_sessions.clear()
             for client in self._clients.values():
                 client.close()
             self._clients.clear()

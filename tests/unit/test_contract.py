@@ -54,6 +54,8 @@ def test_the_stdlib_only_helper_mirrors_the_contract() -> None:
         assert f'"{event}"' in source and event in contract.HELPER_EVENTS
     assert task_runner.PING_LINE == contract.PING_LINE and task_runner.SIGNAL_LINE == contract.SIGNAL_LINE
     assert task_runner.END_LINE == contract.END_LINE
+    assert task_runner.WARM_EVENT == contract.WARM
+    assert task_runner.LATE_PREFIX == contract.ENV_PREFIX and contract.TF_CONFIG in task_runner.LATE_KEYS
 
 
 def test_no_second_definition_of_a_contract_name() -> None:
