@@ -346,6 +346,14 @@ class RestartSpec(StrictModel):
         "a restart skips Python and TensorFlow start-up (costs the memory of an imported TensorFlow per task: about "
         "0.5 GiB on CPU; no GPU memory). false: every restart starts cold.",
     )
+    warm_spares_after_s: float = Field(
+        5.0,
+        ge=0,
+        le=86400,
+        description="Make the spares this many seconds after every task's first step of an attempt: a job that ends "
+        "sooner gains nothing from them, and their import would compete with its training. A failure before then "
+        "restarts cold.",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> RestartSpec:

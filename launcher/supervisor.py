@@ -134,6 +134,7 @@ class Supervisor:
         self.result: RunResult | None = None
         self._restart_times: RestartTimes | None = None  # how the current attempt came about, if by a restart
         self._spares_asked = False
+        self._trained_since: float | None = None
         self._decided_at = 0.0
 
     # ---- observe ---------------------------------------------------------------------------
@@ -252,6 +253,7 @@ class Supervisor:
             self._records = RecordFiles(self._plan.run_dir)
         self._tasks = {launch.name: _Task(launch) for launch in self._plan.tasks}
         self._spares_asked = False
+        self._trained_since = None  # (monotonic) when the attempt's start-up was over
         self._attempt_started_at = time.time()
         self.state = LaunchState.STARTING
         make_private_dir(self._plan.attempt_dir)
@@ -290,13 +292,18 @@ class Supervisor:
         return self.state
 
     def _prepare_spares(self) -> None:
-        """Once per attempt, when its start-up is over (every training task made a step; for tasks
-        that report nothing, once they run), ask for the next attempt's warm spares: they import
-        at low priority, and would otherwise slow the restore and tracing they exist to hasten."""
+        """Once per attempt, `restart.warm_spares_after_s` after its start-up is over (every training task made a
+        step; for tasks that report nothing, once they run), ask for the next attempt's warm
+        spares: they import at low priority, and would otherwise slow the restore and tracing
+        they exist to hasten."""
         if self._spares_asked or self.state is not LaunchState.RUNNING:
             return
         trainers = [t for t in self._tasks.values() if not t.launch.sidecar]
         if self._reports_progress and not all(FIRST_STEP in t.times for t in trainers):
+            return
+        if self._trained_since is None:
+            self._trained_since = self._clock()
+        if self._clock() - self._trained_since < self._policy.spec.warm_spares_after_s:
             return
         self._spares_asked = True
         self._transport.prepare_spares([t.launch for t in self._tasks.values()])

@@ -33,7 +33,8 @@ STEPS, EVERY = 120, 25
 
 def recovery_spec(work: Path, name: str, **restart: Any) -> Path:
     spec = local_spec(name, 2, work / "runs", kind="builtin", steps=STEPS, checkpoint_every=EVERY, log_every=20)
-    spec["restart"] = {"max_restarts": 2, "backoff_s": 0, "grace_period_s": 5, **restart}
+    # spares at once after the first step (by default 5 s later), so that early faults find them
+    spec["restart"] = {"max_restarts": 2, "backoff_s": 0, "grace_period_s": 5, "warm_spares_after_s": 0, **restart}
     return write_spec(work, spec, f"{name}.json")
 
 

@@ -17,7 +17,7 @@ def test_a_user_script_restarts_into_warm_spares_with_nothing_initialised(work: 
     out = work / "seen"
     out.mkdir()
     spec = local_spec("warm", 2, work / "runs")
-    spec["restart"] = {"max_restarts": 1, "backoff_s": 0, "grace_period_s": 5}
+    spec["restart"] = {"max_restarts": 1, "backoff_s": 0, "grace_period_s": 5, "warm_spares_after_s": 0}
     proc = run_launch(
         ["--cluster", str(write_spec(work, spec)), "--", "python", str(HELPERS / "spare_probe.py"), str(out)], work
     )

@@ -104,7 +104,7 @@ def test_mixed_local_and_ssh_hosts(work: Path, sshd: SshServer) -> None:
 
 def test_remote_worker_killed_restarts_the_gang_over_ssh(work: Path, sshd: SshServer) -> None:
     spec = ssh_spec(work, "kill", [ssh_host(sshd, "127.0.0.2"), ssh_host(sshd, "127.0.0.3")], tensorboard=True)
-    spec["restart"]["max_restarts"] = 1
+    spec["restart"].update(max_restarts=1, warm_spares_after_s=0)  # spares ready for the early fault
     spec["checkpoint_dir"] = str(work / "shared" / "kill")
     proc = run_launch(["--cluster", str(write_spec(work, spec)), "--inject", "kill:worker:1@step=30"], work)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -9,6 +9,7 @@ import pytest
 
 from launcher.gang import LaunchState
 from launcher.recovery import RestartTimes, restart_phases
+from launcher.spec import RestartSpec
 from launcher.task_runner import spare_declines
 from tests.unit.test_supervisor import join_all, make
 
@@ -75,7 +76,7 @@ def test_a_spare_takes_only_what_starts_the_same_interpreter_the_same_way(
 
 
 def test_spares_are_prepared_once_the_gang_runs_and_the_restart_is_broken_down(tmp_path: Path) -> None:
-    sup, transport, _, _ = make(tmp_path, max_restarts=1)
+    sup, transport, clock, _ = make(tmp_path, max_restarts=1)
     assert transport.spares_for == []  # not while the gang starts: it needs the CPU
     join_all(transport, 2)
     assert sup.step(0) is LaunchState.RUNNING
@@ -83,6 +84,9 @@ def test_spares_are_prepared_once_the_gang_runs_and_the_restart_is_broken_down(t
     transport.started[0].say("step", step=1)
     assert sup.step(0) is LaunchState.RUNNING and transport.spares_for == []
     transport.started[1].say("step", step=1)
+    sup.step(0)
+    assert transport.spares_for == [], "not in the first seconds either: a short job gains nothing from spares"
+    clock.now += RestartSpec().warm_spares_after_s
     sup.step(0)
     assert transport.spares_for == [["worker:0", "worker:1"]]
     assert sup.status().spares == (0, 2)
@@ -97,6 +101,8 @@ def test_spares_are_prepared_once_the_gang_runs_and_the_restart_is_broken_down(t
     for task in second:
         task.say("step", step=1)
     assert sup.step(0) is LaunchState.RUNNING
+    clock.now += RestartSpec().warm_spares_after_s
+    sup.step(0)
     assert transport.spares_for[-1] == ["worker:0", "worker:1"], "fresh spares for every attempt"
     for task in second:
         task.exit(0)
