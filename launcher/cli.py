@@ -3,6 +3,8 @@
     launch --cluster cluster.json [--dry-run [--json]] [-- COMMAND ...]
     launch --local 3 [-- python train.py ...]
     launch schema
+    launch bundle RUN_DIR [-o FILE]
+    launch export k8s --cluster cluster.json --image IMAGE [--format jobset|tfjob] [-o DIR]
 
 A LaunchError becomes its message and exit code (2 for anything the user can fix); never a
 traceback. Signals become an exception on the main thread; shutdown runs in `finally`.
@@ -47,7 +49,9 @@ def _parser() -> argparse.ArgumentParser:
         description="Start a TensorFlow MultiWorkerMirroredStrategy job from a cluster spec and supervise it as one "
         "gang.",
         epilog="Subcommands: 'launch schema' prints the JSON Schema of the cluster spec; 'launch status RUN_DIR' "
-        "summarises a running or finished run. "
+        "summarises a running or finished run; 'launch bundle RUN_DIR [-o FILE]' packs a run's logs, summary, spec "
+        "(secrets masked) and preflight findings into one archive for a post-mortem; 'launch export k8s --cluster "
+        "FILE --image IMAGE' writes Kubernetes manifests (JobSet or TFJob) that run the spec. "
         "Everything after '--' is a command run as every task instead of the spec's training.",
     )
     source = parser.add_mutually_exclusive_group()
@@ -228,6 +232,92 @@ def _slurm_command(own: list[str], command: list[str]) -> int:
     return slurm.follow(job_id, output, say, lambda line: print(line, flush=True))
 
 
+def _bundle_command(own: list[str]) -> int:
+    """`launch bundle RUN_DIR [-o FILE]`."""
+    from launcher.bundle import make_bundle
+
+    parser = _ArgumentParser(
+        prog="launch bundle",
+        description="Pack what a post-mortem of a run needs into one tar.gz: summary, status, every attempt's logs, "
+        "result and error files, the spec with secret values masked, the preflight's findings (versions, GPUs) and "
+        "this machine's versions. Never checkpoints, model exports or TensorBoard events.",
+    )
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="the run directory, e.g. runs/example")
+    parser.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE",
+        help="archive to write (default: ./<name>-bundle-<time>.tar.gz); never overwritten",
+    )
+    args = parser.parse_args(own)
+    result = make_bundle(args.run_dir, args.output)
+    size = result.size / 1024
+    shown = f"{size:.1f} KiB" if size < 1024 else f"{size / 1024:.1f} MiB"
+    print(f"bundle: {result.path} ({shown}, {result.members} files)")
+    for entry in result.left_out:
+        print(f"  not packed: {entry}")
+    return 0
+
+
+def _export_command(own: list[str], command: list[str]) -> int:
+    """`launch export k8s --cluster FILE --image IMAGE [--format jobset|tfjob] [-o DIR] [-- COMMAND ...]`."""
+    from launcher.k8s.export import export, text, write
+    from launcher.k8s.layout import DEFAULT_PORT, FORMATS, MOUNT_PATH, ExportOptions
+
+    parser = _ArgumentParser(
+        prog="launch export k8s",
+        description="Render the spec as Kubernetes manifests: a JobSet that restarts the whole gang and routes exit "
+        "codes (the default), or a TFJob for Kubeflow Training Operator 1.9. Each pod computes its TF_CONFIG from its "
+        "stable host name and index (python -m worker.pod). Applies nothing.",
+    )
+    parser.add_argument("--cluster", metavar="FILE", required=True, help="cluster spec (JSON)")
+    parser.add_argument("--image", required=True, help="container image with the project and TensorFlow (docker/)")
+    parser.add_argument("--format", default="jobset", help=f"{' or '.join(FORMATS)} (default: jobset)")
+    parser.add_argument("-o", "--output", metavar="DIR", help="write one YAML file per object here (default: stdout)")
+    parser.add_argument("--name", help="name of the Kubernetes objects and the run (default: the spec's)")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"TF port in every pod (default {DEFAULT_PORT})")
+    parser.add_argument(
+        "--checkpoint-claim",
+        metavar="NAME",
+        help=f"a ReadWriteMany PersistentVolumeClaim mounted at {MOUNT_PATH} in every pod: the run directory and the "
+        "checkpoints (unless checkpoint_dir is an object-store URL)",
+    )
+    parser.add_argument("--claim-size", metavar="SIZE", help="also write that claim, of this size (e.g. 100Gi)")
+    parser.add_argument("--storage-class", metavar="CLASS", help="storage class of the claim written")
+    parser.add_argument(
+        "--secret",
+        metavar="NAME",
+        help="a Secret holding the spec's secret-looking env values under the same keys; they are referenced, never "
+        "written",
+    )
+    if own[:1] != ["k8s"]:
+        raise UsageError(f"usage: {parser.format_usage().strip().removeprefix('usage: ')}")
+    args = parser.parse_args(own[1:])
+    args.local, args.run_root = None, None
+    spec = _load(args, command)
+    options = ExportOptions(
+        image=args.image,
+        format=args.format,
+        name=args.name,
+        port=args.port,
+        checkpoint_claim=args.checkpoint_claim,
+        claim_size=args.claim_size,
+        storage_class=args.storage_class,
+        secret=args.secret,
+    )
+    result = export(spec, options, args.cluster)
+    if result.warnings:  # once, here; the YAML repeats them as comments
+        print(f"launch: with --format {args.format}, these guarantees of the launcher do not hold:", file=sys.stderr)
+        for line in result.warnings:
+            print(f"  - {line}", file=sys.stderr)
+    if args.output is None:
+        print(text(result), end="")
+        return 0
+    for path in write(result, Path(args.output)):
+        print(f"wrote {path}")
+    return 0
+
+
 def _raise_fd_limit() -> None:
     """Every local task holds a few pipes; the common soft limit of 1024 runs out at a few hundred tasks."""
     import resource
@@ -255,6 +345,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise UsageError("usage: launch status RUN_DIR (e.g. runs/example)")
             print(describe_run(own[1]))
             return 0
+        if own[:1] == ["bundle"]:
+            return _bundle_command(own[1:])
+        if own[:1] == ["export"]:
+            return _export_command(own[1:], command)
         args = _parser().parse_args(own)
         logging.basicConfig(
             level=logging.INFO if args.verbose else logging.WARNING,

@@ -29,6 +29,7 @@ class TaskSlot:
     host_index: int
     host: HostSpec
     requested_port: int
+    gpus: tuple[int, ...] | None = None  # its CUDA_VISIBLE_DEVICES; None: not set
 
     @property
     def name(self) -> str:
@@ -116,29 +117,19 @@ def task_slots(spec: ClusterSpec) -> list[TaskSlot]:
     slots: list[TaskSlot] = []
     counters = {"chief": 0, "worker": 0, "evaluator": 0}
     for host_index, host in enumerate(spec.hosts):
-        for entry in spec.task_entries(host):
+        for entry, gpus in zip(spec.task_entries(host), host.gpu_shares(), strict=True):
             index = entry.index
             if index < 0:  # count form: indices follow host order
                 index = counters[entry.type]
                 counters[entry.type] += 1
-            slots.append(TaskSlot(entry.type, index, host_index, host, entry.port))
+            share = tuple(gpus) if gpus is not None else None
+            slots.append(TaskSlot(entry.type, index, host_index, host, entry.port, share))
     order = {"chief": 0, "worker": 1, "evaluator": 2}
     return sorted(slots, key=lambda s: (order[s.task_type], s.task_index))
 
 
 def _address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-def _gpu_share(host: HostSpec, position: int, count: int) -> str | None:
-    """The CUDA_VISIBLE_DEVICES of the position-th of `count` trainers on a host: an even, disjoint split."""
-    if host.gpus is None:
-        return None
-    per_task = len(host.gpus) // count if count else 0
-    if per_task == 0:
-        return ",".join(str(g) for g in host.gpus)  # fewer GPUs than tasks: all share
-    share = host.gpus[position * per_task : (position + 1) * per_task]
-    return ",".join(str(g) for g in share)
 
 
 def _checkpoint_dir(spec: ClusterSpec, layout: RunLayout, launcher_cwd: str) -> str:
@@ -215,14 +206,9 @@ def build_plan(spec: ClusterSpec, inputs: PlanInputs) -> LaunchPlan:
     if missing:
         raise ValueError(f"no port chosen for {', '.join(missing)}; resolve port 0 before planning")
     cluster = _cluster(slots, ports)
-    trainers_on: dict[int, int] = {}
-    for slot in slots:
-        if slot.task_type != "evaluator":
-            trainers_on[slot.host_index] = trainers_on.get(slot.host_index, 0) + 1
     layout = RunLayout(inputs.run_dir)
     checkpoint_dir = _checkpoint_dir(spec, layout, inputs.launcher_cwd)
 
-    positions: dict[int, int] = {}
     tasks: list[TaskLaunch] = []
     for slot in slots:
         host = slot.host
@@ -231,12 +217,8 @@ def build_plan(spec: ClusterSpec, inputs: PlanInputs) -> LaunchPlan:
         cwd = host.workdir or spec.workdir or (inputs.launcher_cwd if host.is_local else ".")
         own = {"evaluator": [_address(host.address, ports[slot.name])]} if sidecar else cluster
         tf_config = {"cluster": own, "task": {"type": slot.task_type, "index": slot.task_index}}
-        if sidecar:
-            gpus = "" if host.gpus is not None else None  # the evaluator scores on CPU, leaving GPUs to training
-        else:
-            position = positions.get(slot.host_index, 0)
-            positions[slot.host_index] = position + 1
-            gpus = _gpu_share(host, position, trainers_on[slot.host_index])
+        # An even, disjoint split of the host's GPUs (HostSpec.gpu_shares); the evaluator gets none unless listed
+        gpus = ",".join(str(g) for g in slot.gpus) if slot.gpus is not None else None
         if isinstance(spec.training, CommandTraining):
             argv = [python if arg in _BARE_PYTHON and i == 0 else arg for i, arg in enumerate(spec.training.argv)]
         else:

@@ -1,10 +1,12 @@
 """Check every host before anything starts, in parallel, and report every problem at once.
 
 Per host: reachable and authenticated (SSH), python and TensorFlow present with the same versions
-everywhere, the worker runtime installed (when the spec uses it), the working directory and the
-checkpoint directory present, the checkpoint directory really shared (a marker written on one host
-is read on all), each task's port free, and every host able to open a TCP connection to every
-other host's task ports while they are bound (full mesh). Starts no task; leaves no file behind.
+everywhere, the worker runtime installed (when the spec uses it), on hosts given GPUs a working
+nvidia-smi with the same driver and CUDA versions everywhere and every GPU id of the spec (see
+launcher.gpus), the working directory and the checkpoint directory present, the checkpoint
+directory really shared (a marker written on one host is read on all), each task's port free, and
+every host able to open a TCP connection to every other host's task ports while they are bound
+(full mesh). Starts no task; leaves no file behind.
 """
 
 from __future__ import annotations
@@ -17,11 +19,12 @@ import sys
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
 from launcher import probe
 from launcher.errors import HostError
+from launcher.gpus import GpuHost, fleet_problems, inventory
 from launcher.plan import LaunchPlan, TaskLaunch
 from launcher.probe import creatable
 from launcher.spec import BuiltinTraining, ClusterSpec, FunctionTraining, is_url, machine_key
@@ -101,6 +104,7 @@ class _Host:
     python: str
     workdir: str
     tasks: list[TaskLaunch]
+    gpus: list[int] | None = None  # the GPU ids the spec gives this host's tasks; None or []: not checked
     session: ProbeSession | None = None
     info: dict[str, Any] = field(default_factory=dict)
 
@@ -109,6 +113,7 @@ class _Host:
 class PreflightReport:
     lines: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    hosts: list[dict[str, Any]] = field(default_factory=list)  # what each host reported (versions, GPUs)
 
     @property
     def ok(self) -> bool:
@@ -140,13 +145,19 @@ def run_preflight(spec: ClusterSpec, plan: LaunchPlan, transport: Transport) -> 
     hosts: list[_Host] = []
     for index, entry in enumerate(spec.hosts):
         tasks = [t for t in plan.tasks if t.host_index == index]
-        hosts.append(_Host(index, entry.address, entry.is_local, tasks[0].python, tasks[0].cwd, tasks))
+        hosts.append(_Host(index, entry.address, entry.is_local, tasks[0].python, tasks[0].cwd, tasks, entry.gpu_ids))
     need_worker = isinstance(spec.training, (BuiltinTraining, FunctionTraining))
 
     def open_session(host: _Host) -> None:
         host.session = ProbeSession(transport.open_helper(host.index, host.python))
         host.info = host.session.call(
-            {"op": "info", "workdir": host.workdir, "checkpoint_dir": plan.checkpoint_dir, "need_worker": need_worker}
+            {
+                "op": "info",
+                "workdir": host.workdir,
+                "checkpoint_dir": plan.checkpoint_dir,
+                "need_worker": need_worker,
+                "gpus": bool(host.gpus),
+            }
         )
 
     try:
@@ -159,6 +170,7 @@ def run_preflight(spec: ClusterSpec, plan: LaunchPlan, transport: Transport) -> 
                 )
         live = [h for h in hosts if h.info]
         _check_info(live, plan, need_worker, report)
+        _check_gpus(live, report)
         _check_shared_checkpoints([h for h in live if h.info.get("checkpoint_ok")], plan, report)
         _check_ports_and_mesh(live, report)
         for host in live:
@@ -167,6 +179,7 @@ def run_preflight(spec: ClusterSpec, plan: LaunchPlan, transport: Transport) -> 
                 f"{host.address}: python {info['python']}, tensorflow {info['tensorflow'] or 'MISSING'}, "
                 f"{len(host.tasks)} task(s) on port(s) {', '.join(str(t.port) for t in host.tasks)}"
             )
+            report.hosts.append(_host_record(host))
     finally:
         sessions = [h for h in hosts if h.session is not None]
         passed = report.ok and sys.exc_info()[0] is None
@@ -175,6 +188,42 @@ def run_preflight(spec: ClusterSpec, plan: LaunchPlan, transport: Transport) -> 
             if id(host) not in kept and host.session is not None:
                 host.session.close()
     return report
+
+
+def _host_record(host: _Host) -> dict[str, Any]:
+    """What preflight.json keeps of a host: where it is, what it runs, what it has."""
+    info = host.info
+    record: dict[str, Any] = {
+        "address": host.address,
+        "hostname": info.get("hostname"),
+        "python": info.get("python"),
+        "executable": info.get("executable"),
+        "tensorflow": info.get("tensorflow"),
+        "tasks": [t.name for t in host.tasks],
+        "ports": [t.port for t in host.tasks],
+    }
+    if "gpus" in info:
+        found = inventory(info["gpus"])
+        record["gpus"] = {
+            "spec": host.gpus,
+            "driver": found.driver,
+            "cuda": found.cuda,
+            "problem": found.problem,
+            "devices": [asdict(gpu) for gpu in found.gpus],
+        }
+    return record
+
+
+def _check_gpus(hosts: list[_Host], report: PreflightReport) -> None:
+    checked = [
+        GpuHost(h.address, f"hosts[{h.index}].gpus", tuple(h.gpus or ()), inventory(h.info.get("gpus")))
+        for h in hosts
+        if h.gpus
+    ]
+    report.problems.extend(fleet_problems(checked))
+    for host in checked:
+        if host.found.problem is None:
+            report.lines.append(f"{host.address}: GPUs {', '.join(map(str, host.wanted))} of {host.found.describe()}")
 
 
 def _hand_over(host: _Host) -> bool:

@@ -4,7 +4,8 @@ Runs through the same bootstrap as the task helper (`remote_main`), on remote an
 alike. Standard library only; it never imports TensorFlow (metadata lookups are enough and
 take milliseconds). Requests and answers are JSON lines on stdin/stdout:
 
-    {"op": "info", "workdir": ..., "checkpoint_dir": ..., "need_worker": true}
+    {"op": "info", "workdir": ..., "checkpoint_dir": ..., "need_worker": true, "gpus": true}
+                                         "gpus": also nvidia-smi's raw answers (parsed by launcher.gpus)
     {"op": "write_marker" | "read_marker" | "remove", "path": ..., "token": ...}
     {"op": "bind", "ports": [...]}       keeps listeners open until "release" or end of input
     {"op": "connect", "addresses": [["host", port], ...], "timeout": 3}
@@ -138,6 +139,55 @@ def _info(request: dict[str, Any]) -> dict[str, Any]:
     }
     if request.get("need_worker"):
         answer["worker_ok"] = _worker_importable()
+    if request.get("gpus"):
+        answer["gpus"] = _nvidia_smi()
+    return answer
+
+
+NVIDIA_SMI_TIMEOUT_S = 10.0
+GPU_QUERY = "--query-gpu=index,uuid,name,driver_version,memory.total"
+_MAX_OUTPUT = 65536
+
+
+def _run_nvidia_smi(path: str, args: list[str]) -> dict[str, Any]:
+    """One bounded nvidia-smi call: its exit code and output, or why it gave none (a hung driver never answers)."""
+    import subprocess
+
+    try:
+        proc = subprocess.Popen([path, *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    except OSError as error:
+        return {"error": error.strerror or str(error)}
+    try:
+        stdout, stderr = proc.communicate(timeout=NVIDIA_SMI_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        try:
+            proc.communicate(timeout=1)
+        except subprocess.TimeoutExpired:  # stuck in the driver (uninterruptible): leave it, never wait on it
+            pass
+        return {"timeout": NVIDIA_SMI_TIMEOUT_S}
+    return {
+        "code": proc.returncode,
+        "stdout": stdout[:_MAX_OUTPUT].decode("utf-8", "replace"),
+        "stderr": stderr[:_MAX_OUTPUT].decode("utf-8", "replace"),
+    }
+
+
+def _nvidia_smi() -> dict[str, Any]:
+    """What nvidia-smi says about this host's GPUs, unparsed: the GPU list as CSV and the plain
+    header (the only place it prints the CUDA version). In a Slurm step the spec's GPU ids are
+    slots of the step's CUDA_VISIBLE_DEVICES, so that is reported too."""
+    import shutil
+
+    path = shutil.which("nvidia-smi")
+    answer: dict[str, Any] = {"path": path}
+    if os.environ.get("SLURM_STEP_ID") is not None:
+        answer["slurm_step_devices"] = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if path is None:
+        return answer
+    answer["query"] = _run_nvidia_smi(path, [GPU_QUERY, "--format=csv,noheader,nounits"])
+    if answer["query"].get("code") == 0:
+        answer["header"] = _run_nvidia_smi(path, [])
     return answer
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
+from launcher.bundle import write_launch_record
 from launcher.console import Console
 from launcher.errors import InterruptedLaunchError, PreflightError
 from launcher.faults import Fault
@@ -150,6 +151,7 @@ def launch(
         transport.close()
         raise PreflightError(report.problems)
     make_private_dir(first_plan.run_dir)  # logs hold whatever tasks print: for the owner only
+    write_launch_record(spec, report, first_plan.run_dir)  # for a post-mortem (`launch bundle`)
     _make_checkpoint_dir(spec, first_plan)
     supervisor = Supervisor(
         planner=planner,

@@ -164,6 +164,29 @@ class TaskSpec(StrictModel):
         ge=0, le=4095, description="Task index within its type; indices of a type run 0..n-1 across all hosts."
     )
     port: Port = Field(0, description="TF gRPC port of this task; 0 picks a free port at launch (local hosts only).")
+    gpus: list[Annotated[int, Field(ge=0, le=255)]] | None = Field(
+        None,
+        min_length=1,
+        max_length=256,
+        description="GPU ids of this task alone (its CUDA_VISIBLE_DEVICES), shared with no other task; then every "
+        "training task of the host lists its own. Default: the host's gpus split evenly among its training tasks.",
+    )
+
+
+_GPU_SHARING = (
+    "each TensorFlow process takes nearly all the memory of every GPU it sees, and NCCL does not run two ranks on one "
+    "GPU"
+)
+
+
+def _gpus_named(ids: list[int]) -> str:
+    """'GPU 3' or 'GPUs 1, 2'."""
+    return f"GPU{'s' if len(ids) != 1 else ''} {', '.join(str(i) for i in ids)}"
+
+
+def _either(values: list[int]) -> str:
+    words = [str(v) for v in values]
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} or {words[-1]}"
 
 
 class HostSpec(StrictModel):
@@ -205,7 +228,8 @@ class HostSpec(StrictModel):
         None,
         max_length=256,
         description="GPU ids this host's training tasks use, as CUDA_VISIBLE_DEVICES: split evenly across them (one "
-        "worker gets them all), or one each with worker_per_gpu.",
+        "worker gets them all), or one each with worker_per_gpu. The count must divide evenly (no GPU left idle, none "
+        "shared); an evaluator on the host gets none. [] hides every GPU from the host's tasks.",
     )
     worker_per_gpu: bool = Field(
         False, description="With gpus: one worker per listed GPU (workers defaults to the number of GPUs)."
@@ -263,10 +287,102 @@ class HostSpec(StrictModel):
                         f"workers; drop workers or fix it",
                     )
                 )
+        problems += self._task_gpu_problems()
+        split = self._split_problem()
+        if split is not None:
+            problems.append(("gpus", split))
         problems += _check_env(self.env, "env")
         if problems:
             raise CrossFieldProblems(problems)
         return self
+
+    def _trainers_text(self) -> str:
+        if self.tasks is not None:
+            return ", ".join(f"{t.type}:{t.index}" for t in self.tasks if t.type != "evaluator")
+        workers = f"{self.worker_count} worker{'s' if self.worker_count != 1 else ''}"
+        return f"a chief and {workers}" if self.chief else workers
+
+    def _split_problem(self) -> str | None:
+        """Why the host's gpus cannot be split evenly, one share per training task; None when they can."""
+        if not self.gpus or self.trainer_count == 0 or any(t.gpus for t in self.tasks or []):
+            return None
+        gpus, trainers = len(self.gpus), self.trainer_count
+        if gpus % trainers == 0:
+            return None
+        if self.tasks is not None:
+            fix = "give each task its own GPUs (tasks[].gpus)"
+        else:
+            chief = 1 if self.chief else 0
+            counts = [d - chief for d in range(1, gpus + 1) if gpus % d == 0 and d - chief >= 1]
+            fix = f"set workers to {_either(counts)}" if counts else "run the chief on another host"
+            if self.worker_per_gpu and self.chief:
+                fix = f"drop worker_per_gpu and {fix} (the chief trains too and needs a GPU of its own)"
+            elif chief:
+                fix += " (the chief trains too and needs GPUs of its own)"
+            elif not self.worker_per_gpu:
+                fix += ", or set worker_per_gpu: true (one worker per GPU)"
+        if gpus > trainers:
+            each = gpus // trainers
+            idle = self.gpus[each * trainers :]
+            return (
+                f"{gpus} GPUs do not divide evenly among this host's {trainers} training tasks "
+                f"({self._trainers_text()}): each would get {each} and {_gpus_named(idle)} would stay idle. To use "
+                f"every GPU, {fix}; or list only the GPUs to use"
+            )
+        return (
+            f"{gpus} GPU(s) for this host's {trainers} training tasks ({self._trainers_text()}): tasks would share a "
+            f"GPU, which fails at start ({_GPU_SHARING}). Give each training task its own GPUs: {fix}; or list more "
+            f"GPUs"
+        )
+
+    def _task_gpu_problems(self) -> list[tuple[str, str]]:
+        """Per-task GPU lists: each a part of the host's gpus, no GPU in two tasks, every trainer with one."""
+        listed = [(j, task) for j, task in enumerate(self.tasks or []) if task.gpus is not None]
+        if not listed:
+            return []
+        problems: list[tuple[str, str]] = []
+        owner: dict[int, int] = {}
+        for j, task in listed:
+            assert task.gpus is not None
+            if len(set(task.gpus)) != len(task.gpus):
+                problems.append((f"tasks[{j}].gpus", "lists a GPU id twice"))
+            foreign = [g for g in task.gpus if self.gpus is not None and g not in self.gpus]
+            if foreign:
+                problems.append(
+                    (
+                        f"tasks[{j}].gpus",
+                        f"{_gpus_named(foreign)} not in this host's gpus {self.gpus}; add them there or remove them "
+                        f"here",
+                    )
+                )
+            for gpu in task.gpus:
+                if gpu in owner and owner[gpu] != j:
+                    problems.append(
+                        (
+                            f"tasks[{j}].gpus",
+                            f"GPU {gpu} is also given to tasks[{owner[gpu]}]; a GPU belongs to one task "
+                            f"({_GPU_SHARING})",
+                        )
+                    )
+                owner.setdefault(gpu, j)
+        for j, task in enumerate(self.tasks or []):
+            if task.gpus is None and task.type != "evaluator":
+                problems.append(
+                    (
+                        f"tasks[{j}].gpus",
+                        f"{task.type}:{task.index} has no gpus while other tasks of this host list theirs; give every "
+                        f"training task its GPUs, or none (the host's gpus are then split evenly)",
+                    )
+                )
+        unused = [g for g in self.gpus or [] if g not in owner]
+        if unused:
+            problems.append(
+                (
+                    "gpus",
+                    f"{_gpus_named(unused)} given to no task, so idle; give each to a task or remove it from gpus",
+                )
+            )
+        return problems
 
     @property
     def worker_count(self) -> int:
@@ -279,6 +395,42 @@ class HostSpec(StrictModel):
         if self.tasks is not None:
             return len(self.tasks)
         return self.worker_count + (1 if self.chief else 0) + (1 if self.evaluator else 0)
+
+    @property
+    def trainer_count(self) -> int:
+        """Tasks of this host that train (the chief and the workers; not the evaluator)."""
+        if self.tasks is not None:
+            return sum(1 for t in self.tasks if t.type != "evaluator")
+        return self.worker_count + (1 if self.chief else 0)
+
+    @property
+    def gpu_ids(self) -> list[int] | None:
+        """Every GPU this host's tasks use: `gpus`, else the union of the tasks' own lists; None: not set."""
+        if self.gpus is not None:
+            return list(self.gpus)
+        own = sorted({g for t in self.tasks or [] for g in t.gpus or []})
+        return own or None
+
+    def gpu_shares(self) -> list[list[int] | None]:
+        """Each task's GPU ids, in the order of `ClusterSpec.task_entries`; None: CUDA_VISIBLE_DEVICES is not set.
+
+        A task's own list wins; otherwise training tasks split the host's gpus evenly (the spec refuses
+        uneven splits) and an evaluator gets none (it scores on CPU, leaving GPUs to training)."""
+        gpu_ids = self.gpu_ids
+        if gpu_ids is None:
+            return [None] * self.task_count
+        each = len(gpu_ids) // self.trainer_count if self.trainer_count else 0
+        shares: list[list[int] | None] = []
+        position = 0
+        for task in ClusterSpec.task_entries(self):
+            if task.gpus is not None:
+                shares.append(list(task.gpus))
+            elif task.type == "evaluator":
+                shares.append([])
+            else:
+                shares.append(gpu_ids[position * each : (position + 1) * each])
+                position += 1
+        return shares
 
     @property
     def is_local(self) -> bool:
@@ -551,9 +703,33 @@ class ClusterSpec(StrictModel):
                             f"this machine's name or network address",
                         )
                     )
+        problems += self._gpu_count_problems()
         if problems:
             raise CrossFieldProblems(problems)
         return self
+
+    def _gpu_count_problems(self) -> list[tuple[str, str]]:
+        """Every training task whose GPUs the spec sets must get as many as the others: MWMS mirrors over the
+        same number of devices in every worker (its all-reduce group is workers x devices per worker)."""
+        counts: dict[int, list[str]] = {}
+        for i, host in enumerate(self.hosts):
+            for j, (task, share) in enumerate(zip(self.task_entries(host), host.gpu_shares(), strict=True)):
+                if share is not None and task.type != "evaluator":
+                    where = f"hosts[{i}].tasks[{j}]" if host.tasks is not None else f"hosts[{i}]"
+                    places = counts.setdefault(len(share), [])
+                    if where not in places:
+                        places.append(where)
+        if len(counts) < 2:
+            return []
+        spread = "; ".join(f"{count} on {', '.join(places)}" for count, places in sorted(counts.items()))
+        return [
+            (
+                "hosts",
+                f"training tasks get different numbers of GPUs ({spread}). MultiWorkerMirroredStrategy mirrors over "
+                f"the same number of devices in every worker (its all-reduce group is workers x devices per worker), "
+                f"so give every training task the same number of GPUs",
+            )
+        ]
 
     @staticmethod
     def task_entries(host: HostSpec) -> list[TaskSpec]:

@@ -35,6 +35,11 @@ TRAINING_VAR = "TFLAUNCH_TRAINING"
 PREEMPTION_EXIT_CODE_VAR = "TFLAUNCH_PREEMPTION_EXIT_CODE"
 FAULT_VAR = "TFLAUNCH_FAULT"  # --inject rehearsals, first attempt only
 EVENT_FD_VAR = "TFLAUNCH_EVENT_FD"  # set by the task's helper, not by the plan
+# Set on the pods of a job exported for Kubernetes (`launch export k8s`); `python -m worker.pod`
+# turns them, with the pod's index, into TF_CONFIG and the variables above.
+POD_LAYOUT_VAR = "TFLAUNCH_POD_LAYOUT"  # JSON: the exported job's shape (worker.pod.PodLayout)
+POD_TASK_TYPE_VAR = "TFLAUNCH_POD_TASK_TYPE"  # the pod's task type: chief, worker or evaluator
+JOB_COMPLETION_INDEX_VAR = "JOB_COMPLETION_INDEX"  # Kubernetes' own: a pod's index in its Indexed Job
 # Files a remote helper writes in its scratch directory and sends back over the channel.
 MIRRORED_FILE_VARS = (RESULT_FILE_VAR, ERROR_FILE_VAR)
 
@@ -103,6 +108,16 @@ class RunLayout:
     @property
     def eval_file(self) -> str:
         return posixpath.join(self.run_dir, "eval.jsonl")
+
+    @property
+    def spec_file(self) -> str:
+        """The spec of the latest launch of this run, secret values masked (for reading, not relaunching)."""
+        return posixpath.join(self.run_dir, "spec.json")
+
+    @property
+    def preflight_file(self) -> str:
+        """What the latest launch's preflight found on every host: versions, GPUs, checks passed."""
+        return posixpath.join(self.run_dir, "preflight.json")
 
     def chief_outputs(self, checkpoint_dir: str) -> tuple[str, str]:
         """(model export dir, TensorBoard dir). In the run directory while the checkpoints are there;

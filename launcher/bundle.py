@@ -1,0 +1,215 @@
+"""What a post-mortem of a run needs: kept at launch, packed by `launch bundle RUN_DIR` into one archive.
+
+At launch, once the preflight passed, `write_launch_record` keeps two files in the run directory:
+`spec.json` (the spec, secret values masked) and `preflight.json` (what every host reported:
+python, TensorFlow, GPUs, driver and CUDA versions). `make_bundle` packs into one tar.gz the
+summary, the status, those two files, the metrics and evaluation rows, the Slurm job's script and
+output, every attempt's logs, result and error files, and a `bundle.json` with the versions of
+this machine and a list of what was left out. It never packs checkpoints, model exports or
+TensorBoard events (their size; they stay where they are), never follows a symbolic link, and
+masks secret values in every spec it packs. It reads the run directory and writes only the archive.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import platform
+import stat
+import tarfile
+import time
+from dataclasses import dataclass
+from fnmatch import fnmatch
+from typing import TYPE_CHECKING, Any
+
+from launcher import __version__
+from launcher.errors import UsageError
+from launcher.masking import mask_env, mask_value
+from launcher.private_files import make_private_dir, open_private
+from worker.contract import RunLayout
+
+if TYPE_CHECKING:
+    from launcher.preflight import PreflightReport
+    from launcher.spec import ClusterSpec
+
+# Top-level files of a run directory that go into a bundle; everything in attempt-N/ goes too.
+_TOP_LEVEL = ("summary.json", "status.json", "spec.json", "preflight.json", "metrics.jsonl", "eval.jsonl")
+_SLURM = ("submit.sbatch", "slurm-*.out")
+_SPEC_COPIES = ("spec.json", "submitted-spec.json")  # specs written by launch: masked again on the way in
+_RUN_MARKERS = ("summary.json", "status.json", "submit.sbatch")
+
+
+class BundleError(UsageError):
+    """RUN_DIR is not a run directory, or the archive cannot be written where asked."""
+
+
+@dataclass(frozen=True)
+class BundleResult:
+    path: str
+    size: int
+    members: int
+    left_out: list[str]
+
+
+def masked_spec(data: Any, key: str = "") -> Any:
+    """A spec (as JSON data) with the values of secret-looking environment names and URL passwords masked."""
+    if isinstance(data, dict):
+        if key == "env" and all(isinstance(v, str) for v in data.values()):
+            return mask_env(data)
+        return {k: masked_spec(v, k) for k, v in data.items()}
+    if isinstance(data, list):
+        return [masked_spec(item, key) for item in data]
+    if isinstance(data, str):
+        return mask_value("", data)
+    return data
+
+
+def _write_json(path: str, data: Any) -> None:
+    tmp = f"{path}.tmp"
+    with open_private(tmp, "w", encoding="utf-8") as handle:
+        json.dump(data, handle, indent=2, default=str)
+        handle.write("\n")
+    os.replace(tmp, path)
+
+
+def write_launch_record(spec: ClusterSpec, report: PreflightReport, run_dir: str) -> None:
+    """Keep the spec (secrets masked) and the preflight's findings in the run directory, for a post-mortem."""
+    layout = RunLayout(run_dir)
+    make_private_dir(run_dir)
+    _write_json(layout.spec_file, masked_spec(spec.model_dump(mode="json")))
+    found = {"time": time.time(), "passed": report.ok, "lines": report.lines, "problems": report.problems}
+    _write_json(layout.preflight_file, {**found, "hosts": report.hosts})
+
+
+def is_run_dir(path: str) -> bool:
+    """Whether `path` holds what a launch leaves: a summary, a status file, a Slurm script or an attempt."""
+    try:
+        names = os.listdir(path)
+    except OSError:
+        return False
+    return any(n in _RUN_MARKERS for n in names) or any(RunLayout.attempt_of(n) is not None for n in names)
+
+
+def _versions(run_dir: str) -> dict[str, Any]:
+    """This machine's versions, and each host's as its preflight recorded them (the launcher never imports TF)."""
+    versions: dict[str, Any] = {
+        "launcher": __version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
+    try:
+        with open(RunLayout(run_dir).preflight_file, encoding="utf-8") as handle:
+            hosts = json.load(handle).get("hosts") or []
+    except (OSError, ValueError, AttributeError):  # no preflight.json (an older run, a Slurm submit dir): no hosts
+        hosts = []
+    versions["hosts"] = [
+        {
+            "address": host.get("address"),
+            "python": host.get("python"),
+            "tensorflow": host.get("tensorflow"),
+            **(
+                {"nvidia_driver": host["gpus"].get("driver"), "cuda": host["gpus"].get("cuda")}
+                if isinstance(host.get("gpus"), dict)
+                else {}
+            ),
+        }
+        for host in hosts
+        if isinstance(host, dict)
+    ]
+    return versions
+
+
+def _selected(run_dir: str) -> tuple[list[str], list[str]]:
+    """(files to pack, relative to run_dir; top-level entries left out)."""
+    chosen: list[str] = []
+    left_out: list[str] = []
+    for name in sorted(os.listdir(run_dir)):
+        path = os.path.join(run_dir, name)
+        info = os.lstat(path)
+        if RunLayout.attempt_of(name) is not None and stat.S_ISDIR(info.st_mode):
+            for root, dirs, files in os.walk(path):
+                dirs.sort()
+                for file in sorted(files):
+                    full = os.path.join(root, file)
+                    relative = os.path.relpath(full, run_dir)
+                    if stat.S_ISREG(os.lstat(full).st_mode):
+                        chosen.append(relative)
+                    else:  # a link could point anywhere: never followed
+                        left_out.append(f"{relative} (not a regular file)")
+        elif stat.S_ISREG(info.st_mode) and (
+            name in _TOP_LEVEL or name in _SPEC_COPIES or any(fnmatch(name, p) for p in _SLURM)
+        ):
+            chosen.append(name)
+        else:
+            left_out.append(name + ("/" if stat.S_ISDIR(info.st_mode) else ""))
+    return chosen, left_out
+
+
+def _add_bytes(archive: tarfile.TarFile, name: str, data: bytes, mtime: float) -> None:
+    member = tarfile.TarInfo(name)
+    member.size = len(data)
+    member.mtime = int(mtime)
+    member.mode = 0o600
+    archive.addfile(member, io.BytesIO(data))
+
+
+def default_output(run_dir: str) -> str:
+    name = os.path.basename(os.path.abspath(run_dir))
+    return os.path.abspath(f"{name}-bundle-{time.strftime('%Y%m%d-%H%M%S')}.tar.gz")
+
+
+def make_bundle(run_dir: str, output: str | None = None) -> BundleResult:
+    """Pack the run's post-mortem files into one tar.gz (never checkpoints or models); see the module docstring."""
+    if not os.path.isdir(run_dir):
+        raise BundleError(f"{run_dir}: no such directory; give a run directory such as runs/example.")
+    if not is_run_dir(run_dir):
+        raise BundleError(
+            f"{run_dir}: has no summary.json, status.json or attempt directory; is it a run directory "
+            "(<run_root>/<name>, e.g. runs/example)?"
+        )
+    output = os.path.abspath(output or default_output(run_dir))
+    if os.path.exists(output):
+        raise BundleError(f"{output} already exists; remove it or give another file with -o.")
+    if not os.path.isdir(os.path.dirname(output)):
+        raise BundleError(f"{output}: its directory does not exist; create it or give another file with -o.")
+    root = f"{os.path.basename(os.path.abspath(run_dir))}-bundle"
+    chosen, left_out = _selected(run_dir)
+    packed: list[str] = []
+    tmp = f"{output}.tmp"
+    try:
+        with open_private(tmp, "wb") as handle, tarfile.open(fileobj=handle, mode="w:gz") as archive:
+            for relative in chosen:
+                path = os.path.join(run_dir, relative)
+                try:
+                    if relative in _SPEC_COPIES:
+                        _add_masked_spec(archive, path, f"{root}/{relative}")
+                    else:
+                        archive.add(path, f"{root}/{relative}", recursive=False)
+                    packed.append(relative)
+                except ValueError:  # cut short or foreign: its raw text might hold secrets
+                    left_out.append(f"{relative} (not valid JSON; left out so that no secret slips through)")
+                except OSError as error:  # removed or unreadable meanwhile: say so, pack the rest
+                    left_out.append(f"{relative} ({error.strerror or error})")
+            manifest = {
+                "run_dir": os.path.abspath(run_dir),
+                "created": time.time(),
+                "versions": _versions(run_dir),
+                "files": packed,
+                "left_out": left_out,
+                "never_packed": "checkpoints, model exports, TensorBoard events",
+            }
+            _add_bytes(archive, f"{root}/bundle.json", (json.dumps(manifest, indent=2) + "\n").encode(), time.time())
+        os.replace(tmp, output)
+    except OSError as error:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise BundleError(f"{output}: cannot write the archive ({error.strerror or error}).") from None
+    return BundleResult(output, os.path.getsize(output), len(packed) + 1, left_out)
+
+
+def _add_masked_spec(archive: tarfile.TarFile, path: str, name: str) -> None:
+    """A spec copy, masked again on the way in (raises ValueError when it is not JSON)."""
+    with open(path, encoding="utf-8") as handle:
+        data = masked_spec(json.load(handle))
+    _add_bytes(archive, name, (json.dumps(data, indent=2) + "\n").encode(), os.path.getmtime(path))
