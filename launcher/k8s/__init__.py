@@ -1,0 +1,1 @@
+"""Render a cluster spec as Kubernetes manifests (`launch export k8s`): JobSet or TFJob."""

@@ -1,0 +1,156 @@
+"""The JobSet form (`--format jobset`, the default): the gang restarts as one, exit codes routed.
+
+A JobSet (jobset.x-k8s.io/v1alpha2) recreates every Job of the set when one fails, as the supervisor
+restarts every task. One replicated job per task type, each an Indexed Job with a pod per task;
+pods are reached by stable names (`<name>-<type>-0-<index>.<name>`, through a headless Service).
+Exit codes are routed in two steps:
+
+- each trainer Job's podFailurePolicy turns the preemption code and the fatal codes into FailJob,
+  whose failure message names the code and the rule (`Container tensorflow for pod NS/POD failed
+  with exit code 42 matching FailJob rule at index 0`); any other failure fails the Job through
+  backoffLimit 0 (reason BackoffLimitExceeded);
+- the JobSet's failurePolicy rules match that reason and message (onJobFailureMessagePatterns, new
+  in JobSet v0.10.0): a fatal code fails the set, the preemption code restarts it without counting
+  against maxRestarts, anything else restarts it, counted.
+
+The evaluator is a Job of its own that neither fails nor restarts the set: it is outside the success
+policy and every rule, and restarts in place (restartPolicy OnFailure) with a backoffLimit it never
+reaches, so its Job never fails.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from launcher.k8s.layout import (
+    CONTAINER,
+    Export,
+    ExportOptions,
+    TaskGroup,
+    claim_manifest,
+    container,
+    k8s_name,
+    not_enforced,
+    pod_layout,
+    pod_spec,
+)
+from launcher.spec import ClusterSpec
+from worker.contract import ATTEMPT_VAR
+
+API_VERSION = "jobset.x-k8s.io/v1alpha2"
+REQUIRED_VERSION = "v0.10.0"  # failurePolicy.rules[].onJobFailureMessagePatterns
+NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+RESTART_LABEL = "jobset.sigs.k8s.io/restart-attempt"  # the set's restarts so far: the task's attempt
+NEVER_FAILS = 2**31 - 1  # the evaluator Job's backoffLimit: the largest Kubernetes accepts
+PREEMPTED_RULE = "Preempted"
+FATAL_RULE = "FatalExitCode"
+CRASHED_RULE = "Crashed"
+
+
+def host_template(name: str) -> str:
+    """A pod's stable host name: `<jobset>-<replicatedJob>-<jobIndex>-<podIndex>.<subdomain>`."""
+    return f"{name}-{{type}}-0-{{index}}.{name}"
+
+
+def _job_failure_rules(spec: ClusterSpec) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """The trainer Jobs' podFailurePolicy rules, and per JobSet rule the message pattern that
+    recognises a Job failed by one of them (the message names the rule's index)."""
+    restart = spec.restart
+    rules: list[dict[str, Any]] = []
+    patterns: dict[str, str] = {}
+    codes = {PREEMPTED_RULE: [restart.preemption_exit_code], FATAL_RULE: sorted(set(restart.fatal_exit_codes))}
+    for name, values in codes.items():
+        if not values:
+            continue
+        alternatives = str(values[0]) if len(values) == 1 else "(" + "|".join(str(v) for v in values) + ")"
+        patterns[name] = f"exit code {alternatives} matching FailJob rule at index {len(rules)}"
+        rules.append(
+            {"action": "FailJob", "onExitCodes": {"containerName": CONTAINER, "operator": "In", "values": values}}
+        )
+    return rules, patterns
+
+
+def _failure_policy(spec: ClusterSpec, trainers: list[str]) -> dict[str, Any]:
+    _, patterns = _job_failure_rules(spec)
+    rules: list[dict[str, Any]] = []
+    # Evaluated in order, the first rule that matches any failed Job wins: fatal before preempted,
+    # so a usage error is never retried because a preemption happened at the same time.
+    for name, action in ((FATAL_RULE, "FailJobSet"), (PREEMPTED_RULE, "RestartJobSetAndIgnoreMaxRestarts")):
+        if name in patterns:
+            rules.append(
+                {
+                    "name": name,
+                    "action": action,
+                    "onJobFailureReasons": ["PodFailurePolicy"],
+                    "onJobFailureMessagePatterns": [patterns[name]],
+                    "targetReplicatedJobs": trainers,
+                }
+            )
+    rules.append({"name": CRASHED_RULE, "action": "RestartJobSet", "targetReplicatedJobs": trainers})
+    return {"maxRestarts": spec.restart.max_restarts, "restartStrategy": "BlockingRecreate", "rules": rules}
+
+
+def _job(group: TaskGroup, spec: ClusterSpec, pod: dict[str, Any]) -> dict[str, Any]:
+    job: dict[str, Any] = {
+        "completionMode": "Indexed",
+        "completions": group.count,
+        "parallelism": group.count,
+    }
+    if group.sidecar:
+        job["backoffLimit"] = NEVER_FAILS
+    else:
+        rules, _ = _job_failure_rules(spec)
+        job["backoffLimit"] = 0  # any other failure fails the Job at once: the whole set restarts
+        if rules:
+            job["podFailurePolicy"] = {"rules": rules}
+    job["template"] = {"spec": pod}
+    return job
+
+
+def render(spec: ClusterSpec, groups: list[TaskGroup], options: ExportOptions) -> Export:
+    longest = max((f"-{g.task_type}-0-{g.count - 1}-abcde" for g in groups), key=len)  # Job pods: 5 random
+    name = k8s_name(spec, options, longest)
+    layout = pod_layout(spec, groups, name, host_template(name), options)
+    trainers = [g.task_type for g in groups if not g.sidecar]
+    attempt = {"name": ATTEMPT_VAR, "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{RESTART_LABEL}']"}}}
+    replicated = []
+    for group in groups:
+        box = container(group, spec, layout, options, "tf", [attempt])
+        pod = pod_spec([box], spec, options, "OnFailure" if group.sidecar else "Never")
+        replicated.append({"name": group.task_type, "replicas": 1, "template": {"spec": _job(group, spec, pod)}})
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name},
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,  # peers resolve each other while starting up
+            "selector": {NAME_LABEL: name},
+            "ports": [{"name": "tf", "port": options.port, "targetPort": options.port}],
+        },
+    }
+    jobset = {
+        "apiVersion": API_VERSION,
+        "kind": "JobSet",
+        "metadata": {"name": name},
+        "spec": {
+            "network": {"enableDNSHostnames": True, "subdomain": name, "publishNotReadyAddresses": True},
+            "successPolicy": {"operator": "All", "targetReplicatedJobs": trainers},
+            "failurePolicy": _failure_policy(spec, trainers),
+            "replicatedJobs": replicated,
+        },
+    }
+    manifests: list[tuple[str, dict[str, Any]]] = []
+    claim = claim_manifest(options)
+    if claim is not None:
+        manifests.append(("claim.yaml", claim))
+    manifests += [("service.yaml", service), ("jobset.yaml", jobset)]
+    comments = [
+        f"Needs JobSet {REQUIRED_VERSION} or newer (failurePolicy rules on job failure messages).",
+        f"Exit {spec.restart.preemption_exit_code}: restart every pod, not counted; "
+        f"{', '.join(str(c) for c in spec.restart.fatal_exit_codes) or 'no code'}: fail; "
+        f"anything else: restart every pod, at most {spec.restart.max_restarts} times.",
+        "Not enforced on Kubernetes:",
+        *(f"  {note}" for note in not_enforced(spec, options)),
+    ]
+    return Export(tuple(manifests), tuple(comments), ())

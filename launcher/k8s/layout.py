@@ -1,0 +1,325 @@
+"""What a spec becomes on Kubernetes, whichever engine runs it: groups of pods, their container,
+storage and environment, and the spec's settings Kubernetes cannot keep.
+
+Pure, like the plan: no cluster, no files, no environment. Hosts have no meaning on Kubernetes (the
+scheduler places pods): the spec's hosts only say how many tasks of each type there are, the GPUs
+each task gets and its environment, and every pod of a type must get the same of both (one pod
+template per type). Each task listens on one port in its own pod. The pods compute their TF_CONFIG
+themselves (`worker.pod`) from the layout written here and their index.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from launcher.errors import SpecError, SpecProblem, UsageError
+from launcher.masking import mask_value
+from launcher.plan import PlanInputs, build_plan, task_slots
+from launcher.spec import ClusterSpec, CommandTraining, is_url
+from worker.contract import POD_LAYOUT_VAR, POD_TASK_TYPE_VAR, RunLayout
+from worker.pod import TASK_TYPES, PodLayout
+
+FORMATS = ("jobset", "tfjob")
+DEFAULT_PORT = 2222  # TFJob's default; every task has a pod, and so an address, of its own
+CONTAINER = "tensorflow"  # the container name TFJob requires; the JobSet form uses it too
+MOUNT_PATH = "/tflaunch"  # the run's storage in every pod: run directory, and checkpoints unless a URL
+VOLUME = "run"
+IMAGE_GID = 1000  # the project's image runs as uid/gid 1000: the volume must be writable for that group
+_DNS_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+_QUANTITY = re.compile(r"[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?")
+_PROBE_PERIOD_S = 5
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    """What the command line adds to the spec for Kubernetes."""
+
+    image: str
+    format: str = "jobset"
+    name: str | None = None  # default: the spec's name
+    port: int = DEFAULT_PORT
+    checkpoint_claim: str | None = None  # a ReadWriteMany PersistentVolumeClaim mounted at MOUNT_PATH
+    claim_size: str | None = None  # also write that claim, of this size
+    storage_class: str | None = None
+    secret: str | None = None  # the Secret that holds every secret-looking value of the spec's env
+
+    def check(self) -> None:
+        """Refuse flags that cannot make a valid manifest, naming the flag."""
+        if not self.image.strip() or any(c.isspace() for c in self.image):
+            raise UsageError(f"Got --image {self.image!r}: give an image reference such as registry/tflaunch:0.1.0.")
+        if self.format not in FORMATS:
+            raise UsageError(f"Got --format {self.format!r}: use {' or '.join(FORMATS)}.")
+        if not 1 <= self.port <= 65535:
+            raise UsageError(f"Got --port {self.port}: a port is 1..65535.")
+        for flag, value in (("--checkpoint-claim", self.checkpoint_claim), ("--secret", self.secret)):
+            if value is not None and not (len(value) <= 253 and re.fullmatch(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?", value)):
+                raise UsageError(
+                    f"Got {flag} {value!r}: a Kubernetes object name is lowercase letters, digits, '-' and '.'."
+                )
+        if self.claim_size is not None:
+            if self.checkpoint_claim is None:
+                raise UsageError("--claim-size writes the claim named by --checkpoint-claim; give that too.")
+            if not _QUANTITY.fullmatch(self.claim_size):
+                raise UsageError(f"Got --claim-size {self.claim_size!r}: give a size such as 100Gi.")
+        if self.storage_class is not None and self.claim_size is None:
+            raise UsageError("--storage-class goes with --claim-size (the claim this command writes).")
+
+
+@dataclass(frozen=True)
+class TaskGroup:
+    """The pods of one task type: one Indexed Job of the JobSet, or one replica spec of the TFJob."""
+
+    task_type: str
+    count: int
+    gpus: int  # nvidia.com/gpu of each pod; 0: none
+    hide_gpus: bool  # CUDA_VISIBLE_DEVICES="" (an evaluator on a GPU host scores on CPU, as in the plan)
+    env: dict[str, str]  # the spec's env for these tasks: the cluster's, then their host's
+
+    @property
+    def sidecar(self) -> bool:
+        return self.task_type == "evaluator"
+
+
+@dataclass(frozen=True)
+class Export:
+    """Everything one export writes: manifests (file name, object) and what to tell the user."""
+
+    manifests: tuple[tuple[str, dict[str, Any]], ...]
+    comments: tuple[str, ...]  # the head of the YAML: what it needs and what it does not enforce
+    warnings: tuple[str, ...]  # printed once: guarantees this engine cannot keep
+
+
+def k8s_name(spec: ClusterSpec, options: ExportOptions, longest_suffix: str) -> str:
+    """The name of the job's objects; its pods' names (name + suffix) must be DNS labels too."""
+    name = options.name or spec.name
+    where = "--name" if options.name else "the spec's name"
+    if not _DNS_LABEL.fullmatch(name):
+        hint = re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")
+        hint = hint if hint[:1].isalpha() else f"run-{hint}".rstrip("-")
+        raise UsageError(
+            f"Got {name!r} ({where}): Kubernetes names are lowercase letters, digits and '-', starting with a "
+            f"letter; give --name {hint}."
+        )
+    if len(name + longest_suffix) > 63:
+        raise UsageError(
+            f"Got {name!r} ({where}): its longest pod name, {name}{longest_suffix}, would pass the 63 characters "
+            f"Kubernetes allows; give a --name of at most {63 - len(longest_suffix)} characters."
+        )
+    return name
+
+
+def task_groups(spec: ClusterSpec, source: str) -> list[TaskGroup]:
+    """One group per task type, chief first; refused when tasks of a type differ in GPUs or env."""
+    slots = task_slots(spec)
+    inputs = PlanInputs("/", 0, "python", "/", ports={slot.name: 1 for slot in slots})
+    planned = {task.name: task for task in build_plan(spec, inputs).tasks}  # its GPU split per task
+    groups: list[TaskGroup] = []
+    problems: list[SpecProblem] = []
+    for task_type in TASK_TYPES:
+        members = [(slot, planned[slot.name]) for slot in slots if slot.task_type == task_type]
+        if not members:
+            continue
+        shapes = []
+        for slot, task in members:
+            visible = task.env.get("CUDA_VISIBLE_DEVICES")
+            gpus = len([g for g in (visible or "").split(",") if g])
+            env = {**spec.env, **slot.host.env}
+            if visible is not None:  # the host's GPUs decide, as in the plan; in a pod, the device plugin
+                env.pop("CUDA_VISIBLE_DEVICES", None)
+            shapes.append((slot, gpus, visible == "", env))
+        first = shapes[0]
+        for slot, gpus, hidden, env in shapes[1:]:
+            if (gpus, hidden) != first[1:3]:
+                problems.append(
+                    SpecProblem(
+                        f"$.hosts[{slot.host_index}].gpus",
+                        f"{slot.name} would get {gpus} GPU(s) but {first[0].name} (hosts[{first[0].host_index}]) "
+                        f"{first[1]}; every pod of a type gets the same resources on Kubernetes: give every "
+                        f"{task_type} the same number of GPUs",
+                    )
+                )
+                break
+            if env != first[3]:
+                problems.append(
+                    SpecProblem(
+                        f"$.hosts[{slot.host_index}].env",
+                        f"{slot.name} would get another environment than {first[0].name} (hosts"
+                        f"[{first[0].host_index}]); every pod of a type gets one environment on Kubernetes: move the "
+                        f"values to the spec's env",
+                    )
+                )
+                break
+        groups.append(TaskGroup(task_type, len(members), first[1], first[2], first[3]))
+    if problems:
+        raise SpecError(source, problems)
+    return groups
+
+
+def pod_layout(spec: ClusterSpec, groups: list[TaskGroup], name: str, host: str, options: ExportOptions) -> PodLayout:
+    """The layout every pod gets: run directory on the volume, checkpoints beside it or at the URL."""
+    run_dir = f"{MOUNT_PATH}/{name}"
+    if spec.checkpoint_dir is not None and is_url(spec.checkpoint_dir):
+        checkpoint_dir = spec.checkpoint_dir  # gs://... reaches TensorFlow untouched, as on hosts
+    elif options.checkpoint_claim is not None:
+        checkpoint_dir = RunLayout(run_dir).default_checkpoint_dir
+    else:
+        raise UsageError(
+            "Checkpoints need storage every pod shares: give --checkpoint-claim NAME (a ReadWriteMany "
+            f"PersistentVolumeClaim, mounted at {MOUNT_PATH}; add --claim-size SIZE to write it too), or set the "
+            "spec's checkpoint_dir to an object-store URL such as gs://bucket/run."
+        )
+    return PodLayout(
+        run_name=name,
+        run_dir=run_dir,
+        checkpoint_dir=checkpoint_dir,
+        host=host,
+        port=options.port,
+        tasks={group.task_type: group.count for group in groups},
+        training=spec.training.model_dump(mode="json"),
+        preemption_exit_code=spec.restart.preemption_exit_code,
+    )
+
+
+def secret_keys(spec: ClusterSpec) -> list[str]:
+    """Env keys whose values are never written into a manifest: secret-looking names, URLs with passwords."""
+    keys: dict[str, None] = {}
+    for env in (spec.env, *(host.env for host in spec.hosts)):
+        for key, value in env.items():
+            if mask_value(key, value) != value:
+                keys[key] = None
+    return list(keys)
+
+
+def _env_entries(group: TaskGroup, spec: ClusterSpec, options: ExportOptions) -> list[dict[str, Any]]:
+    secret = set(secret_keys(spec))
+    if secret and options.secret is None:
+        raise UsageError(
+            f"The spec's env has secret values ({', '.join(sorted(secret))}), which are never written into a "
+            f"manifest: give --secret NAME, a Secret holding them under the same keys "
+            f"(kubectl create secret generic NAME --from-literal=KEY=...)."
+        )
+    # What the plan sets on top of the spec's env wins over it here too.
+    fixed = {"PYTHONUNBUFFERED": "1"}
+    if spec.training.kind == "fit":
+        fixed["TF_USE_LEGACY_KERAS"] = "1"  # tf-keras: Keras 3 fit is broken under MWMS
+    if group.hide_gpus:
+        fixed["CUDA_VISIBLE_DEVICES"] = ""
+    entries: list[dict[str, Any]] = []
+    for key, value in group.env.items():
+        if key in fixed:
+            continue
+        if key in secret:
+            entries.append({"name": key, "valueFrom": {"secretKeyRef": {"name": options.secret, "key": key}}})
+        else:
+            entries.append({"name": key, "value": value})
+    return entries + [{"name": key, "value": value} for key, value in fixed.items()]
+
+
+def container(
+    group: TaskGroup,
+    spec: ClusterSpec,
+    layout: PodLayout,
+    options: ExportOptions,
+    port_name: str,
+    pod_env: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """The task's container: `python -m worker.pod`, which computes TF_CONFIG and runs the task."""
+    env = _env_entries(group, spec, options)
+    env.append({"name": POD_LAYOUT_VAR, "value": layout.to_json()})
+    env.append({"name": POD_TASK_TYPE_VAR, "value": group.task_type})
+    env += pod_env
+    command = ["python", "-m", "worker.pod"]
+    if isinstance(spec.training, CommandTraining):
+        command += ["--", *spec.training.argv]
+    result: dict[str, Any] = {
+        "name": CONTAINER,
+        "image": options.image,
+        "command": command,
+        "ports": [{"name": port_name, "containerPort": options.port}],
+        "env": env,
+    }
+    if group.gpus:
+        result["resources"] = {"limits": {"nvidia.com/gpu": group.gpus}}
+    probe = startup_probe(spec, group, options.port)
+    if probe is not None:
+        result["startupProbe"] = probe
+    result["volumeMounts"] = [{"name": VOLUME, "mountPath": MOUNT_PATH}]
+    return result
+
+
+def startup_probe(spec: ClusterSpec, group: TaskGroup, port: int) -> dict[str, Any] | None:
+    """start_timeout_s, as far as Kubernetes has a knob for it: a training task's TensorFlow server
+    (which starts as the strategy is built) must listen within that long of its container starting,
+    or the kubelet stops the pod and the gang restarts (counted). The built-in runtime and function
+    targets only, like the launcher's deadline: a user's command may build its strategy late."""
+    if group.sidecar or isinstance(spec.training, CommandTraining):
+        return None
+    timeout = spec.restart.start_timeout_s
+    period = _PROBE_PERIOD_S if timeout >= _PROBE_PERIOD_S else 1
+    return {
+        "tcpSocket": {"port": port},
+        "periodSeconds": period,
+        "failureThreshold": max(1, math.ceil(timeout / period)),
+    }
+
+
+def pod_spec(
+    containers: list[dict[str, Any]], spec: ClusterSpec, options: ExportOptions, restart_policy: str | None
+) -> dict[str, Any]:
+    """The pod: its grace period, its storage and the group that may write it."""
+    volume: dict[str, Any] = {"name": VOLUME}
+    if options.checkpoint_claim is not None:
+        volume["persistentVolumeClaim"] = {"claimName": options.checkpoint_claim}
+    else:
+        volume["emptyDir"] = {}  # the run directory only; the checkpoints are at the object-store URL
+    result: dict[str, Any] = {}
+    if restart_policy is not None:
+        result["restartPolicy"] = restart_policy
+    result["terminationGracePeriodSeconds"] = math.ceil(spec.restart.grace_period_s)
+    result["securityContext"] = {"fsGroup": IMAGE_GID}
+    result["containers"] = containers
+    result["volumes"] = [volume]
+    return result
+
+
+def claim_manifest(options: ExportOptions) -> dict[str, Any] | None:
+    """The checkpoint claim, when asked to write it (--claim-size): ReadWriteMany, every pod mounts it."""
+    if options.claim_size is None or options.checkpoint_claim is None:
+        return None
+    claim: dict[str, Any] = {
+        "accessModes": ["ReadWriteMany"],
+        "resources": {"requests": {"storage": options.claim_size}},
+    }
+    if options.storage_class is not None:
+        claim["storageClassName"] = options.storage_class
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": options.checkpoint_claim},
+        "spec": claim,
+    }
+
+
+def not_enforced(spec: ClusterSpec, options: ExportOptions) -> list[str]:
+    """The spec's settings that Kubernetes has no knob for, or that mean nothing there."""
+    restart = spec.restart
+    notes = [
+        f"hosts: the scheduler places the pods; the hosts' addresses, ports, ssh, python and workdir are not used "
+        f"(every task listens on port {options.port} in its own pod, the image's python runs it)",
+        f"start_timeout_s ({restart.start_timeout_s:g}s): a startupProbe bounds the time until a training task's "
+        f"TensorFlow server listens (built-in runtime and function targets); not enforced: time spent pending or "
+        f"pulling the image, and the wait until every task has joined",
+        "backoff_s, max_backoff_s: not enforced (restarts start at once)",
+        f"crash_grace_s: not enforced (Kubernetes stops pods with grace_period_s, {restart.grace_period_s:g}s)",
+        "stopped_timeout_s, stall_timeout_s: not enforced (no knob; a hung gang waits for TensorFlow's own timeouts)",
+        "warm_spares: not used (every restart starts new pods)",
+    ]
+    if spec.checkpoint_dir is not None and not is_url(spec.checkpoint_dir):
+        notes.append(
+            f"checkpoint_dir {spec.checkpoint_dir} is a path on the hosts; in the pods the checkpoints are in "
+            f"{MOUNT_PATH}/<name>/checkpoints on the claim"
+        )
+    return notes
