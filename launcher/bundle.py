@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from launcher import __version__
 from launcher.errors import UsageError
 from launcher.masking import mask_env, mask_value
-from launcher.private_files import make_private_dir, open_private
+from launcher.private_files import open_private
 from worker.contract import RunLayout
 
 if TYPE_CHECKING:
@@ -74,9 +74,10 @@ def _write_json(path: str, data: Any) -> None:
 
 
 def write_launch_record(spec: ClusterSpec, report: PreflightReport, run_dir: str) -> None:
-    """Keep the spec (secrets masked) and the preflight's findings in the run directory, for a post-mortem."""
+    """Keep the spec (secrets masked) and the preflight's findings in the run directory, for a post-mortem.
+
+    The run directory exists already: the launch made it, private, just before."""
     layout = RunLayout(run_dir)
-    make_private_dir(run_dir)
     _write_json(layout.spec_file, masked_spec(spec.model_dump(mode="json")))
     found = {"time": time.time(), "passed": report.ok, "lines": report.lines, "problems": report.problems}
     _write_json(layout.preflight_file, {**found, "hosts": report.hosts})
@@ -126,14 +127,21 @@ def _selected(run_dir: str) -> tuple[list[str], list[str]]:
     left_out: list[str] = []
     for name in sorted(os.listdir(run_dir)):
         path = os.path.join(run_dir, name)
-        info = os.lstat(path)
+        try:
+            info = os.lstat(path)
+        except FileNotFoundError:  # a live run's *.tmp, renamed into place since the listing
+            continue
         if RunLayout.attempt_of(name) is not None and stat.S_ISDIR(info.st_mode):
             for root, dirs, files in os.walk(path):
                 dirs.sort()
                 for file in sorted(files):
                     full = os.path.join(root, file)
                     relative = os.path.relpath(full, run_dir)
-                    if stat.S_ISREG(os.lstat(full).st_mode):
+                    try:
+                        mode = os.lstat(full).st_mode
+                    except FileNotFoundError:  # as above: gone since the listing
+                        continue
+                    if stat.S_ISREG(mode):
                         chosen.append(relative)
                     else:  # a link could point anywhere: never followed
                         left_out.append(f"{relative} (not a regular file)")

@@ -99,3 +99,17 @@ class PreflightError(LaunchError):
         self.problems = problems
         lines = [f"preflight found {len(problems)} problem(s); nothing was started:"] + [f"  - {p}" for p in problems]
         super().__init__("\n".join(lines))
+
+
+class RunDirError(LaunchError):
+    """The run directory (or the checkpoint directory beside it) cannot be written, found before
+    anything started: a full disk, missing permissions. The user's to fix (exit 2)."""
+
+    exit_code = USAGE_EXIT_CODE
+
+    def __init__(self, path: str, cause: str) -> None:
+        self.path, self.cause = path, cause
+        super().__init__(
+            f"Cannot write {path}: {cause}. Free space or fix its permissions, or set the spec's run_root "
+            f"elsewhere. Nothing was started."
+        )

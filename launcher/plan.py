@@ -14,10 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from launcher.spec import ClusterSpec, CommandTraining, HostSpec, is_url
-from worker.contract import TF_CONFIG, RunLayout, TaskEnv, task_stem
+from worker.contract import TF_CONFIG, RunLayout, TaskEnv, task_stem, with_python
 
 WORKER_MODULE = "worker"
-_BARE_PYTHON = frozenset({"python", "python3"})
 
 
 @dataclass(frozen=True)
@@ -158,23 +157,16 @@ def _task_env(
     gpus: str | None,
 ) -> dict[str, str]:
     """The environment one task gets on top of its host's: the spec's env, TF_CONFIG and the contract."""
-    stem = task_stem(slot.name)
-    export_dir, tensorboard_dir = layout.chief_outputs(checkpoint_dir)
     env = {**spec.env, **slot.host.env}
     env[TF_CONFIG] = json.dumps(tf_config, sort_keys=True)
     env["PYTHONUNBUFFERED"] = "1"
     env.update(
-        TaskEnv(
+        TaskEnv.for_task(
             run_name=spec.name,
             run_dir=layout.run_dir,
             attempt=inputs.attempt,
             task=slot.name,
             checkpoint_dir=checkpoint_dir,
-            result_file=layout.result_file(inputs.attempt, stem),
-            error_file=layout.error_file(inputs.attempt, stem),
-            metrics_file=layout.metrics_file,
-            export_dir=export_dir,
-            tensorboard_dir=tensorboard_dir,
             training=spec.training.model_dump(mode="json"),
             preemption_exit_code=spec.restart.preemption_exit_code,
             fault=inputs.faults.get(slot.name),
@@ -220,7 +212,7 @@ def build_plan(spec: ClusterSpec, inputs: PlanInputs) -> LaunchPlan:
         # An even, disjoint split of the host's GPUs (HostSpec.gpu_shares); the evaluator gets none unless listed
         gpus = ",".join(str(g) for g in slot.gpus) if slot.gpus is not None else None
         if isinstance(spec.training, CommandTraining):
-            argv = [python if arg in _BARE_PYTHON and i == 0 else arg for i, arg in enumerate(spec.training.argv)]
+            argv = with_python(spec.training.argv, python)
         else:
             argv = [python, "-m", WORKER_MODULE]
         preload = _preload(spec, sidecar) if spec.restart.warm_spares else ()

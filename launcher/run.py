@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from launcher.bundle import write_launch_record
 from launcher.console import Console
-from launcher.errors import InterruptedLaunchError, PreflightError
+from launcher.errors import InterruptedLaunchError, PreflightError, RunDirError
 from launcher.faults import Fault
 from launcher.gang import RunResult
 from launcher.plan import LaunchPlan, PlanInputs, build_plan
@@ -137,8 +137,8 @@ def launch(
 ) -> RunResult:
     """Preflight, then supervise every attempt until the run ends; always writes summary.json.
 
-    Raises PreflightError (nothing written, nothing started) or InterruptedLaunchError (every
-    task stopped, summary written)."""
+    Raises PreflightError (nothing written, nothing started), RunDirError (the run directory cannot
+    be written; nothing started) or InterruptedLaunchError (every task stopped, summary written)."""
     planner = make_planner(spec, faults)
     first_plan = planner(0)  # validates local ports before anything starts (raises PortInUseError)
     transport = make_transport(spec, allocation)
@@ -150,9 +150,16 @@ def launch(
     if not report.ok:
         transport.close()
         raise PreflightError(report.problems)
-    make_private_dir(first_plan.run_dir)  # logs hold whatever tasks print: for the owner only
-    write_launch_record(spec, report, first_plan.run_dir)  # for a post-mortem (`launch bundle`)
-    _make_checkpoint_dir(spec, first_plan)
+    try:
+        make_private_dir(first_plan.run_dir)  # logs hold whatever tasks print: for the owner only
+        write_launch_record(spec, report, first_plan.run_dir)  # for a post-mortem (`launch bundle`)
+        _make_checkpoint_dir(spec, first_plan)
+    except OSError as error:  # a full disk, no permission: before any task, so say so and start none
+        transport.close()
+        raise RunDirError(error.filename or first_plan.run_dir, error.strerror or str(error)) from error
+    except BaseException:
+        transport.close()
+        raise
     supervisor = Supervisor(
         planner=planner,
         transport=transport,

@@ -13,7 +13,7 @@ import json
 import os
 import posixpath
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -162,6 +162,15 @@ class RunLayout:
         return int(match.group(1)) if match else None
 
 
+BARE_PYTHON = frozenset({"python", "python3"})  # a command's program that means the project's interpreter
+
+
+def with_python(argv: Sequence[str], python: str) -> list[str]:
+    """`argv` with a bare `python` (or `python3`) as its program replaced by `python`: the interpreter
+    that has the project, on a host as in a pod."""
+    return [python if i == 0 and arg in BARE_PYTHON else arg for i, arg in enumerate(argv)]
+
+
 def task_stem(task: str) -> str:
     """File name stem of a task: `worker:1` -> `worker-1`."""
     return task.replace(":", "-")
@@ -184,6 +193,39 @@ class TaskEnv:
     training: Mapping[str, Any]
     preemption_exit_code: int = PREEMPTION_EXIT_CODE
     fault: str | None = None
+
+    @classmethod
+    def for_task(
+        cls,
+        run_name: str,
+        run_dir: str,
+        attempt: int,
+        task: str,
+        checkpoint_dir: str,
+        training: Mapping[str, Any],
+        preemption_exit_code: int,
+        fault: str | None = None,
+    ) -> TaskEnv:
+        """What the launcher (the plan) or a pod (`worker.pod`) tells one task: its files follow from
+        the run directory's layout, the task's name and the attempt."""
+        layout = RunLayout(run_dir)
+        stem = task_stem(task)
+        export_dir, tensorboard_dir = layout.chief_outputs(checkpoint_dir)
+        return cls(
+            run_name=run_name,
+            run_dir=run_dir,
+            attempt=attempt,
+            task=task,
+            checkpoint_dir=checkpoint_dir,
+            result_file=layout.result_file(attempt, stem),
+            error_file=layout.error_file(attempt, stem),
+            metrics_file=layout.metrics_file,
+            export_dir=export_dir,
+            tensorboard_dir=tensorboard_dir,
+            training=training,
+            preemption_exit_code=preemption_exit_code,
+            fault=fault,
+        )
 
     def to_env(self) -> dict[str, str]:
         env = {

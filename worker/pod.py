@@ -32,15 +32,13 @@ from worker.contract import (
     POD_TASK_TYPE_VAR,
     TF_CONFIG,
     USAGE_EXIT_CODE,
-    RunLayout,
     TaskEnv,
-    task_stem,
+    with_python,
 )
 
 TASK_TYPES = ("chief", "worker", "evaluator")
 EVALUATOR = "evaluator"
 _FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
-_BARE_PYTHON = frozenset({"python", "python3"})
 
 
 class PodLayoutError(Exception):
@@ -80,20 +78,12 @@ class PodLayout:
         return {"cluster": cluster, "task": {"type": task_type, "index": index}}
 
     def task_env(self, task_type: str, index: int, attempt: int) -> TaskEnv:
-        layout = RunLayout(self.run_dir)
-        name = f"{task_type}:{index}"
-        export_dir, tensorboard_dir = layout.chief_outputs(self.checkpoint_dir)
-        return TaskEnv(
+        return TaskEnv.for_task(
             run_name=self.run_name,
             run_dir=self.run_dir,
             attempt=attempt,
-            task=name,
+            task=f"{task_type}:{index}",
             checkpoint_dir=self.checkpoint_dir,
-            result_file=layout.result_file(attempt, task_stem(name)),
-            error_file=layout.error_file(attempt, task_stem(name)),
-            metrics_file=layout.metrics_file,
-            export_dir=export_dir,
-            tensorboard_dir=tensorboard_dir,
             training=self.training,
             preemption_exit_code=self.preemption_exit_code,
         )
@@ -170,22 +160,30 @@ def run_child(command: Sequence[str], env: Mapping[str, str], sidecar: bool) -> 
     the last checkpoint until the grace period ends (SIGKILL) instead of interrupting it."""
     if sidecar:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # inherited by the child: SIG_IGN survives exec
+    forwarded = [signum for signum in _FORWARDED if not (sidecar and signum == signal.SIGTERM)]
+    # Held back from the spawn until the handlers are in place: as pid 1, a signal without a handler
+    # is dropped, and the kubelet's SIGTERM may come at once. The child starts with none blocked.
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, forwarded)
     try:
-        # SIGPIPE and SIGXFSZ back to their defaults: Python ignores them, a user's command may not.
-        pid = os.posix_spawnp(command[0], list(command), dict(env), setsigdef=(signal.SIGPIPE, signal.SIGXFSZ))
-    except OSError as error:
-        print(f"worker.pod: cannot run {command[0]!r}: {error.strerror}", file=sys.stderr, flush=True)
-        return USAGE_EXIT_CODE
-
-    def forward(signum: int, frame: object) -> None:
         try:
-            os.kill(pid, signum)
-        except ProcessLookupError:  # it has just ended; its exit is reaped below
-            pass
+            # SIGPIPE and SIGXFSZ back to their defaults: Python ignores them, a user's command may not.
+            pid = os.posix_spawnp(
+                command[0], list(command), dict(env), setsigmask=(), setsigdef=(signal.SIGPIPE, signal.SIGXFSZ)
+            )
+        except OSError as error:
+            print(f"worker.pod: cannot run {command[0]!r}: {error.strerror}", file=sys.stderr, flush=True)
+            return USAGE_EXIT_CODE
 
-    for signum in _FORWARDED:
-        if not (sidecar and signum == signal.SIGTERM):
+        def forward(signum: int, frame: object) -> None:
+            try:
+                os.kill(pid, signum)
+            except ProcessLookupError:  # it has just ended; its exit is reaped below
+                pass
+
+        for signum in forwarded:
             signal.signal(signum, forward)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)  # what arrived meanwhile is forwarded now
     while True:
         done, status = os.waitpid(-1, 0)  # as pid 1, orphans of the task become ours to reap
         if done == pid:
@@ -203,7 +201,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return USAGE_EXIT_CODE
     env = {**os.environ, **additions}
     # A bare `python` is the image's own interpreter, the one that has the project, as on a host.
-    command = [sys.executable if i == 0 and arg in _BARE_PYTHON else arg for i, arg in enumerate(args)]
+    command = with_python(args, sys.executable)
     command = command or [sys.executable, "-m", "worker"]
     task = TaskEnv.from_env(additions).task
     print(f"worker.pod: {task}, TF_CONFIG {additions[TF_CONFIG]}; running {' '.join(command)}", file=sys.stderr)

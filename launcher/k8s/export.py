@@ -8,10 +8,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from launcher.errors import UsageError
 from launcher.k8s import jobset, tfjob
 from launcher.k8s.layout import Export, ExportOptions, task_groups
 from launcher.k8s.yaml_text import documents
 from launcher.spec import ClusterSpec
+
+# The file of each engine's own object: one directory holds the manifests of one engine only.
+ENGINE_FILES = ("jobset.yaml", "tfjob.yaml")
 
 
 def export(spec: ClusterSpec, options: ExportOptions, source: str) -> Export:
@@ -30,11 +34,29 @@ def text(result: Export) -> str:
 
 
 def write(result: Export, directory: Path) -> list[Path]:
-    """One file per manifest in `directory` (created if missing); the paths written."""
-    directory.mkdir(parents=True, exist_ok=True)
+    """One file per manifest in `directory` (created if missing); the paths written.
+
+    UsageError, naming `-o`, when the directory cannot be written or already holds the other
+    engine's manifest: `kubectl apply -f DIR` would then start both engines on one run directory."""
+    names = {file_name for file_name, _ in result.manifests}
+    if directory.is_dir():
+        other = sorted(name for name in ENGINE_FILES if name not in names and (directory / name).exists())
+        if other:
+            raise UsageError(
+                f"Got -o {directory}: it already holds {', '.join(other)}, written for another engine; "
+                f"`kubectl apply -f {directory}` would start both on one run directory. Remove it, or give "
+                f"another -o directory."
+            )
     paths = []
-    for file_name, manifest in result.manifests:
-        path = directory / file_name
-        path.write_text(documents([manifest], result.comments), encoding="utf-8")
-        paths.append(path)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        for file_name, manifest in result.manifests:
+            path = directory / file_name
+            path.write_text(documents([manifest], result.comments), encoding="utf-8")
+            paths.append(path)
+    except OSError as error:  # a file where the directory should be, no permission, a full disk
+        raise UsageError(
+            f"Got -o {directory}: cannot write the manifests there ({error.strerror or error}); give a "
+            f"directory this user can write."
+        ) from error
     return paths

@@ -2,7 +2,8 @@
 
 A JobSet (jobset.x-k8s.io/v1alpha2) recreates every Job of the set when one fails, as the supervisor
 restarts every task. One replicated job per task type, each an Indexed Job with a pod per task;
-pods are reached by stable names (`<name>-<type>-0-<index>.<name>`, through a headless Service).
+pods are reached by stable names (`<name>-<type>-0-<index>.<name>`, through the headless Service that
+JobSet creates for the set and deletes with it).
 Exit codes are routed in two steps:
 
 - each trainer Job's podFailurePolicy turns the preemption code and the fatal codes into FailJob,
@@ -20,6 +21,7 @@ reaches, so its Job never fails.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from launcher.k8s.layout import (
@@ -39,7 +41,6 @@ from worker.contract import ATTEMPT_VAR
 
 API_VERSION = "jobset.x-k8s.io/v1alpha2"
 REQUIRED_VERSION = "v0.10.0"  # failurePolicy.rules[].onJobFailureMessagePatterns
-NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 RESTART_LABEL = "jobset.sigs.k8s.io/restart-attempt"  # the set's restarts so far: the task's attempt
 NEVER_FAILS = 2**31 - 1  # the evaluator Job's backoffLimit: the largest Kubernetes accepts
 PREEMPTED_RULE = "Preempted"
@@ -118,22 +119,13 @@ def render(spec: ClusterSpec, groups: list[TaskGroup], options: ExportOptions) -
         box = container(group, spec, layout, options, "tf", [attempt])
         pod = pod_spec([box], spec, options, "OnFailure" if group.sidecar else "Never")
         replicated.append({"name": group.task_type, "replicas": 1, "template": {"spec": _job(group, spec, pod)}})
-    service = {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": name},
-        "spec": {
-            "clusterIP": "None",
-            "publishNotReadyAddresses": True,  # peers resolve each other while starting up
-            "selector": {NAME_LABEL: name},
-            "ports": [{"name": "tf", "port": options.port, "targetPort": options.port}],
-        },
-    }
     jobset = {
         "apiVersion": API_VERSION,
         "kind": "JobSet",
         "metadata": {"name": name},
         "spec": {
+            # JobSet creates the headless Service named after the subdomain, owned by the set (deleted
+            # with it); peers must resolve each other while starting up, before any pod is ready.
             "network": {"enableDNSHostnames": True, "subdomain": name, "publishNotReadyAddresses": True},
             "successPolicy": {"operator": "All", "targetReplicatedJobs": trainers},
             "failurePolicy": _failure_policy(spec, trainers),
@@ -144,7 +136,7 @@ def render(spec: ClusterSpec, groups: list[TaskGroup], options: ExportOptions) -
     claim = claim_manifest(options)
     if claim is not None:
         manifests.append(("claim.yaml", claim))
-    manifests += [("service.yaml", service), ("jobset.yaml", jobset)]
+    manifests.append(("jobset.yaml", jobset))
     comments = [
         f"Needs JobSet {REQUIRED_VERSION} or newer (failurePolicy rules on job failure messages).",
         f"Exit {spec.restart.preemption_exit_code}: restart every pod, not counted; "
@@ -153,4 +145,10 @@ def render(spec: ClusterSpec, groups: list[TaskGroup], options: ExportOptions) -
         "Not enforced on Kubernetes:",
         *(f"  {note}" for note in not_enforced(spec, options)),
     ]
+    if any(group.sidecar for group in groups):
+        grace = math.ceil(spec.restart.grace_period_s)
+        comments.append(
+            f"  The evaluator ignores SIGTERM (it scores the last checkpoint): every restart of the set "
+            f"(BlockingRecreate) waits its full terminationGracePeriodSeconds ({grace}s) before new pods start."
+        )
     return Export(tuple(manifests), tuple(comments), ())

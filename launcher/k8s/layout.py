@@ -153,9 +153,34 @@ def task_groups(spec: ClusterSpec, source: str) -> list[TaskGroup]:
                 )
                 break
         groups.append(TaskGroup(task_type, len(members), first[1], first[2], first[3]))
+    problems += _written_secrets(spec)
     if problems:
         raise SpecError(source, problems)
     return groups
+
+
+def _secret_strings(data: Any, path: str) -> list[str]:
+    """JSON paths of the strings in `data` that the launcher masks wherever it shows them."""
+    if isinstance(data, dict):
+        return [found for key, value in data.items() for found in _secret_strings(value, f"{path}.{key}")]
+    if isinstance(data, list):
+        return [found for i, value in enumerate(data) for found in _secret_strings(value, f"{path}[{i}]")]
+    return [path] if isinstance(data, str) and mask_value("", data) != data else []
+
+
+def _written_secrets(spec: ClusterSpec) -> list[SpecProblem]:
+    """checkpoint_dir and training go into the manifest as they are (and checkpoint_dir into its head
+    comments): a password in them would be written in plain text, where `--secret` cannot reach."""
+    paths = _secret_strings(spec.checkpoint_dir, "$.checkpoint_dir")
+    paths += _secret_strings(spec.training.model_dump(mode="json"), "$.training")
+    return [
+        SpecProblem(
+            path,
+            "holds a password (in a URL), which a manifest would carry in plain text; leave it out and let the "
+            "task read it from an env var of the spec, whose value comes from the Secret (--secret)",
+        )
+        for path in paths
+    ]
 
 
 def pod_layout(spec: ClusterSpec, groups: list[TaskGroup], name: str, host: str, options: ExportOptions) -> PodLayout:

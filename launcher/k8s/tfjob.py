@@ -26,7 +26,7 @@ from launcher.k8s.layout import (
     pod_spec,
 )
 from launcher.spec import ClusterSpec
-from worker.contract import JOB_COMPLETION_INDEX_VAR
+from worker.contract import ATTEMPT_VAR, JOB_COMPLETION_INDEX_VAR
 
 API_VERSION = "kubeflow.org/v1"
 REQUIRED_VERSION = "Kubeflow Training Operator 1.9"
@@ -52,6 +52,8 @@ def caveats(spec: ClusterSpec, groups: list[TaskGroup]) -> list[str]:
         f"--force -f).",
         f"runPolicy.backoffLimit ({spec.restart.max_restarts}, from max_restarts) counts restarts of pods, not of "
         f"the gang.",
+        f"{ATTEMPT_VAR} stays 0 (TFJob has no restart count to give a pod): a restarted pod overwrites the result "
+        f"and error files of attempt-0 (its logs stay in kubectl logs --previous).",
     ]
     retried = [code for code in spec.restart.fatal_exit_codes if code >= 128]
     if retried:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import os
 import tarfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -93,6 +95,26 @@ def test_a_bundle_holds_the_post_mortem_files_and_never_checkpoints(tmp_path: Pa
     assert manifest["versions"]["hosts"] == [{"address": "localhost", "python": None, "tensorflow": "2.21.0"}]
     assert json.loads(files["r-bundle/preflight.json"])["lines"] == ["localhost: python 3.11"]
     assert oct(os.stat(result.path).st_mode & 0o777) == "0o600"
+
+
+def test_files_that_vanish_while_listed_are_skipped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    run = make_run(tmp_path)
+    listdir, walk = os.listdir, os.walk
+
+    # A live run renames its *.tmp files into place: listed, then gone before they are looked at.
+    def listdir_with_gone(path: Any) -> list[str]:
+        return [*listdir(path), "status.json.tmp"]
+
+    def walk_with_gone(top: Any, *args: Any, **kwargs: Any) -> Iterator[tuple[str, list[str], list[str]]]:
+        for root, dirs, files in walk(top, *args, **kwargs):
+            yield root, dirs, [*files, "worker-0.result.json.tmp"]
+
+    monkeypatch.setattr(os, "listdir", listdir_with_gone)
+    monkeypatch.setattr(os, "walk", walk_with_gone)
+    result = make_bundle(str(run), str(tmp_path / "out.tar.gz"))
+    files = members(result.path)
+    assert "r-bundle/status.json" in files and not any(name.endswith(".tmp") for name in files)
+    assert not any(".tmp" in entry for entry in result.left_out)
 
 
 def test_a_spec_copy_that_is_not_json_is_left_out_rather_than_leaked(tmp_path: Path) -> None:

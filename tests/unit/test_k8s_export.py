@@ -234,7 +234,7 @@ def test_manifests_pass_the_pinned_schemas(case: str, fmt: str) -> None:
                 containers = replica["template"]["spec"]["containers"]
                 assert any(c["name"] == "tensorflow" for c in containers)  # the operator's webhook requires it
         else:
-            assert kind in ("Service", "PersistentVolumeClaim")
+            assert kind == "PersistentVolumeClaim"
             _check_core(manifest)
 
 
@@ -397,6 +397,21 @@ def test_secret_values_are_referenced_never_written(fmt: str) -> None:
     assert not any(value in str(refused.value) for value in SECRET_VALUES)
 
 
+def test_passwords_outside_the_env_are_refused_not_written() -> None:
+    url = f"s3://reader:{SECRET_VALUES[1]}@store.example.com/ckpt"
+    data = {
+        **COMMAND_SPEC,
+        "checkpoint_dir": url,
+        "training": {"kind": "command", "argv": ["python", "train.py", "--data", url.replace("s3", "https")]},
+    }
+    with pytest.raises(SpecError) as caught:
+        export(parse_spec(data), ExportOptions(image=IMAGE, secret="s"), "c.json")
+    message = str(caught.value)
+    assert caught.value.exit_code == 2 and SECRET_VALUES[1] not in message
+    assert "$.checkpoint_dir: holds a password" in message and "$.training.argv[3]: holds a password" in message
+    assert "Secret" in message
+
+
 def test_tasks_of_a_type_must_look_alike() -> None:
     uneven = json.loads(json.dumps(GPU_SPEC))
     uneven["hosts"][1].update(gpus=[0, 1, 2, 3, 4, 5, 6, 7], worker_per_gpu=False, workers=1, ports=[23456])
@@ -537,8 +552,8 @@ def test_output_to_stdout_or_one_file_per_object(tmp_path: Path, capsys: pytest.
     flags = ["--image", IMAGE, "--checkpoint-claim", "runs", "--claim-size", "5Gi"]
     assert cli.main(["export", "k8s", "--cluster", spec, *flags, "--", "python", "other.py"]) == 0
     docs = list(yaml.safe_load_all(capsys.readouterr().out))
-    assert [doc["kind"] for doc in docs] == ["PersistentVolumeClaim", "Service", "JobSet"]
-    box = docs[2]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]
+    assert [doc["kind"] for doc in docs] == ["PersistentVolumeClaim", "JobSet"]
+    box = docs[1]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]
     assert box["command"][-3:] == ["--", "python", "other.py"]  # the command after -- as every task
     out = tmp_path / "manifests"
     assert cli.main(["export", "k8s", "--cluster", spec, *flags, "--format", "tfjob", "-o", str(out)]) == 0
@@ -550,8 +565,51 @@ def test_output_to_stdout_or_one_file_per_object(tmp_path: Path, capsys: pytest.
 def test_write_puts_the_comments_in_every_file(tmp_path: Path) -> None:
     _, result = _export("example", "jobset")
     paths = write(result, tmp_path / "out")
-    assert [p.name for p in paths] == ["claim.yaml", "service.yaml", "jobset.yaml"]
+    assert [p.name for p in paths] == ["claim.yaml", "jobset.yaml"]
     assert all(p.read_text().startswith("# Written by `launch export k8s") for p in paths)
+
+
+def test_the_jobset_leaves_its_headless_service_to_jobset() -> None:
+    _, result = _export("example", "jobset")
+    assert "Service" not in _docs(result)  # one of ours would outlive `kubectl delete jobset`
+    js = _docs(result)["JobSet"]
+    name = js["metadata"]["name"]  # JobSet names its Service after the subdomain, ready or not (pods resolve early)
+    assert js["spec"]["network"] == {"enableDNSHostnames": True, "subdomain": name, "publishNotReadyAddresses": True}
+
+
+@pytest.mark.parametrize(("fmt", "other"), [("jobset", "tfjob.yaml"), ("tfjob", "jobset.yaml")])
+def test_an_output_directory_holds_one_engine_only(
+    fmt: str, other: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = _spec_file(tmp_path, COMMAND_SPEC)
+    out = tmp_path / "manifests"
+    out.mkdir()
+    (out / other).write_text("kind: x\n")
+    flags = ["--image", IMAGE, "--checkpoint-claim", "runs", "--format", fmt, "-o", str(out)]
+    assert cli.main(["export", "k8s", "--cluster", spec, *flags]) == 2
+    err = capsys.readouterr().err
+    assert f"-o {out}" in err and other in err and "both" in err and "Traceback" not in err
+    assert sorted(p.name for p in out.iterdir()) == [other]  # nothing written
+    (out / other).unlink()
+    (out / f"{fmt}.yaml").write_text("kind: x\n")  # its own engine's earlier export: replaced
+    assert cli.main(["export", "k8s", "--cluster", spec, *flags]) == 0
+
+
+def test_an_unwritable_output_exits_2_naming_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = _spec_file(tmp_path, COMMAND_SPEC)
+    flags = ["--image", IMAGE, "--checkpoint-claim", "runs"]
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    for out in (a_file, a_file / "below"):
+        assert cli.main(["export", "k8s", "--cluster", spec, *flags, "-o", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert f"-o {out}" in err and "Traceback" not in err
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    if os.access(locked, os.W_OK):  # root writes anywhere
+        pytest.skip("this user can write a read-only directory")
+    assert cli.main(["export", "k8s", "--cluster", spec, *flags, "-o", str(locked)]) == 2
+    assert f"-o {locked}" in capsys.readouterr().err
 
 
 def test_every_export_error_is_a_launch_error() -> None:
