@@ -13,6 +13,10 @@ command -v nsenter >/dev/null 2>&1 || missing+=(util-linux)
 # A real Slurm (controller and node daemons started by the tests) and munge for its authentication.
 { [ -x /usr/sbin/slurmctld ] && [ -x /usr/sbin/slurmd ] && command -v sbatch >/dev/null 2>&1; } || missing+=(slurm-wlm)
 [ -x /usr/sbin/munged ] || missing+=(munge)
+# podman (with runc) and debootstrap build and run the project's image from a Debian-made base.
+command -v podman >/dev/null 2>&1 || missing+=(podman)
+command -v runc >/dev/null 2>&1 || missing+=(runc)
+command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
 if [ "${#missing[@]}" -gt 0 ]; then
   apt-get update
   DEBIAN_FRONTEND=noninteractive apt-get install -y "${missing[@]}"
@@ -24,6 +28,7 @@ bash scripts/setup.sh test
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy
+.venv/bin/hadolint docker/Dockerfile tests/data/containers/python-base.Containerfile
 
 set +e
 .venv/bin/python -m pytest -q -p no:cacheprovider "$@"

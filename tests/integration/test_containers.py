@@ -1,0 +1,103 @@
+"""The project's image, built here with podman, and a cluster of containers from docker/compose.yaml.
+
+Builds docker/Dockerfile on a Debian-made python base (no registry is reachable), brings up the
+compose project with podman-compose (keys, two sshd worker hosts, the launcher), kills a worker
+container mid-run and brings it back as an orchestrator would; the gang restarts, resumes from the
+shared volume and finishes with agreeing replicas. Every container, volume and network of the
+project is removed at the end, and that is checked.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import tomllib
+
+from tests.containers import PROJECT_IMAGE, Podman, build_project_image, compose_project, ensure_base_images, wait_for
+from tests.integration.test_train_local import assert_agree, results
+
+# the first run on a fresh machine makes the base images and downloads TensorFlow into the image
+pytestmark = [pytest.mark.slow, pytest.mark.tf, pytest.mark.timeout(2400)]
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def podman(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Podman]:
+    scratch = tmp_path_factory.mktemp("podman")
+    podman = Podman(scratch)
+    reason = podman.why_not()
+    if reason is not None:
+        pytest.skip(reason)
+    log = scratch / "build.log"
+    ensure_base_images(podman, log)
+    build_project_image(podman, log)
+    yield podman
+
+
+def _last_step(run_dir: Path) -> int:
+    try:
+        lines = (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+    except OSError:  # not written yet
+        return 0
+    return max((json.loads(line).get("step", 0) for line in lines if line.strip()), default=0)
+
+
+def test_the_image_runs_training_as_a_non_root_user_at_the_pinned_version(podman: Podman) -> None:
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    out = podman.run(
+        "run",
+        "--rm",
+        "--network=none",
+        PROJECT_IMAGE,
+        "sh",
+        "-c",
+        "id -u; python -c 'import importlib.metadata as m; print(m.version(\"tflaunch\"))'; "
+        "launch --cluster /opt/tflaunch/cluster.example.json --dry-run | head -1",
+    ).stdout.split("\n")
+    assert out[0] == "1000", out
+    assert out[1] == version, out
+    assert out[2].startswith("run example: 3 task(s)"), out
+    (image,) = json.loads(podman.run("image", "inspect", PROJECT_IMAGE).stdout)
+    config = image["Config"]
+    assert config["User"] == "1000:1000"
+    health = image.get("Healthcheck") or config.get("Healthcheck") or {}
+    assert health.get("Test") == ["CMD", "/opt/tflaunch/docker/healthcheck.sh"], "built without --format docker?"
+    assert config["Labels"]["org.opencontainers.image.version"] == version
+
+
+def test_two_worker_containers_train_survive_a_killed_container_and_leave_nothing(podman: Podman) -> None:
+    spec = json.loads((REPO / "docker" / "cluster.compose.json").read_text())
+    steps = spec["training"]["steps"]
+    assert not any(h["ssh"].get("accept_unknown_host_keys") for h in spec["hosts"]), "host keys must be pinned"
+    with compose_project(podman) as project:
+        project.compose_cmd("up", "-d", "--no-build")
+        launcher = project.container("launcher")
+        run_dir = project.volume_path("shared") / "runs" / spec["name"]
+
+        def launcher_logs() -> str:
+            return podman.run("logs", launcher, check=False).stdout
+
+        wait_for(
+            lambda: _last_step(run_dir) >= 100, 420, lambda: f"step 100 of the compose run\n{launcher_logs()[-6000:]}"
+        )
+        victim = project.container("worker-1")
+        podman.run("kill", victim)
+        podman.run("start", victim)  # the host comes back, as a restart policy or an orchestrator would bring it
+        code = podman.run("wait", launcher, timeout=600).stdout.strip()
+        logs = launcher_logs()
+        assert code == "0", logs[-6000:]
+        assert "worker-0:2222 accepts SSH connections" in logs, logs[:3000]
+
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert summary["state"] == "succeeded" and summary["final_step"] == steps, summary
+        assert summary["restarts"] >= 1, "killing a worker container did not restart the gang"
+        last = len(summary["attempts"]) - 1
+        assert_agree(results(run_dir, last), 2, steps)
+        resumed_at = {r["start_step"] for r in results(run_dir, last).values()}
+        checkpoint_every = spec["training"]["checkpoint_every"]
+        assert len(resumed_at) == 1 and resumed_at.pop() >= checkpoint_every, "the restart did not resume"
+        checkpoints = project.volume_path("shared") / "checkpoints"
+        assert (checkpoints / f"ckpt-{steps}.index").exists(), sorted(p.name for p in checkpoints.iterdir())
