@@ -80,12 +80,16 @@ def ensure_base_images(podman: Podman, log: Path) -> None:
                     timeout=900,
                 )
             tar = subprocess.Popen(["tar", "-C", rootfs, "-c", "."], stdout=subprocess.PIPE)
-            subprocess.run(
-                ["podman", "import", "-", DEBIAN_IMAGE], stdin=tar.stdout, env=podman.env, check=True, timeout=600
-            )
             assert tar.stdout is not None
-            tar.stdout.close()
-            tar.wait(timeout=60)
+            try:
+                subprocess.run(
+                    ["podman", "import", "-", DEBIAN_IMAGE], stdin=tar.stdout, env=podman.env, check=True, timeout=600
+                )
+            finally:  # a failed import must not leave tar writing into a pipe nobody reads
+                tar.stdout.close()
+                if tar.poll() is None:
+                    tar.kill()
+                tar.wait(timeout=60)
     if rebuild or not podman.image_exists(PYTHON_IMAGE):
         with tempfile.TemporaryDirectory(prefix="tflaunch-pybase-") as context:
             source = REPO / "tests" / "data" / "containers" / "python-base.Containerfile"

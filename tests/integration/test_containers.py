@@ -66,6 +66,18 @@ def test_the_image_runs_training_as_a_non_root_user_at_the_pinned_version(podman
     health = image.get("Healthcheck") or config.get("Healthcheck") or {}
     assert health.get("Test") == ["CMD", "/opt/tflaunch/docker/healthcheck.sh"], "built without --format docker?"
     assert config["Labels"]["org.opencontainers.image.version"] == version
+    # the health check fails for an sshd container whose sshd does not answer (and passes below for live ones)
+    dead = podman.run(
+        "run",
+        "--rm",
+        "--network=none",
+        PROJECT_IMAGE,
+        "sh",
+        "-c",
+        "touch /tmp/tflaunch-role-sshd && /opt/tflaunch/docker/healthcheck.sh",
+        check=False,
+    )
+    assert dead.returncode != 0, dead.stdout + dead.stderr
 
 
 def test_two_worker_containers_train_survive_a_killed_container_and_leave_nothing(podman: Podman) -> None:
@@ -83,6 +95,8 @@ def test_two_worker_containers_train_survive_a_killed_container_and_leave_nothin
         wait_for(
             lambda: _last_step(run_dir) >= 100, 420, lambda: f"step 100 of the compose run\n{launcher_logs()[-6000:]}"
         )
+        for service in ("worker-0", "worker-1", "launcher"):  # podman runs health checks only when asked here
+            assert podman.run("healthcheck", "run", project.container(service), check=False).returncode == 0, service
         victim = project.container("worker-1")
         podman.run("kill", victim)
         podman.run("start", victim)  # the host comes back, as a restart policy or an orchestrator would bring it
