@@ -10,6 +10,7 @@ project is removed at the end, and that is checked.
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -45,15 +46,15 @@ def _last_step(run_dir: Path) -> int:
     return max((json.loads(line).get("step", 0) for line in lines if line.strip()), default=0)
 
 
+def _in_image(podman: Podman, script: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """A shell script in a throwaway container of the image, with no network."""
+    return podman.run("run", "--rm", "--network=none", PROJECT_IMAGE, "sh", "-c", script, check=check)
+
+
 def test_the_image_runs_training_as_a_non_root_user_at_the_pinned_version(podman: Podman) -> None:
     version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
-    out = podman.run(
-        "run",
-        "--rm",
-        "--network=none",
-        PROJECT_IMAGE,
-        "sh",
-        "-c",
+    out = _in_image(
+        podman,
         "id -u; python -c 'import importlib.metadata as m; print(m.version(\"tflaunch\"))'; "
         "launch --cluster /opt/tflaunch/cluster.example.json --dry-run | head -1",
     ).stdout.split("\n")
@@ -67,16 +68,7 @@ def test_the_image_runs_training_as_a_non_root_user_at_the_pinned_version(podman
     assert health.get("Test") == ["CMD", "/opt/tflaunch/docker/healthcheck.sh"], "built without --format docker?"
     assert config["Labels"]["org.opencontainers.image.version"] == version
     # the health check fails for an sshd container whose sshd does not answer (and passes below for live ones)
-    dead = podman.run(
-        "run",
-        "--rm",
-        "--network=none",
-        PROJECT_IMAGE,
-        "sh",
-        "-c",
-        "touch /tmp/tflaunch-role-sshd && /opt/tflaunch/docker/healthcheck.sh",
-        check=False,
-    )
+    dead = _in_image(podman, "touch /tmp/tflaunch-role-sshd && /opt/tflaunch/docker/healthcheck.sh", check=False)
     assert dead.returncode != 0, dead.stdout + dead.stderr
 
 
