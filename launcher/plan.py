@@ -147,6 +147,15 @@ def _cluster(slots: list[TaskSlot], ports: Mapping[str, int]) -> dict[str, list[
     return cluster
 
 
+def runtime_env(spec: ClusterSpec) -> dict[str, str]:
+    """What every task's environment gets from the launcher whatever the spec's env says (the
+    Kubernetes export sets the same)."""
+    env = {"PYTHONUNBUFFERED": "1"}
+    if spec.training.kind == "fit":
+        env["TF_USE_LEGACY_KERAS"] = "1"  # tf-keras: Keras 3 fit is broken under MWMS
+    return env
+
+
 def _task_env(
     spec: ClusterSpec,
     inputs: PlanInputs,
@@ -159,7 +168,7 @@ def _task_env(
     """The environment one task gets on top of its host's: the spec's env, TF_CONFIG and the contract."""
     env = {**spec.env, **slot.host.env}
     env[TF_CONFIG] = json.dumps(tf_config, sort_keys=True)
-    env["PYTHONUNBUFFERED"] = "1"
+    env.update(runtime_env(spec))
     env.update(
         TaskEnv.for_task(
             run_name=spec.name,
@@ -172,8 +181,6 @@ def _task_env(
             fault=inputs.faults.get(slot.name),
         ).to_env()
     )
-    if spec.training.kind == "fit":
-        env["TF_USE_LEGACY_KERAS"] = "1"  # tf-keras: Keras 3 fit is broken under MWMS
     if gpus is not None:
         env["CUDA_VISIBLE_DEVICES"] = gpus
     return env

@@ -17,7 +17,7 @@ from typing import Any
 
 from launcher.errors import SpecError, SpecProblem, UsageError
 from launcher.masking import mask_value
-from launcher.plan import PlanInputs, build_plan, task_slots
+from launcher.plan import PlanInputs, build_plan, runtime_env, task_slots
 from launcher.spec import ClusterSpec, CommandTraining, is_url
 from worker.contract import POD_LAYOUT_VAR, POD_TASK_TYPE_VAR, RunLayout
 from worker.pod import TASK_TYPES, PodLayout
@@ -227,9 +227,7 @@ def _env_entries(group: TaskGroup, spec: ClusterSpec, options: ExportOptions) ->
             f"(kubectl create secret generic NAME --from-literal=KEY=...)."
         )
     # What the plan sets on top of the spec's env wins over it here too.
-    fixed = {"PYTHONUNBUFFERED": "1"}
-    if spec.training.kind == "fit":
-        fixed["TF_USE_LEGACY_KERAS"] = "1"  # tf-keras: Keras 3 fit is broken under MWMS
+    fixed = runtime_env(spec)
     if group.hide_gpus:
         fixed["CUDA_VISIBLE_DEVICES"] = ""
     entries: list[dict[str, Any]] = []
