@@ -185,9 +185,10 @@ def _launch(spec: ClusterSpec, quiet: bool, faults: list[Fault], plain: bool, al
         console.notice(success_text(result))
         return 0
     if result.state is LaunchState.PREEMPTED and allocation is not None:
+        # Said before asking: Slurm stops this batch script as soon as it accepts the requeue.
+        console.notice(f"requeueing Slurm job {allocation.job_id}: it resumes from the last checkpoint")
         refused = allocation.requeue()
         if refused is None:
-            console.notice(f"requeued Slurm job {allocation.job_id}: it resumes from the last checkpoint")
             return 0
         console.notice(f"Slurm refused to requeue job {allocation.job_id}: {refused}; launch it again to resume")
     console.notice(failure_text(result))

@@ -141,7 +141,7 @@ def test_a_preemption_saves_requeues_and_resumes_without_losing_a_step(cluster: 
     job = next(line.split("job ")[1].split(":")[0] for line in seen if "submitted Slurm job" in line)
     cluster.run("scancel", "--signal=TERM", job)
     text = _finish(proc, seen)
-    assert "requeued Slurm job" in text and "requeued 1x" in text, text[-3000:]
+    assert "requeueing Slurm job" in text and "requeued 1x" in text, text[-3000:]
     run_dir = work / "runs" / "preempted"
     before = (run_dir / "attempt-0" / "worker-0.log").read_text()
     done_before = max(int(m) for m in re.findall(r"step (\d+)/", before))
