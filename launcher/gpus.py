@@ -101,7 +101,7 @@ def _call_problem(call: dict[str, Any]) -> str | None:
 
 
 def inventory(answer: dict[str, Any] | None) -> GpuInventory:
-    """The host's GPUs from the probe's `gpus` answer (see launcher.probe._nvidia_smi)."""
+    """The host's GPUs from the probe's `gpus` answer (see launcher.agent.probe._nvidia_smi)."""
     if not answer:
         return GpuInventory(problem="the probe did not report GPUs")
     devices = answer.get("slurm_step_devices")

@@ -22,14 +22,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
-from launcher import probe
+from launcher.agent import probe
+from launcher.agent.bootstrap import helper_argv, source_line
+from launcher.agent.probe import creatable
 from launcher.errors import HostError
 from launcher.gpus import GpuHost, fleet_problems, inventory
 from launcher.plan import LaunchPlan, TaskLaunch
-from launcher.probe import creatable
 from launcher.spec import BuiltinTraining, ClusterSpec, FunctionTraining, is_url, machine_key
 from launcher.transport.base import HelperChannel, Transport
-from launcher.transport.bootstrap import helper_argv, source_line
 
 log = logging.getLogger(__name__)
 _CALL_TIMEOUT_S = 30.0

@@ -19,11 +19,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from launcher import task_runner
+from launcher.agent import task_runner
+from launcher.agent.bootstrap import helper_argv
 from launcher.plan import TaskLaunch
 from launcher.private_files import make_private_dir
 from launcher.transport.base import EventSink, ExitStatus, HelperChannel
-from launcher.transport.bootstrap import helper_argv
 from launcher.transport.standby import SpareWatch, StandbyPool, standby_header, task_header
 from launcher.transport.streams import TaskStreams
 from worker.contract import EVENT_FD_VAR

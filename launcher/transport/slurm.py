@@ -25,13 +25,13 @@ import time
 from collections import deque
 from typing import Any
 
-from launcher import task_runner
+from launcher.agent import task_runner
+from launcher.agent.bootstrap import helper_argv, source_line
+from launcher.agent.task_runner import BEATS_PER_TIMEOUT
 from launcher.errors import HostError
 from launcher.plan import TaskLaunch
 from launcher.private_files import open_private
-from launcher.task_runner import BEATS_PER_TIMEOUT
 from launcher.transport.base import EventSink, ExitStatus, HelperChannel, Started, StartRequest
-from launcher.transport.bootstrap import helper_argv, source_line
 from launcher.transport.local import pipe_channel
 from launcher.transport.streams import MAX_LINE_BYTES, TaskStreams, write_mirrored
 from worker.contract import END_LINE, EXIT, PING_LINE, SIGNAL_LINE

@@ -21,13 +21,13 @@ import threading
 import time
 from typing import Any
 
-from launcher import task_runner
+from launcher.agent import task_runner
+from launcher.agent.bootstrap import remote_command, source_line
+from launcher.agent.task_runner import BEATS_PER_TIMEOUT
 from launcher.errors import HostError
 from launcher.plan import TaskLaunch
 from launcher.spec import HostSpec, SshSpec
-from launcher.task_runner import BEATS_PER_TIMEOUT
 from launcher.transport.base import EventSink, ExitStatus, HelperChannel
-from launcher.transport.bootstrap import remote_command, source_line
 from launcher.transport.ssh_client import connect, resolve_target
 from launcher.transport.standby import SpareWatch, StandbyPool, standby_header, task_header
 from launcher.transport.streams import TaskStreams, write_mirrored

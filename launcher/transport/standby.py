@@ -2,7 +2,7 @@
 
 While an attempt runs, the supervisor asks its transport to prepare standbys. A standby is a
 helper session like a task's, sent a `standby` header instead of a task's: its helper starts a
-spare interpreter that imports TensorFlow (launcher/spare.py), reports once whether the spare is
+spare interpreter that imports TensorFlow (launcher/agent/spare.py), reports once whether the spare is
 ready, and waits under the usual lifeline. The next attempt's start takes the standby made for
 the same task on the same host and sends it the task's header; the helper runs the task in the
 spare, or cold when the spare cannot take it. A standby not taken is closed: its helper reads
@@ -17,9 +17,9 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
-from launcher import spare
+from launcher.agent import spare
+from launcher.agent.task_runner import LATE_KEYS, SPARE_EVENT
 from launcher.plan import TaskLaunch
-from launcher.task_runner import LATE_KEYS, SPARE_EVENT
 from launcher.transport.base import parse_report
 
 log = logging.getLogger(__name__)

@@ -11,10 +11,10 @@ import json
 
 import pytest
 
-from launcher import task_runner
+from launcher.agent import task_runner
+from launcher.agent.bootstrap import remote_command
 from launcher.plan import LaunchPlan, PlanInputs, build_plan
 from launcher.spec import parse_spec
-from launcher.transport.bootstrap import remote_command
 from launcher.transport.standby import standby_header, task_header
 
 GPU_ENV = {

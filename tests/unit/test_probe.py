@@ -8,8 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from launcher import probe
-from launcher.transport.bootstrap import helper_argv, source_line
+from launcher.agent import probe
+from launcher.agent.bootstrap import helper_argv, source_line
 
 
 def _install(site_dir: Path, distribution: str, version: str) -> None:

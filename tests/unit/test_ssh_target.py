@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from launcher.agent.bootstrap import BOOTSTRAP, remote_command
 from launcher.spec import HostSpec
-from launcher.transport.bootstrap import BOOTSTRAP, remote_command
 from launcher.transport.ssh_client import resolve_target
 
 

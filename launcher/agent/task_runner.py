@@ -484,7 +484,7 @@ def main() -> None:
     if args[:1] == ["--"]:
         args = args[1:]
     if not args:
-        print("usage: python -m launcher.task_runner -- COMMAND [ARGS...] | --standby", file=sys.stderr)
+        print("usage: python -m launcher.agent.task_runner -- COMMAND [ARGS...] | --standby", file=sys.stderr)
         raise SystemExit(2)
     code, sig = supervise(args, lifeline, report, pass_fds=pass_fds)
     raise SystemExit(exit_status(code, sig))
