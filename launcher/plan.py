@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from launcher.agent.cluster import address
 from launcher.spec import ClusterSpec, CommandTraining, HostSpec, is_url
 from worker.contract import TF_CONFIG, RunLayout, TaskEnv, task_stem, with_python
 
@@ -60,8 +61,10 @@ class TaskLaunch:
     port: int
     python: str
     sidecar: bool  # the evaluator: outside the training gang, never decides its success
-    tf_config: dict[str, Any]
-    env: dict[str, str]
+    # The trainers' `cluster` of TF_CONFIG: one object shared by every task of the plan, so a
+    # fleet's plan grows with its tasks, not with their square. `tf_config` is derived from it.
+    cluster: Mapping[str, list[str]]
+    env: dict[str, str]  # what the task's environment gets, but TF_CONFIG (see `task_env`)
     argv: list[str]
     cwd: str
     log_path: str
@@ -75,12 +78,32 @@ class TaskLaunch:
         return task_stem(self.name)
 
     @property
+    def address(self) -> str:
+        """How peers reach this task's TF server."""
+        return address(self.host, self.port)
+
+    @property
+    def tf_config(self) -> dict[str, Any]:
+        """The task's TF_CONFIG. The evaluator is outside the coordination service: its cluster lists
+        only itself."""
+        own = {"evaluator": [self.address]} if self.sidecar else dict(self.cluster)
+        return {"cluster": own, "task": {"type": self.task_type, "index": self.task_index}}
+
+    @property
+    def task_env(self) -> dict[str, str]:
+        """Everything the launcher adds to the task's environment, TF_CONFIG included (the host's
+        agent builds the same TF_CONFIG itself from the cluster)."""
+        return {**self.env, TF_CONFIG: json.dumps(self.tf_config, sort_keys=True)}
+
+    @property
     def label(self) -> str:
         """Console prefix: `worker:1` locally, `worker:1@host` for remote tasks."""
         return self.name if self.is_local else f"{self.name}@{self.host}"
 
     def to_json(self) -> dict[str, Any]:
-        data = {k: v for k, v in self.__dict__.items()}
+        data = {k: v for k, v in self.__dict__.items() if k != "cluster"}
+        data["tf_config"] = self.tf_config
+        data["env"] = self.task_env
         data["label"] = self.label
         return data
 
@@ -127,10 +150,6 @@ def task_slots(spec: ClusterSpec) -> list[TaskSlot]:
     return sorted(slots, key=lambda s: (order[s.task_type], s.task_index))
 
 
-def _address(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
 def _checkpoint_dir(spec: ClusterSpec, layout: RunLayout, launcher_cwd: str) -> str:
     checkpoint_dir = spec.checkpoint_dir or layout.default_checkpoint_dir
     if not posixpath.isabs(checkpoint_dir) and not is_url(checkpoint_dir):  # gs://... reaches TF untouched
@@ -143,7 +162,7 @@ def _cluster(slots: list[TaskSlot], ports: Mapping[str, int]) -> dict[str, list[
     cluster: dict[str, list[str]] = {}
     for slot in slots:
         if slot.task_type != "evaluator":
-            cluster.setdefault(slot.task_type, []).append(_address(slot.host.address, ports[slot.name]))
+            cluster.setdefault(slot.task_type, []).append(address(slot.host.address, ports[slot.name]))
     return cluster
 
 
@@ -162,12 +181,11 @@ def _task_env(
     slot: TaskSlot,
     layout: RunLayout,
     checkpoint_dir: str,
-    tf_config: dict[str, Any],
     gpus: str | None,
 ) -> dict[str, str]:
-    """The environment one task gets on top of its host's: the spec's env, TF_CONFIG and the contract."""
+    """The environment one task gets on top of its host's: the spec's env and the contract (TF_CONFIG
+    follows from the cluster)."""
     env = {**spec.env, **slot.host.env}
-    env[TF_CONFIG] = json.dumps(tf_config, sort_keys=True)
     env.update(runtime_env(spec))
     env.update(
         TaskEnv.for_task(
@@ -197,6 +215,12 @@ def _preload(spec: ClusterSpec, sidecar: bool) -> tuple[str, ...]:
     return (*runtime, *by_kind.get(spec.training.kind, ()))
 
 
+def host_python(spec: ClusterSpec, host: HostSpec, launcher_python: str) -> str:
+    """The python a host's agent and tasks run with: the host's, the spec's, else the launcher's own
+    on this machine and `python3` (found on the host's PATH) elsewhere."""
+    return host.python or spec.python or (launcher_python if host.is_local else "python3")
+
+
 def build_plan(spec: ClusterSpec, inputs: PlanInputs) -> LaunchPlan:
     """Derive every task's TF_CONFIG, environment, argv and files for one attempt."""
     slots = task_slots(spec)
@@ -212,10 +236,8 @@ def build_plan(spec: ClusterSpec, inputs: PlanInputs) -> LaunchPlan:
     for slot in slots:
         host = slot.host
         sidecar = slot.task_type == "evaluator"
-        python = host.python or spec.python or (inputs.launcher_python if host.is_local else "python3")
+        python = host_python(spec, host, inputs.launcher_python)
         cwd = host.workdir or spec.workdir or (inputs.launcher_cwd if host.is_local else ".")
-        own = {"evaluator": [_address(host.address, ports[slot.name])]} if sidecar else cluster
-        tf_config = {"cluster": own, "task": {"type": slot.task_type, "index": slot.task_index}}
         # An even, disjoint split of the host's GPUs (HostSpec.gpu_shares); the evaluator gets none unless listed
         gpus = ",".join(str(g) for g in slot.gpus) if slot.gpus is not None else None
         if isinstance(spec.training, CommandTraining):
@@ -235,8 +257,8 @@ def build_plan(spec: ClusterSpec, inputs: PlanInputs) -> LaunchPlan:
                 port=ports[slot.name],
                 python=python,
                 sidecar=sidecar,
-                tf_config=tf_config,
-                env=_task_env(spec, inputs, slot, layout, checkpoint_dir, tf_config, gpus),
+                cluster=cluster,
+                env=_task_env(spec, inputs, slot, layout, checkpoint_dir, gpus),
                 argv=argv,
                 cwd=cwd,
                 log_path=layout.log_file(inputs.attempt, stem),

@@ -11,89 +11,22 @@ every host able to open a TCP connection to every other host's task ports while 
 
 from __future__ import annotations
 
-import json
 import logging
-import queue
 import secrets
-import sys
-import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
-from launcher.agent import probe
-from launcher.agent.bootstrap import helper_argv, source_line
 from launcher.agent.probe import creatable
 from launcher.errors import HostError
 from launcher.gpus import GpuHost, fleet_problems, inventory
 from launcher.plan import LaunchPlan, TaskLaunch
 from launcher.spec import BuiltinTraining, ClusterSpec, FunctionTraining, is_url, machine_key
-from launcher.transport.base import HelperChannel, Transport
+from launcher.transport.base import Agent, Transport
 
 log = logging.getLogger(__name__)
-_CALL_TIMEOUT_S = 30.0
-_BECAME = b'"became": true'
-_MARKER = probe.BECAME_MARKER.encode()
 T = TypeVar("T")
-
-
-class ProbeSession:
-    """The probe running in one of the transport's helper sessions; `call` sends a request and waits."""
-
-    def __init__(self, channel: HelperChannel) -> None:
-        self._channel = channel
-        self._answers: queue.Queue[bytes | None] = queue.Queue()
-        self._stderr: list[bytes] = []
-        self._stderr_done = threading.Event()
-        threading.Thread(target=self._read_answers, args=(channel.stdout,), daemon=True).start()
-        threading.Thread(target=self._read_stderr, args=(channel.stderr,), daemon=True).start()
-        channel.write(source_line(probe))
-
-    def _read_answers(self, stream: Any) -> None:
-        for line in stream:
-            self._answers.put(line)
-            if _BECAME in line:  # what follows belongs to the task helper the probe became
-                return
-        self._answers.put(None)  # end of output: the probe is gone
-
-    def _read_stderr(self, stream: Any) -> None:
-        for line in stream:
-            if line.rstrip() == _MARKER:
-                break
-            self._stderr.append(line)
-        self._stderr_done.set()
-
-    def hand_over(self, python: str) -> bool:
-        """Turn the session into a waiting task bootstrap and give it to the transport, where it
-        can (one shell start-up per host, not two). False: nothing handed over; close as usual."""
-        if self._channel.keep is None:
-            return False
-        try:
-            self.call({"op": "become", "argv": helper_argv(python, stdlib_only=True)}, timeout=10)
-        except RuntimeError:
-            return False
-        if not self._stderr_done.wait(10):
-            return False
-        self._channel.keep()
-        return True
-
-    def call(self, request: dict[str, Any], timeout: float = _CALL_TIMEOUT_S) -> dict[str, Any]:
-        self._channel.write((json.dumps(request) + "\n").encode())
-        try:
-            line = self._answers.get(timeout=timeout)
-        except queue.Empty:
-            raise RuntimeError(f"no answer to {request['op']} within {timeout:g}s") from None
-        if line is None:
-            said = b"".join(self._stderr[-5:]).decode("utf-8", "replace").strip()
-            raise RuntimeError(said or "the probe exited without answering")
-        answer = json.loads(line)
-        if "error" in answer and request["op"] not in ("read_marker",):
-            raise RuntimeError(str(answer["error"]))
-        return answer
-
-    def close(self) -> None:
-        self._channel.close()
 
 
 @dataclass
@@ -105,7 +38,7 @@ class _Host:
     workdir: str
     tasks: list[TaskLaunch]
     gpus: list[int] | None = None  # the GPU ids the spec gives this host's tasks; None or []: not checked
-    session: ProbeSession | None = None
+    session: Agent | None = None
     info: dict[str, Any] = field(default_factory=dict)
 
 
@@ -135,7 +68,7 @@ def _parallel(hosts: list[_Host], work: Callable[[_Host], T]) -> list[tuple[_Hos
 def run_preflight(spec: ClusterSpec, plan: LaunchPlan, transport: Transport) -> PreflightReport:
     """Check every host (local ones too) and the run directory; writes nothing that outlives it.
 
-    Probes run in `transport`'s helper sessions: over SSH on the connection the tasks will use."""
+    Probes run in the hosts' agents, the ones that will start the tasks."""
     report = PreflightReport()
     if not creatable(plan.run_dir):
         report.problems.append(
@@ -148,9 +81,11 @@ def run_preflight(spec: ClusterSpec, plan: LaunchPlan, transport: Transport) -> 
         hosts.append(_Host(index, entry.address, entry.is_local, tasks[0].python, tasks[0].cwd, tasks, entry.gpu_ids))
     need_worker = isinstance(spec.training, (BuiltinTraining, FunctionTraining))
 
+    transport.connect([host.index for host in hosts])
+
     def open_session(host: _Host) -> None:
-        host.session = ProbeSession(transport.open_helper(host.index, host.python))
-        host.info = host.session.call(
+        host.session = transport.agent(host.index)
+        host.info = host.session.probe(
             {
                 "op": "info",
                 "workdir": host.workdir,
@@ -160,33 +95,25 @@ def run_preflight(spec: ClusterSpec, plan: LaunchPlan, transport: Transport) -> 
             }
         )
 
-    try:
-        for host, outcome in _parallel(hosts, open_session):
-            if isinstance(outcome, HostError):
-                report.problems.append(str(outcome))
-            elif isinstance(outcome, BaseException):
-                report.problems.append(
-                    f"{host.address}: cannot run {host.python!r} there ({outcome}); set python for this host"
-                )
-        live = [h for h in hosts if h.info]
-        _check_info(live, plan, need_worker, report)
-        _check_gpus(live, report)
-        _check_shared_checkpoints([h for h in live if h.info.get("checkpoint_ok")], plan, report)
-        _check_ports_and_mesh(live, report)
-        for host in live:
-            info = host.info
-            report.lines.append(
-                f"{host.address}: python {info['python']}, tensorflow {info['tensorflow'] or 'MISSING'}, "
-                f"{len(host.tasks)} task(s) on port(s) {', '.join(str(t.port) for t in host.tasks)}"
+    for host, outcome in _parallel(hosts, open_session):
+        if isinstance(outcome, HostError):
+            report.problems.append(str(outcome))
+        elif isinstance(outcome, BaseException):
+            report.problems.append(
+                f"{host.address}: cannot run {host.python!r} there ({outcome}); set python for this host"
             )
-            report.hosts.append(_host_record(host))
-    finally:
-        sessions = [h for h in hosts if h.session is not None]
-        passed = report.ok and sys.exc_info()[0] is None
-        kept = {id(h) for h, handed in _parallel(sessions, lambda h: passed and _hand_over(h)) if handed is True}
-        for host in sessions:
-            if id(host) not in kept and host.session is not None:
-                host.session.close()
+    live = [h for h in hosts if h.info]
+    _check_info(live, plan, need_worker, report)
+    _check_gpus(live, report)
+    _check_shared_checkpoints([h for h in live if h.info.get("checkpoint_ok")], plan, report)
+    _check_ports_and_mesh(live, report)
+    for host in live:
+        info = host.info
+        report.lines.append(
+            f"{host.address}: python {info['python']}, tensorflow {info['tensorflow'] or 'MISSING'}, "
+            f"{len(host.tasks)} task(s) on port(s) {', '.join(str(t.port) for t in host.tasks)}"
+        )
+        report.hosts.append(_host_record(host))
     return report
 
 
@@ -224,10 +151,6 @@ def _check_gpus(hosts: list[_Host], report: PreflightReport) -> None:
     for host in checked:
         if host.found.problem is None:
             report.lines.append(f"{host.address}: GPUs {', '.join(map(str, host.wanted))} of {host.found.describe()}")
-
-
-def _hand_over(host: _Host) -> bool:
-    return host.session is not None and host.session.hand_over(host.python)
 
 
 def _check_info(hosts: list[_Host], plan: LaunchPlan, need_worker: bool, report: PreflightReport) -> None:
@@ -277,9 +200,9 @@ def _check_shared_checkpoints(hosts: list[_Host], plan: LaunchPlan, report: Pref
     path = f"{plan.checkpoint_dir.rstrip('/')}/.tflaunch-preflight-{token}"
     writer = hosts[0]
     assert writer.session is not None
-    writer.session.call({"op": "write_marker", "path": path, "token": token})
+    writer.session.probe({"op": "write_marker", "path": path, "token": token})
     try:
-        for host, outcome in _parallel(hosts[1:], lambda h: h.session.call({"op": "read_marker", "path": path})):  # type: ignore[union-attr]
+        for host, outcome in _parallel(hosts[1:], lambda h: h.session.probe({"op": "read_marker", "path": path})):  # type: ignore[union-attr]
             seen = outcome.get("token") if isinstance(outcome, dict) else None
             if seen != token:
                 report.problems.append(
@@ -287,11 +210,11 @@ def _check_shared_checkpoints(hosts: list[_Host], plan: LaunchPlan, report: Pref
                     f"(a marker written there is not visible here); workers must see each other's checkpoints"
                 )
     finally:
-        writer.session.call({"op": "remove", "path": path})
+        writer.session.probe({"op": "remove", "path": path})
 
 
 def _check_ports_and_mesh(hosts: list[_Host], report: PreflightReport) -> None:
-    bound = _parallel(hosts, lambda h: h.session.call({"op": "bind", "ports": [t.port for t in h.tasks]}))  # type: ignore[union-attr]
+    bound = _parallel(hosts, lambda h: h.session.probe({"op": "bind", "ports": [t.port for t in h.tasks]}))  # type: ignore[union-attr]
     try:
         for host, outcome in bound:
             results = outcome.get("results", {}) if isinstance(outcome, dict) else {}
@@ -307,7 +230,7 @@ def _check_ports_and_mesh(hosts: list[_Host], report: PreflightReport) -> None:
             targets = [[t.host, t.port] for other in hosts if other is not host for t in other.tasks]
             if not targets:
                 return {"results": {}}
-            return host.session.call({"op": "connect", "addresses": targets, "timeout": 3})  # type: ignore[union-attr]
+            return host.session.probe({"op": "connect", "addresses": targets, "timeout": 3})  # type: ignore[union-attr]
 
         for host, outcome in _parallel(hosts, reach):
             results = outcome.get("results", {}) if isinstance(outcome, dict) else {"*": str(outcome)}
@@ -318,4 +241,4 @@ def _check_ports_and_mesh(hosts: list[_Host], report: PreflightReport) -> None:
                         "check firewalls and that the address resolves from this host"
                     )
     finally:
-        _parallel(hosts, lambda h: h.session.call({"op": "release"}))  # type: ignore[union-attr]
+        _parallel(hosts, lambda h: h.session.probe({"op": "release"}))  # type: ignore[union-attr]

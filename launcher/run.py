@@ -21,15 +21,15 @@ from launcher.console import Console
 from launcher.errors import InterruptedLaunchError, PreflightError, RunDirError
 from launcher.faults import Fault
 from launcher.gang import RunResult
-from launcher.plan import LaunchPlan, PlanInputs, build_plan
+from launcher.plan import LaunchPlan, PlanInputs, build_plan, host_python
 from launcher.policy import RestartPolicy
 from launcher.ports import check_local_ports, choose_free_ports, port_is_free
 from launcher.private_files import make_private_dir
 from launcher.report import write_summary
 from launcher.slurm.allocation import Allocation
-from launcher.spec import BuiltinTraining, ClusterSpec, FunctionTraining, SshSpec, is_url
+from launcher.spec import BuiltinTraining, ClusterSpec, FunctionTraining, is_url
 from launcher.supervisor import Supervisor
-from launcher.transport import HostRouter
+from launcher.transport import agent_hosts, host_transport
 from launcher.transport.base import Transport
 from worker.contract import RunLayout
 
@@ -93,7 +93,7 @@ def preflight(spec: ClusterSpec, plan: LaunchPlan, transport: Transport | None =
 
     if transport is not None:
         return run_preflight(spec, plan, transport)
-    own = HostRouter(list(spec.hosts))
+    own = make_transport(spec)
     try:
         return run_preflight(spec, plan, own)
     finally:
@@ -123,13 +123,17 @@ def _install_signals(supervisor: Supervisor) -> None:
 
 
 def make_transport(spec: ClusterSpec, allocation: Allocation | None = None) -> Transport:
-    """SSH and local hosts; or, inside a Slurm allocation, one srun step per attempt."""
+    """An agent on every host: through a pipe (local hosts) or SSH; or, inside a Slurm allocation,
+    one job step with an agent per node."""
+    pythons = [host_python(spec, host, sys.executable) for host in spec.hosts]
     if allocation is None:
-        return HostRouter(list(spec.hosts))
-    from launcher.transport.slurm import SlurmTransport
+        return host_transport(spec, pythons)
+    from launcher.transport.fleet import AgentTransport
+    from launcher.transport.slurm import SlurmMedium
 
     options = spec.slurm.srun_options if spec.slurm is not None else []
-    return SlurmTransport(allocation.nodes, options, SshSpec().liveness_timeout_s)
+    medium = SlurmMedium(allocation.nodes, pythons, options, str(run_dir_of(spec)))
+    return AgentTransport(agent_hosts(spec, pythons), medium, addressed=True)
 
 
 def launch(

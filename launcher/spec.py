@@ -144,9 +144,8 @@ class SshSpec(StrictModel):
         15.0,
         ge=1,
         le=300,
-        description="Silence on a task's SSH session for this long (no output, no heartbeat) means the host is lost: "
-        "the launcher stops waiting for it, and the host's helper kills the task by itself. Catches partitions and "
-        "frozen hosts that never close the connection.",
+        description="This host's own liveness timeout; the same as restart.liveness_timeout_s (which applies to every "
+        "host, over SSH and Slurm alike) and kept for specs that set it here. When set, it wins for this host.",
     )
 
 
@@ -492,6 +491,15 @@ class RestartSpec(StrictModel):
         description="Restart the gang when no task makes progress for this many seconds (None: off). Until its first "
         "step a task gets start_timeout_s instead (restoring and tracing are start-up).",
     )
+    liveness_timeout_s: float = Field(
+        15.0,
+        ge=1,
+        le=300,
+        description="Silence from a host's agent for this long (no output, no heartbeat) means the host is lost: the "
+        "launcher stops waiting for it, and the agent kills the host's tasks by itself. Catches partitions and frozen "
+        "hosts that never close the connection. Applies over SSH and Slurm alike (hosts[].ssh.liveness_timeout_s "
+        "overrides it for one host).",
+    )
     warm_spares: bool = Field(
         True,
         description="While an attempt runs, keep one standby interpreter per task with TensorFlow already imported, so "
@@ -744,6 +752,12 @@ class ClusterSpec(StrictModel):
         if host.evaluator:
             types.append("evaluator")
         return [TaskSpec.model_construct(type=t, index=-1, port=p) for t, p in zip(types, ports, strict=False)]
+
+    def liveness_of(self, host: HostSpec) -> tuple[float, str]:
+        """The host's liveness timeout and the setting it came from (named in the loss message)."""
+        if host.ssh is not None and "liveness_timeout_s" in host.ssh.model_fields_set:
+            return host.ssh.liveness_timeout_s, "ssh.liveness_timeout_s"
+        return self.restart.liveness_timeout_s, "restart.liveness_timeout_s"
 
     @property
     def is_multi_host(self) -> bool:

@@ -1,20 +1,18 @@
-"""The preflight probe: answers questions about the host it runs on, one JSON line each.
+"""The preflight probe: answers questions about the host the agent runs on (`handle`).
 
-Runs through the same bootstrap as the task helper (`remote_main`), on remote and local hosts
+The host agent answers each `probe` command with `handle(request)`, on remote and local hosts
 alike. Standard library only; it never imports TensorFlow (metadata lookups are enough and
-take milliseconds). Requests and answers are JSON lines on stdin/stdout:
+take milliseconds). Requests and their answers:
 
     {"op": "info", "workdir": ..., "checkpoint_dir": ..., "need_worker": true, "gpus": true}
                                          "gpus": also nvidia-smi's raw answers (parsed by launcher.gpus)
     {"op": "write_marker" | "read_marker" | "remove", "path": ..., "token": ...}
     {"op": "bind", "ports": [...]}       keeps listeners open until "release" or end of input
     {"op": "connect", "addresses": [["host", port], ...], "timeout": 3}
-    {"op": "become", "argv": [...]}      execs argv on the same session (a task helper's bootstrap)
 """
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import re
@@ -22,7 +20,6 @@ import socket
 import sys
 from typing import Any
 
-BECAME_MARKER = "tflaunch-probe: became a task helper"
 _listeners: list[socket.socket] = []
 _created: list[str] = []  # directories write_marker made; "remove" takes them away again
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://\S+")
@@ -277,27 +274,3 @@ def handle(request: dict[str, Any]) -> dict[str, Any]:
             listener.close()
         return {"ok": True}
     return {"error": f"unknown op {op!r}"}
-
-
-def _become(argv: list[str]) -> None:
-    """Replace this process by a fresh bootstrap (`argv`) on the same session: the marker on stderr
-    and the answer on stdout are the last bytes the launcher reads as the probe's."""
-    sys.stderr.write(BECAME_MARKER + "\n")
-    sys.stderr.flush()
-    sys.stdout.write(json.dumps({"ok": True, "became": True}) + "\n")
-    sys.stdout.flush()
-    os.execv(argv[0], argv)
-
-
-def remote_main() -> int:
-    for line in sys.stdin:
-        try:
-            request = json.loads(line)
-            if request.get("op") == "become":
-                _become([str(part) for part in request["argv"]])
-            answer = handle(request)
-        except Exception as error:  # noqa: BLE001 - every failure must become an answer, not a hang
-            answer = {"error": f"{type(error).__name__}: {error}"}
-        sys.stdout.write(json.dumps(answer) + "\n")
-        sys.stdout.flush()
-    return 0

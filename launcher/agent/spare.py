@@ -1,17 +1,21 @@
 """A warm spare: an interpreter that imports TensorFlow ahead of time, then becomes one task.
 
-A task's standby helper (see task_runner) starts it while the current attempt still runs, with
-that task's environment, as `python -c SPARE_BOOTSTRAP ORDERS_FD READY_FD`. The helper writes
+The host agent (launcher/agent/tasks.py) starts it while the current attempt still runs, with
+that task's environment, as `python -c SPARE_BOOTSTRAP ORDERS_FD READY_FD`. The agent writes
 this file's source and the list of modules to preload on the orders pipe. The spare imports
-them in a thread of low CPU priority (the running gang keeps the CPU), says so on the ready pipe,
-and waits for its one order: the next attempt's argv, environment and working directory. Then it
-becomes the task as `python script.py ARGS` or `python -m module ARGS` would start it: the same
-sys.argv and sys.path[0], the script run with runpy as `__main__`.
+them in a thread of the lowest CPU priority (SCHED_IDLE: it runs only on CPU time the training
+gang leaves unused, so standing by costs the workers nothing), says so on the ready pipe, and
+waits for its one order: the next attempt's argv, environment and working directory. It
+acknowledges the order on the ready pipe (`{"took": true}`) before anything else, then becomes
+the task as `python script.py ARGS` or `python -m module ARGS` would start it: the same
+sys.argv and sys.path[0], the script run with runpy as `__main__`. Only the preloading thread
+is lowered: the task runs on the main thread, whose priority was never touched (an unprivileged
+process could not raise it back).
 
 It must never build a TF op or touch a device before its order: TensorFlow must first see the
 order's TF_CONFIG and CUDA_VISIBLE_DEVICES (importing TensorFlow does neither). A spare runs one
 task at most: a process that ever built a strategy is never reused. Standard library only up to
-the preload: the source travels to remote hosts over the helper's channel.
+the preload: the source travels to remote hosts over the agent's channel.
 """
 
 from __future__ import annotations
@@ -29,14 +33,26 @@ SPARE_BOOTSTRAP = (
     "import os,sys,json;f=os.fdopen(int(sys.argv[1]),'r');src=json.loads(f.readline());"
     "g={'__name__':'tflaunch_spare','ORDERS':f};exec(compile(src,'tflaunch_spare','exec'),g)"
 )
-PRELOAD_NICE = 10  # the preloading thread only: the training gang runs at full priority meanwhile
+PRELOAD_NICE = 19  # where SCHED_IDLE is not to be had: the lowest nice value instead
+
+
+def lower_this_thread() -> str:
+    """Put the calling thread (only it) at the lowest CPU priority; says which it got."""
+    tid = threading.get_native_id()
+    try:
+        os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
+        return "idle"
+    except (AttributeError, OSError):  # not Linux, or refused: a nice value is the next best
+        pass
+    try:
+        os.setpriority(os.PRIO_PROCESS, tid, PRELOAD_NICE)
+        return f"nice {PRELOAD_NICE}"
+    except (AttributeError, OSError):  # no per-thread priority here: preload at normal priority
+        return "normal"
 
 
 def _preload(modules: list[str], outcome: dict[str, Any]) -> None:
-    try:  # Linux: a thread's own nice value; the task itself later runs at the process's priority
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), PRELOAD_NICE)
-    except (AttributeError, OSError):  # no per-thread priority here: preload at normal priority
-        pass
+    outcome["priority"] = lower_this_thread()
     started = time.monotonic()
     failed = []
     for name in modules:
@@ -50,7 +66,7 @@ def _preload(modules: list[str], outcome: dict[str, Any]) -> None:
 def _say(fd: int, message: dict[str, Any]) -> None:
     try:
         os.write(fd, (json.dumps(message) + "\n").encode())
-    except OSError:  # the helper is gone; the orders pipe tells us too
+    except OSError:  # the agent is gone; the orders pipe tells us too
         pass
 
 
@@ -87,8 +103,9 @@ def spare_main(orders: IO[str], ready_fd: int) -> None:
     waiting.start()
     line = orders.readline()
     orders.close()
-    if not line:  # the helper is gone, or it discarded us: leave quietly
+    if not line:  # the agent is gone, or it discarded us: leave quietly
         os._exit(0)
+    _say(ready_fd, {"took": True})  # the agent hands the task over only once it hears this
     loader.join()
     waiting.join()
     os.close(ready_fd)

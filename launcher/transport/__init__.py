@@ -1,58 +1,61 @@
-"""Ways of starting tasks, behind one interface (see base.py)."""
+"""Ways of reaching hosts, behind one interface (see base.py and fleet.py)."""
 
 from __future__ import annotations
 
-from launcher.plan import TaskLaunch
-from launcher.spec import HostSpec
-from launcher.transport.base import EventSink, HelperChannel, Started, StartRequest, TaskProcess, start_by_host
-from launcher.transport.local import LocalTransport
-from launcher.transport.standby import StandbyPool
+from launcher.errors import HostError
+from launcher.spec import ClusterSpec, HostSpec
+from launcher.transport.fleet import AgentHost, AgentTransport
+from launcher.transport.local import open_local
+from launcher.transport.session import Channel
 
 
-class HostRouter:
-    """Starts each task with the transport its host needs; the supervisor sees one transport."""
+class HostsMedium:
+    """Local hosts through pipes, remote ones over SSH (paramiko only when a host needs it)."""
 
-    def __init__(self, hosts: list[HostSpec]) -> None:
+    def __init__(self, hosts: list[HostSpec], pythons: list[str]) -> None:
         self._hosts = hosts
-        self._local = LocalTransport()
+        self._pythons = pythons
         self._ssh = None
         if any(not host.is_local for host in hosts):
-            from launcher.transport.ssh import SshTransport  # paramiko only when needed
+            from launcher.transport.ssh import SshMedium
 
-            self._ssh = SshTransport(hosts)
+            self._ssh = SshMedium(hosts, pythons)
 
-    def start(self, launch: TaskLaunch, sink: EventSink) -> TaskProcess:
-        if launch.is_local or self._ssh is None:
-            return self._local.start(launch, sink)
-        return self._ssh.start(launch, sink)
+    def open(self, indices: list[int], first_line: bytes) -> dict[int, Channel | HostError]:
+        opened: dict[int, Channel | HostError] = {}
+        remote = [i for i in indices if not self._hosts[i].is_local and self._ssh is not None]
+        for index in indices:
+            if index not in remote:
+                try:
+                    opened[index] = open_local(self._hosts[index].address, self._pythons[index], first_line)
+                except HostError as error:
+                    opened[index] = error
+        if remote:
+            assert self._ssh is not None
+            opened.update(self._ssh.open(remote, first_line))
+        return opened
 
-    def start_all(self, requests: list[StartRequest]) -> list[Started]:
-        try:
-            return start_by_host(self.start, requests)
-        finally:  # standbys serve the attempt after the one they were made in, never a later one
-            for pool in self._pools():
-                pool.clear()
-
-    def prepare_spares(self, launches: list[TaskLaunch]) -> None:
-        """Standbys for the next attempt of these tasks (in the background; see transport/standby.py)."""
-        self._local.standbys.prepare([launch for launch in launches if launch.is_local or self._ssh is None])
+    def lost(self, index: int) -> None:
         if self._ssh is not None:
-            self._ssh.standbys.prepare([launch for launch in launches if not launch.is_local])
-
-    def spares(self) -> tuple[int, int]:
-        """(spares ready, standbys waiting)."""
-        counts = [pool.counts() for pool in self._pools()]
-        return sum(ready for ready, _ in counts), sum(total for _, total in counts)
-
-    def _pools(self) -> list[StandbyPool]:
-        return [self._local.standbys] + ([self._ssh.standbys] if self._ssh is not None else [])
-
-    def open_helper(self, host_index: int, python: str) -> HelperChannel:
-        if self._hosts[host_index].is_local or self._ssh is None:
-            return self._local.open_helper(host_index, python)
-        return self._ssh.open_helper(host_index, python)
+            self._ssh.lost(index)
 
     def close(self) -> None:
-        self._local.close()
         if self._ssh is not None:
             self._ssh.close()
+
+
+def agent_hosts(spec: ClusterSpec, pythons: list[str]) -> list[AgentHost]:
+    """Each host's address, python and liveness timeout, as the agents need them."""
+    hosts = []
+    for host, python in zip(spec.hosts, pythons, strict=True):
+        liveness, setting = spec.liveness_of(host)
+        hosts.append(AgentHost(host.address, python, liveness, not host.is_local, setting))
+    return hosts
+
+
+def host_transport(spec: ClusterSpec, pythons: list[str]) -> AgentTransport:
+    """Local and SSH hosts, an agent on each."""
+    return AgentTransport(agent_hosts(spec, pythons), HostsMedium(list(spec.hosts), pythons))
+
+
+__all__ = ["AgentTransport", "HostsMedium", "agent_hosts", "host_transport"]

@@ -1,9 +1,9 @@
-"""The one small interface every way of starting tasks implements (local, SSH).
+"""The one small interface the supervisor and the preflight see, whatever reaches the hosts.
 
-A transport starts a TaskLaunch and returns a TaskProcess; from then on everything the task
-does arrives as events on one sink (output lines, worker reports, its exit), so the supervisor
-waits on a single queue and never polls slowly. The supervisor never asks which transport it
-holds.
+A transport starts an attempt's TaskLaunches and returns a TaskProcess for each; from then on
+everything a task does arrives as events on one sink (output lines, worker reports, its exit),
+so the supervisor waits on a single queue and never polls slowly. The supervisor never asks
+which transport it holds (fleet.py has the one implementation; tests drive fakes).
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Union
 
@@ -108,21 +107,6 @@ class TaskProcess(Protocol):
         ...
 
 
-@dataclass
-class HelperChannel:
-    """A session on one host running the bootstrap (`python -u -c BOOTSTRAP`), not yet sent a module.
-
-    The same kind of session a task runs in; preflight sends it the probe instead of task_runner."""
-
-    write: Callable[[bytes], None]
-    stdout: Any  # iterable of bytes lines
-    stderr: Any
-    close: Callable[[], None]
-    # Where the transport can reuse a session for the host's first task (one shell start-up per
-    # host instead of two): hands the session, now running a fresh bootstrap, to the transport.
-    keep: Callable[[], None] | None = None
-
-
 class UnreachedTask:
     """A task whose host could not be reached: nothing runs, so it is gone from the start."""
 
@@ -139,6 +123,14 @@ class UnreachedTask:
 
     def close(self) -> None:
         """Nothing to release."""
+
+
+class Agent(Protocol):
+    """What the preflight asks of a host's agent."""
+
+    info: dict[str, Any]  # its `ready` report: pid, hostname, python, executable
+
+    def probe(self, request: dict[str, Any], timeout: float = 30.0) -> dict[str, Any]: ...
 
 
 StartRequest = tuple[TaskLaunch, EventSink]
@@ -158,37 +150,12 @@ class Transport(Protocol):
         """(spares ready, standbys waiting)."""
         ...
 
-    def open_helper(self, host_index: int, python: str) -> HelperChannel: ...
+    def connect(self, host_indices: list[int]) -> None:
+        """Start these hosts' agents side by side (failures are raised by `agent`)."""
+        ...
+
+    def agent(self, host_index: int) -> Agent:
+        """The host's agent, started if needed; HostError when it cannot be reached or started."""
+        ...
 
     def close(self) -> None: ...
-
-
-def start_by_host(
-    start: Callable[[TaskLaunch, EventSink], TaskProcess], requests: list[StartRequest], parallel: bool = True
-) -> list[Started]:
-    """Start each host's tasks in order with `start`, hosts side by side (a fleet costs about one
-    host's start-up, not the sum). A host's first HostError stands for its remaining tasks: one
-    connection attempt per host and attempt."""
-    by_host: dict[str, list[int]] = {}
-    for position, (launch, _) in enumerate(requests):
-        by_host.setdefault(launch.host, []).append(position)
-    outcomes: list[Started | None] = [None] * len(requests)
-
-    def on_host(positions: list[int]) -> None:
-        error: HostError | None = None
-        for position in positions:
-            if error is None:
-                try:
-                    outcomes[position] = start(*requests[position])
-                    continue
-                except HostError as failed:
-                    error = failed
-            outcomes[position] = error
-
-    if parallel and len(by_host) > 1:
-        with ThreadPoolExecutor(max_workers=min(_START_THREADS, len(by_host)), thread_name_prefix="start") as pool:
-            list(pool.map(on_host, by_host.values()))
-    else:
-        for positions in by_host.values():
-            on_host(positions)
-    return [outcome for outcome in outcomes if outcome is not None]

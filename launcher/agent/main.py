@@ -1,0 +1,231 @@
+"""The host agent: one process per host per launch, the launcher's hands on that host.
+
+Started through the bootstrap (launcher/agent/bootstrap.py) over whatever channel reaches the
+host (a local pipe, one SSH session, one task of a Slurm step per node), it answers the preflight,
+starts the host's tasks and their warm spares, forwards their output and events as frames
+(launcher/agent/frames.py) and obeys commands, one JSON object per line on its standard input:
+
+    {"op": "ping"}                                    the launcher still hears us
+    {"op": "probe", "id": N, "request": {...}}        answered by an `A N` frame (launcher/agent/probe.py)
+    {"op": "cluster", "packed": {...}}                the trainers' cluster (launcher/agent/cluster.py)
+    {"op": "start", "env": {...}, "argv": [...], "cwd": ..., "tasks": [{"id", "name", "type", "index",
+        "env", "argv"?, "cwd"?, "address"?, "standby"?}]}   the host's tasks of one attempt
+    {"op": "standby", "python", "preload", "env", "cwd", "tasks": [{"id", "name", "env"}]}   warm spares
+    {"op": "drop", "ids": [...]}                      standbys that will not be used
+    {"op": "signal", "id": N | null, "sig": S}        to one task's process group, or to every one
+    {"op": "bye"}                                     stop everything and leave
+
+Only the host's part of a plan reaches it, never on a command line: the cluster once, then per
+task what differs from the host's common settings. Each task's TF_CONFIG is built here. Under
+Slurm every node's agent reads the same broadcast input, and a command with `"to": RANK` is for
+the agent whose SLURM_PROCID is RANK alone.
+
+It reports `alive` a few times per liveness timeout, and it kills every task and spare, removes
+its scratch directory and exits when its input ends (the launcher or the connection is gone) or,
+where it watches for silence, when no line came for the liveness timeout (a partition or a frozen
+launcher closes nothing). SIGTERM and SIGINT are for the tasks, not for it; SIGHUP ends it like
+the end of its input.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import threading
+import time
+from typing import Any
+
+from launcher.agent import cluster, frames, probe
+from launcher.agent.tasks import LATE_KEYS, Tasks
+from worker.contract import ALIVE
+
+BEATS_PER_TIMEOUT = 4  # alive reports (and silence checks) per liveness timeout
+STATE_POLL_S = 0.5  # how often a task's state (stopped or running) is read
+
+
+def _gpu_slots(env: dict[str, str]) -> None:
+    """In a Slurm step the spec's GPU ids are slots of the devices Slurm gave the step: map them."""
+    step = [g for g in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g]
+    slots = env.get("CUDA_VISIBLE_DEVICES")
+    if os.environ.get("SLURM_STEP_ID") is not None and step and slots:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(step[int(i)] for i in slots.split(",") if i)
+
+
+class Agent:
+    """Lifecycle: `serve()` reads commands until the input ends; `leave()` (once, from any thread)
+    kills everything, removes the scratch directory and exits the process."""
+
+    def __init__(self, settings: dict[str, Any]) -> None:
+        self._out = sys.stdout.buffer
+        self._write_lock = threading.Lock()
+        self._leaving = threading.Lock()
+        self.liveness_s: float | None = settings.get("liveness_s")
+        self.watch_silence = bool(settings.get("watch_silence", True))
+        self.spare_code: dict[str, str] = settings.get("spare") or {}
+        self.rank = int(os.environ["SLURM_PROCID"]) if settings.get("addressed") else None
+        self.heard = time.monotonic()
+        self.scratch = tempfile.mkdtemp(prefix="tflaunch-agent-")
+        self.cluster: dict[str, list[str]] = {}
+        self.tasks = Tasks(self.send, self.scratch)
+
+    def send(self, frame: bytes) -> None:
+        with self._write_lock:
+            try:
+                self._out.write(frame)
+                self._out.flush()
+            except (OSError, ValueError):  # the channel is gone: nobody is left to report to
+                threading.Thread(target=self.leave, daemon=True).start()
+
+    def hello(self) -> None:
+        job, step = os.environ.get("SLURM_JOB_ID"), os.environ.get("SLURM_STEP_ID")
+        self.send(
+            frames.agent_frame(
+                {
+                    "event": "ready",
+                    "pid": os.getpid(),
+                    "hostname": socket.gethostname(),
+                    "python": platform.python_version(),
+                    "executable": sys.executable,
+                    "node": os.environ.get("SLURMD_NODENAME"),
+                    "step": f"{job}.{step}" if job and step else None,
+                    "rank": self.rank,
+                }
+            )
+        )
+
+    def serve(self) -> None:
+        for raw in sys.stdin.buffer:
+            self.heard = time.monotonic()
+            try:
+                command = json.loads(raw)
+            except ValueError:  # a garbled line must not stop the tasks
+                continue
+            if not isinstance(command, dict):
+                continue
+            to = command.get("to")
+            if to is not None and to != self.rank:
+                continue
+            self.obey(command)
+        self.leave()
+
+    def obey(self, command: dict[str, Any]) -> None:
+        op = command.get("op")
+        if op == "probe":
+            threading.Thread(target=self._probe, args=(command,), daemon=True).start()
+        elif op == "cluster":
+            self.cluster = cluster.unpack(command["packed"])
+        elif op == "start":
+            self._start(command)
+        elif op == "standby":
+            self._standby(command)
+        elif op == "drop":
+            self.tasks.drop([int(i) for i in command.get("ids", [])])
+        elif op == "signal":
+            ident = command.get("id")
+            self.tasks.signal(int(ident) if ident is not None else None, int(command["sig"]))
+        elif op == "bye":
+            self.leave()
+
+    def _probe(self, command: dict[str, Any]) -> None:
+        try:
+            answer = probe.handle(command.get("request") or {})
+        except Exception as error:  # noqa: BLE001 - every failure must become an answer, not a hang
+            answer = {"error": f"{type(error).__name__}: {error}"}
+        self.send(frames.agent_frame(answer, int(command.get("id", 0))))
+
+    def _base_env(self, command: dict[str, Any]) -> dict[str, str]:
+        return {**os.environ, **(command.get("env") or {})}
+
+    def _start(self, command: dict[str, Any]) -> None:
+        base = self._base_env(command)
+        for task in command["tasks"]:
+            env = {**base, **(task.get("env") or {})}
+            env["TF_CONFIG"] = cluster.tf_config(self.cluster, task["type"], int(task["index"]), task.get("address"))
+            _gpu_slots(env)
+            cwd = task.get("cwd", command.get("cwd"))
+            self.tasks.start(
+                int(task["id"]),
+                str(task["name"]),
+                [str(a) for a in task.get("argv", command.get("argv"))],
+                env,
+                os.path.expanduser(cwd) if cwd else None,
+                task.get("standby"),
+            )
+
+    def _standby(self, command: dict[str, Any]) -> None:
+        base = self._base_env(command)
+        order = {
+            "python": command["python"],
+            "preload": command.get("preload", []),
+            "source": self.spare_code.get("source", ""),
+            "bootstrap": self.spare_code.get("bootstrap", ""),
+        }
+        cwd = command.get("cwd")
+        for task in command["tasks"]:
+            env = {k: v for k, v in {**base, **(task.get("env") or {})}.items() if k not in LATE_KEYS}
+            self.tasks.prepare(int(task["id"]), order, env, os.path.expanduser(cwd) if cwd else None)
+
+    def beat(self) -> None:
+        """Report alive every liveness period, and each task's stopped state as it changes."""
+        period = self.liveness_s / BEATS_PER_TIMEOUT if self.liveness_s else None
+        next_alive = time.monotonic()
+        while True:
+            time.sleep(min(STATE_POLL_S, period or STATE_POLL_S))
+            self.tasks.check_states()
+            if period is not None and time.monotonic() >= next_alive:
+                next_alive = time.monotonic() + period
+                self.send(frames.agent_frame({"event": ALIVE, "tasks": self.tasks.counts()}))
+
+    def watch(self) -> None:
+        """Silence for the liveness timeout: the launcher, or the network to it, is gone. Never
+        writes, so a channel that no longer drains cannot hold it up."""
+        assert self.liveness_s is not None
+        while True:
+            time.sleep(min(1.0, self.liveness_s / BEATS_PER_TIMEOUT))
+            if time.monotonic() - self.heard > self.liveness_s:
+                self.leave()
+
+    def leave(self) -> None:
+        if not self._leaving.acquire(blocking=False):
+            return  # another thread is at it
+        try:
+            self.tasks.kill_all()
+        finally:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+            os._exit(0)
+
+
+def _ignore(signum: int, frame: Any) -> None:
+    """A handler, not SIG_IGN: what a task inherits is its default again after exec."""
+
+
+def _raise_open_files_limit() -> None:
+    """Three pipes a task: a host of many tasks needs more than the usual soft limit of 1024."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if hard == resource.RLIM_INFINITY or soft < hard:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard if hard != resource.RLIM_INFINITY else 1 << 20, hard))
+    except (ImportError, ValueError, OSError):  # not raised: fine for the usual few tasks
+        pass
+
+
+def main(settings: dict[str, Any]) -> int:
+    agent = Agent(settings)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, _ignore)
+    signal.signal(signal.SIGHUP, lambda signum, frame: threading.Thread(target=agent.leave).start())
+    _raise_open_files_limit()
+    agent.hello()
+    threading.Thread(target=agent.beat, daemon=True, name="beat").start()
+    if agent.liveness_s and agent.watch_silence:
+        threading.Thread(target=agent.watch, daemon=True, name="watch").start()
+    agent.serve()
+    return 0

@@ -1,0 +1,438 @@
+"""The agent's tasks: each started in a process group of its own, watched, and never left behind.
+
+One I/O thread serves every task of the host through a selector: it forwards output as frames in
+bounded chunks, relays event lines (a line over MAX_EVENT_BYTES is dropped, and the task's output
+says so), and notices the end of each task's leading process (a pidfd, or a waiting thread where
+the kernel has none). When the leader ends, whatever is left of its group is killed, its pipes
+are drained for a bounded time, and one `exit` event closes the task's frames: the exit code or
+signal, and the contents of its result and error files, which it wrote in the agent's scratch
+directory (so the launcher gets them whether or not it shares a file system with this host).
+
+A standby (warm spare) is a spare interpreter started for a task of the next attempt while the
+current one runs (launcher/agent/spare.py). The next start of that task hands it the order when
+the spare is ready and can run the command; the spare must acknowledge the order before the
+agent counts the task as started in it. Otherwise it is killed and the task starts cold. Either
+way a `warm` event says which, and why.
+
+Standard library only. Never catches a signal meant for a task; never leaves a task's group alive.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from launcher.agent import frames
+from worker.contract import CONTINUED, ENV_PREFIX, ERROR_FILE_VAR, EVENT_FD_VAR, EXIT, RESULT_FILE_VAR, STOPPED, WARM
+
+Send = Callable[[bytes], None]
+DRAIN_S = 1.0  # after the leader ended: how long a grandchild that escaped the group may hold a pipe
+MIRROR_MAX_BYTES = 1024 * 1024  # result and error files are small JSON; a bigger one is cut
+TAKE_TIMEOUT_S = 5.0  # a ready spare acknowledges an order at once; longer means it is gone
+SPARE = "spare"  # a standby's one report: its spare is ready, or will not be
+# Read by TensorFlow only when a strategy or a device is first made, never at import: a spare
+# may take an order whose values differ. So may the launcher's own TFLAUNCH_* variables.
+LATE_KEYS = ("TF_CONFIG", "CUDA_VISIBLE_DEVICES")
+_OWN_GROUP: dict[str, Any] = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
+
+
+def kill_group(pgid: int, signum: int = signal.SIGKILL) -> None:
+    try:
+        os.killpg(pgid, signum)
+    except (ProcessLookupError, PermissionError):  # the group is empty already (or was never ours)
+        pass
+
+
+def _close(*fds: int) -> None:
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:  # already closed
+            pass
+
+
+def process_state(pid: int) -> str | None:
+    """The one-letter state in /proc/PID/stat ('T' is stopped); None when it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):  # exited, or no /proc on this system
+        return None
+
+
+def spare_declines(python: str, before: dict[str, str], argv: list[str], env: dict[str, str]) -> str | None:
+    """Why a spare started as `python` with environment `before` cannot run this order; None when it can."""
+    if not argv or argv[0] != python:
+        return f"the command does not start with the spare's python ({python})"
+    if len(argv) < 2 or (argv[1] == "-m" and len(argv) < 3) or (argv[1] != "-m" and argv[1].startswith("-")):
+        return "only `python SCRIPT ...` and `python -m MODULE ...` run in a spare"
+    changed = sorted(
+        key
+        for key in set(before) | set(env)
+        if key not in LATE_KEYS and not key.startswith(ENV_PREFIX) and before.get(key) != env.get(key)
+    )
+    if changed:
+        return f"the environment changed since the spare started ({', '.join(changed[:3])})"
+    return None
+
+
+class Running:
+    """One started task. Its pid leads its process group; `fds` are the open read ends of its
+    output and event pipes. Ended once `status` is set; finished once its exit was sent."""
+
+    def __init__(self, ident: int, name: str, proc: subprocess.Popen[bytes], out_fd: int, ev_fd: int) -> None:
+        self.ident = ident
+        self.name = name
+        self.proc = proc
+        self.pid = proc.pid
+        self.fds = {out_fd: "out", ev_fd: "ev"}
+        self.partial = b""  # event bytes not yet ended by a newline
+        self.dropping = False  # inside an over-long event line
+        self.status: int | None = None
+        self.drain_until = 0.0
+        self.stopped = False
+        self.mirrors: dict[str, str] = {}  # env var -> the scratch path the task writes it to
+
+
+class Standby:
+    """A spare interpreter for one task of the next attempt (module docstring). Used once, or closed."""
+
+    def __init__(self, ident: int, order: dict[str, Any], env: dict[str, str], cwd: str | None, send: Send) -> None:
+        self.ident = ident
+        self.python = str(order["python"])
+        self.error: str | None = None
+        self.ready = False
+        self.took = threading.Event()
+        self._send = send
+        self._told = False
+        self._lock = threading.Lock()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.out_fd, out_w = os.pipe()
+        self.ev_fd, ev_w = os.pipe()
+        orders_r, self._orders = os.pipe()
+        ready_r, ready_w = os.pipe()
+        self.env = {**env, EVENT_FD_VAR: str(ev_w)}  # the spare keeps the event pipe at this number
+        try:
+            self.proc = subprocess.Popen(
+                [self.python, "-c", order["bootstrap"], str(orders_r), str(ready_w)],
+                stdin=subprocess.DEVNULL,
+                stdout=out_w,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+                cwd=cwd,
+                pass_fds=(orders_r, ready_w, ev_w),
+                close_fds=True,
+                **_OWN_GROUP,
+            )
+        except OSError as error:
+            self.error = f"cannot start {self.python!r}: {error.strerror}"
+        finally:
+            _close(orders_r, ready_w, out_w, ev_w)
+        if self.proc is not None:
+            first = json.dumps(order["source"]) + "\n" + json.dumps({"preload": order.get("preload", [])}) + "\n"
+            if not self._write(first):
+                self.error = "the spare exited at once"
+        threading.Thread(target=self._listen, args=(ready_r,), daemon=True, name=f"spare-{ident}").start()
+
+    def _write(self, text: str) -> bool:
+        try:
+            os.write(self._orders, text.encode())
+            return True
+        except OSError:  # the spare died (a python that cannot start)
+            return False
+
+    def _listen(self, ready_r: int) -> None:
+        with os.fdopen(ready_r, "r", encoding="utf-8", errors="replace") as stream:
+            for line in stream:
+                try:
+                    said = json.loads(line)
+                except ValueError:
+                    continue
+                if said.get("took"):
+                    self.took.set()
+                elif said.get("ready"):
+                    self.ready = True
+                    self._tell({"ready": True, "import_s": said.get("import_s"), "failed": said.get("failed") or []})
+        code = self.proc.poll() if self.proc is not None else None
+        self._tell({"ready": False, "error": self.error or f"the spare exited before it was ready ({code})"})
+
+    def _tell(self, info: dict[str, Any]) -> None:
+        with self._lock:
+            if self._told:
+                return
+            self._told = True
+        self._send(frames.event_frame(self.ident, {"event": SPARE, **info}))
+
+    def take(self, argv: list[str], env: dict[str, str], cwd: str | None) -> bool:
+        """Hand the spare its task. False (and the spare killed) when it cannot or did not take it;
+        either way a `warm` event says so."""
+        why = self.error or spare_declines(self.python, self.env, argv, env)
+        if why is None and self.proc is not None and self.proc.poll() is not None:
+            why = f"the spare exited (code {self.proc.returncode})"
+        if why is None and not self.ready:
+            why = "the spare was still importing"  # at idle priority it could not catch up with a cold start
+        if why is None:
+            order = {"argv": argv, "env": {**env, EVENT_FD_VAR: self.env[EVENT_FD_VAR]}, "cwd": cwd}
+            if not self._write(json.dumps(order) + "\n"):
+                why = "the spare is gone"
+            elif not self.took.wait(TAKE_TIMEOUT_S):
+                why = f"the spare did not take the order within {TAKE_TIMEOUT_S:g}s"
+        _close(self._orders)
+        self._tell({"ready": False, "error": "the order came first"})
+        if why is not None:
+            self.close()
+            self._send(frames.event_frame(self.ident, {"event": WARM, "used": False, "why": why}))
+            return False
+        self._send(frames.event_frame(self.ident, {"event": WARM, "used": True}))
+        return True
+
+    def close(self) -> None:
+        """Kill the spare's group and release everything (a standby not taken)."""
+        _close(self._orders)
+        if self.proc is not None:
+            kill_group(self.proc.pid)
+            self.proc.wait()
+        _close(self.out_fd, self.ev_fd)
+
+
+class Tasks:
+    """Every task of the host. `start` and `signal` come from the command reader; the I/O thread
+    does everything else. Invariant: a task's `exit` event is the last frame sent for it, and is
+    sent only once its whole process group is gone."""
+
+    def __init__(self, send: Send, scratch: str) -> None:
+        self._send = send
+        self._scratch = scratch
+        self._selector = selectors.DefaultSelector()
+        self._lock = threading.Lock()
+        self._running: dict[int, Running] = {}
+        self._standbys: dict[int, Standby] = {}
+        self._queued: list[Callable[[], None]] = []  # work for the I/O thread, queued by other threads
+        self._wake_r, self._wake_w = os.pipe()
+        self._selector.register(self._wake_r, selectors.EVENT_READ, None)
+        threading.Thread(target=self._loop, daemon=True, name="io").start()
+
+    # ---- commands ----------------------------------------------------------------------------
+
+    def start(
+        self, ident: int, name: str, argv: list[str], env: dict[str, str], cwd: str | None, standby: int | None
+    ) -> None:
+        env = dict(env)
+        mirrors = {}
+        for key in (RESULT_FILE_VAR, ERROR_FILE_VAR):
+            mirrors[key] = env[key] = os.path.join(self._scratch, f"{ident}.{key.lower()}")
+        spare = self._standbys.pop(standby, None) if standby is not None else None
+        task = None
+        if spare is not None and spare.proc is not None and spare.take(argv, env, cwd):
+            task = Running(ident, name, spare.proc, spare.out_fd, spare.ev_fd)
+        if task is None:
+            task = self._start_cold(ident, name, argv, env, cwd)
+        if task is None:
+            return
+        task.mirrors = mirrors
+        with self._lock:
+            self._running[ident] = task
+        self._queue(lambda: self._watch(task))
+
+    def _start_cold(
+        self, ident: int, name: str, argv: list[str], env: dict[str, str], cwd: str | None
+    ) -> Running | None:
+        out_r, out_w = os.pipe()
+        ev_r, ev_w = os.pipe()
+        env[EVENT_FD_VAR] = str(ev_w)
+        try:
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=out_w,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=cwd,
+                pass_fds=(ev_w,),
+                close_fds=True,
+                **_OWN_GROUP,
+            )
+        except OSError as error:
+            _close(out_r, ev_r)
+            where = f" in {cwd}" if cwd and not os.path.isdir(cwd) else ""
+            message = f"cannot start {argv[0]!r}{where}: {error.strerror}"
+            self._send(frames.output_frame(ident, f"{message}\n".encode()))
+            self._send(frames.event_frame(ident, {"event": EXIT, "code": 127, "signal": None, "error": message}))
+            return None
+        finally:
+            _close(out_w, ev_w)
+        return Running(ident, name, proc, out_r, ev_r)
+
+    def prepare(self, ident: int, order: dict[str, Any], env: dict[str, str], cwd: str | None) -> None:
+        standby = Standby(ident, order, env, cwd, self._send)
+        with self._lock:
+            self._standbys[ident] = standby
+
+    def drop(self, idents: list[int]) -> None:
+        for ident in idents:
+            standby = self._standbys.pop(ident, None)
+            if standby is not None:
+                standby.close()
+
+    def signal(self, ident: int | None, signum: int) -> None:
+        with self._lock:
+            targets = [t for t in self._running.values() if ident is None or t.ident == ident]
+        for task in targets:
+            if task.status is None:
+                kill_group(task.pid, signum)
+
+    def kill_all(self) -> None:
+        """Everything dies: every task's group and every spare (the launcher is gone)."""
+        with self._lock:
+            running, standbys = list(self._running.values()), list(self._standbys.values())
+            self._standbys.clear()
+        for task in running:
+            kill_group(task.pid)
+        for standby in standbys:
+            standby.close()
+        for task in running:
+            try:
+                task.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:  # stuck in the kernel: nothing more to be done from here
+                pass
+
+    def check_states(self) -> None:
+        """Report a task held stopped (SIGSTOP, Ctrl-Z), and when it runs again."""
+        with self._lock:
+            running = [t for t in self._running.values() if t.status is None]
+        for task in running:
+            stopped = process_state(task.pid) in ("T", "t")
+            if stopped != task.stopped:
+                task.stopped = stopped
+                event = {"event": STOPPED if stopped else CONTINUED, "pid": task.pid}
+                self._send(frames.event_frame(task.ident, event))
+
+    def counts(self) -> int:
+        with self._lock:
+            return len(self._running)
+
+    # ---- the I/O thread ---------------------------------------------------------------------
+
+    def _queue(self, work: Callable[[], None]) -> None:
+        with self._lock:
+            self._queued.append(work)
+        os.write(self._wake_w, b"x")
+
+    def _watch(self, task: Running) -> None:
+        for fd, kind in task.fds.items():
+            self._selector.register(fd, selectors.EVENT_READ, (task, kind))
+        try:
+            pidfd = os.pidfd_open(task.pid)
+        except (AttributeError, OSError):  # an old kernel or python: a thread waits instead
+            threading.Thread(target=self._await_exit, args=(task,), daemon=True).start()
+            return
+        self._selector.register(pidfd, selectors.EVENT_READ, (task, "pidfd"))
+
+    def _await_exit(self, task: Running) -> None:
+        os.waitid(os.P_PID, task.pid, os.WEXITED | os.WNOWAIT)  # ended, not reaped: its group id stays ours
+        self._queue(lambda: self._ended(task))
+
+    def _loop(self) -> None:
+        while True:
+            with self._lock:
+                draining = [t for t in self._running.values() if t.status is not None]
+            now = time.monotonic()
+            timeout = max(0.0, min(t.drain_until for t in draining) - now) if draining else None
+            for key, _ in self._selector.select(timeout):
+                if key.data is None:
+                    os.read(self._wake_r, 4096)
+                    with self._lock:
+                        work, self._queued = self._queued, []
+                    for item in work:
+                        item()
+                    continue
+                task, kind = key.data
+                if kind == "pidfd":
+                    self._selector.unregister(key.fd)
+                    _close(key.fd)
+                    self._ended(task)
+                elif kind == "out":
+                    self._forward_output(task, key.fd)
+                else:
+                    self._forward_events(task, key.fd)
+            now = time.monotonic()
+            for task in draining:
+                if task.ident in self._running and (not task.fds or now >= task.drain_until):
+                    self._finish(task)
+
+    def _ended(self, task: Running) -> None:
+        kill_group(task.pid)  # the task is over when its group is: nothing of it may linger
+        task.status = task.proc.wait()
+        task.drain_until = time.monotonic() + DRAIN_S
+        if not task.fds:
+            self._finish(task)
+
+    def _release(self, task: Running, fd: int) -> None:
+        self._selector.unregister(fd)
+        _close(fd)
+        task.fds.pop(fd, None)
+        if not task.fds and task.status is not None:
+            self._finish(task)
+
+    def _forward_output(self, task: Running, fd: int) -> None:
+        data = os.read(fd, frames.OUTPUT_CHUNK)
+        if not data:
+            self._release(task, fd)
+            return
+        self._send(frames.output_frame(task.ident, data))
+
+    def _forward_events(self, task: Running, fd: int) -> None:
+        data = os.read(fd, 65536)
+        if not data:
+            self._release(task, fd)
+            return
+        *lines, task.partial = (task.partial + data).split(b"\n")
+        for line in lines:
+            if task.dropping:
+                task.dropping = False  # the end of a line already dropped
+                continue
+            self._relay(task, line)
+        if len(task.partial) > frames.MAX_EVENT_BYTES:
+            task.partial, task.dropping = b"", True
+            note = f"[tflaunch] an event line of {task.name} over {frames.MAX_EVENT_BYTES} bytes was dropped\n"
+            self._send(frames.output_frame(task.ident, note.encode()))
+
+    def _relay(self, task: Running, line: bytes) -> None:
+        text = line.decode("utf-8", "replace")
+        try:
+            report = json.loads(text)
+        except ValueError:  # not a report: never let it corrupt the channel
+            return
+        if isinstance(report, dict) and isinstance(report.get("event"), str):
+            self._send(frames.event_frame(task.ident, text))
+
+    def _finish(self, task: Running) -> None:
+        for fd in list(task.fds):
+            self._selector.unregister(fd)
+            _close(fd)
+        task.fds.clear()
+        files = {}
+        for key, path in task.mirrors.items():
+            try:
+                with open(path, encoding="utf-8", errors="replace") as handle:
+                    files[key] = handle.read(MIRROR_MAX_BYTES)
+                os.remove(path)
+            except OSError:  # the task never wrote it
+                continue
+        status = task.status if task.status is not None else 0
+        code, sig = (status, None) if status >= 0 else (None, -status)
+        with self._lock:
+            self._running.pop(task.ident, None)
+        self._send(
+            frames.event_frame(
+                task.ident, {"event": EXIT, "code": code, "signal": sig, "pid": task.pid, "files": files}
+            )
+        )

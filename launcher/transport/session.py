@@ -1,0 +1,335 @@
+"""The launcher's end of one host agent: one channel, one reader, every task of the host.
+
+Whatever carries it (a local pipe, an SSH session, a node's share of a Slurm step), a session
+speaks the agent protocol (launcher/agent/main.py, launcher/agent/frames.py): commands out,
+frames in. One reader thread per host reads every frame and routes it: output to its task (the
+attempt's log file gets the bytes; the console gets lines, an over-long one cut and saying so),
+events to the supervisor's sink, the agent's answers to whoever asked. When the channel ends or
+goes silent, every task of the host that has not reported its exit ends as lost, with the reason.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from launcher.agent import frames
+from launcher.errors import HostError
+from launcher.plan import TaskLaunch
+from launcher.private_files import make_private_dir, open_private
+from launcher.transport.base import EventSink, ExitStatus, OutputLine, TaskExited, WorkerReport
+from worker.contract import ALIVE, ERROR_FILE_VAR, EXIT, RESULT_FILE_VAR
+
+log = logging.getLogger(__name__)
+
+MAX_LINE_BYTES = 64 * 1024  # a longer line is cut for the console (the log file keeps all of it)
+CUT_MARKER = " [... line cut at 64 KiB]"
+READY_TIMEOUT_S = 60.0  # an agent is up in well under a second; a host this slow is not usable
+PROBE_TIMEOUT_S = 30.0
+SPARE = "spare"  # a standby's report that its spare is ready (or will not be): counted, not shown
+_RAW_KEPT = 12  # lines of an agent's own words kept for the message when it cannot start or dies
+
+
+@dataclass
+class Channel:
+    """A byte channel to an agent just started with the bootstrap command: `write` sends, `reader`
+    has `readline(limit)`, `close` ends it (the agent then kills its tasks). `ended` says why the
+    far side ended, once it has (an exit status, srun's last words), or None."""
+
+    write: Callable[[bytes], None]
+    reader: Any
+    close: Callable[[], None]
+    ended: Callable[[], str | None] = lambda: None
+
+
+class Lines:
+    """Splits a task's output into console lines; a line over MAX_LINE_BYTES is shown cut, once."""
+
+    def __init__(self, emit: Callable[[str], None]) -> None:
+        self._emit = emit
+        self._partial = b""
+        self._cutting = False
+
+    def feed(self, data: bytes) -> None:
+        *lines, rest = (self._partial + data).split(b"\n")
+        for line in lines:
+            if self._cutting:
+                self._cutting = False
+                continue
+            self._show(line)
+        self._partial = rest
+        if len(rest) > MAX_LINE_BYTES:
+            if not self._cutting:
+                self._emit(self._text(rest[:MAX_LINE_BYTES]) + CUT_MARKER)
+            self._partial, self._cutting = b"", True
+
+    def flush(self) -> None:
+        if self._partial and not self._cutting:
+            self._show(self._partial)
+        self._partial, self._cutting = b"", False
+
+    def _show(self, line: bytes) -> None:
+        self._emit(self._text(line))
+
+    @staticmethod
+    def _text(raw: bytes) -> str:
+        return raw.decode("utf-8", "replace").rstrip("\r")
+
+
+def write_mirrored(launch: TaskLaunch, files: dict[str, Any]) -> None:
+    """Write the result/error files an agent sent back where the launcher reads them."""
+    targets = {RESULT_FILE_VAR: launch.result_path, ERROR_FILE_VAR: launch.error_path}
+    for key, text in files.items():
+        path = targets.get(key)
+        if path is None or not isinstance(text, str):
+            continue
+        make_private_dir(os.path.dirname(path))
+        tmp = f"{path}.tmp-{os.getpid()}"
+        with open_private(tmp, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+
+
+class AgentTask:
+    """One task as the supervisor holds it. Invariant: its sink gets TaskExited exactly once, after
+    the last of its output; `gone()` from then on."""
+
+    def __init__(self, session: AgentSession, ident: int, launch: TaskLaunch, sink: EventSink) -> None:
+        self.launch = launch
+        self.ident = ident
+        self.pid = 0  # the task's pid on its host (its process group), known once it reports its exit
+        self.started_at = time.time()
+        self._session = session
+        self._sink = sink
+        self._exited = False
+        self._ending = threading.Lock()
+        make_private_dir(Path(launch.log_path).parent)
+        self._log = open_private(launch.log_path, "ab")
+        self._lines = Lines(lambda line: sink(OutputLine(launch.name, line)))
+
+    def output(self, data: bytes) -> None:
+        if self._exited:  # a frame that raced the host's loss
+            return
+        self._log.write(data)
+        self._log.flush()
+        self._lines.feed(data)
+
+    def event(self, data: dict[str, Any]) -> None:
+        if data["event"] == EXIT:
+            pid = data.get("pid")
+            if isinstance(pid, int):
+                self.pid = pid
+            write_mirrored(self.launch, data.get("files") or {})
+            code, sig = data.get("code"), data.get("signal")
+            self.end(ExitStatus(code if isinstance(code, int) else None, sig if isinstance(sig, int) else None))
+        elif data["event"] != SPARE:
+            self._sink(WorkerReport(self.launch.name, data))
+
+    def end(self, status: ExitStatus) -> None:
+        with self._ending:  # the reader (an exit) and the liveness watcher (a loss) may race
+            if self._exited:
+                return
+            self._exited = True
+        self._lines.flush()
+        self._log.close()
+        self._sink(TaskExited(self.launch.name, status))
+
+    def signal(self, signum: int) -> None:
+        if not self._exited:
+            self._session.send({"op": "signal", "id": self.ident, "sig": signum})
+
+    def gone(self) -> bool:
+        return self._exited
+
+    def close(self) -> None:
+        """Nothing of its own to release: the host's session closes with the transport."""
+
+
+class AgentSession:
+    """One host's agent. Lifecycle: made on a channel whose agent was just sent its first line ->
+    `wait_ready()` -> probes, starts, standbys, signals -> `close()` or `lose()`. Invariant: once
+    `ended`, every task it started has ended too (reported, or lost)."""
+
+    def __init__(self, host: str, python: str, channel: Channel, liveness_s: float) -> None:
+        self.host = host
+        self.python = python
+        self.liveness_s = liveness_s
+        self.last_heard = time.monotonic()
+        self.info: dict[str, Any] = {}
+        self.ended = threading.Event()
+        self._channel = channel
+        self._write_lock = threading.Lock()
+        self._lock = threading.Lock()
+        self._tasks: dict[int, AgentTask] = {}
+        self._standbys: dict[int, dict[str, Any] | None] = {}  # standby id -> its spare report, once sent
+        self._answers: dict[int, queue.Queue[dict[str, Any] | None]] = {}
+        self._ready = threading.Event()
+        self._raw: deque[str] = deque(maxlen=_RAW_KEPT)
+        self._lost: str | None = None
+        self._next_request = 0
+        self._reader = threading.Thread(target=self._read, daemon=True, name=f"agent-{host}")
+        self._reader.start()
+
+    # ---- commands ----------------------------------------------------------------------------
+
+    def send(self, command: dict[str, Any]) -> bool:
+        """Send one command; False when the channel is gone (its end is reported by the reader)."""
+        import json
+
+        data = (json.dumps(command) + "\n").encode()
+        with self._write_lock:
+            try:
+                self._channel.write(data)
+                return True
+            except Exception as error:  # noqa: BLE001 - paramiko, OSError, ValueError: all mean the channel is gone
+                log.debug("%s: cannot send to the agent: %s", self.host, error)
+                return False
+
+    def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> None:
+        """Wait for the agent's `ready`; HostError naming the host and what it said otherwise."""
+        if self._ready.wait(timeout):
+            return
+        said = self.said()
+        if self.ended.is_set():
+            cause = f"the agent did not start with python {self.python!r}"
+            raise HostError(self.host, f"{cause}: {said}" if said else f"{cause} ({self._end_reason()})")
+        self.close()
+        raise HostError(
+            self.host,
+            f"the agent started with python {self.python!r} did not answer within {timeout:g}s"
+            + (f": {said}" if said else ""),
+        )
+
+    def said(self) -> str:
+        """The agent's own last words (a shell's, python's), one line."""
+        return " | ".join(line for line in self._raw if line)[-1000:]
+
+    def probe(self, request: dict[str, Any], timeout: float = PROBE_TIMEOUT_S) -> dict[str, Any]:
+        with self._lock:
+            self._next_request += 1
+            ident = self._next_request
+            answers: queue.Queue[dict[str, Any] | None] = queue.Queue()
+            self._answers[ident] = answers
+        try:
+            if not self.send({"op": "probe", "id": ident, "request": request}):
+                raise RuntimeError(f"the agent is gone ({self._end_reason()})")
+            try:
+                answer = answers.get(timeout=timeout)
+            except queue.Empty:
+                raise RuntimeError(f"no answer to {request.get('op')} within {timeout:g}s") from None
+        finally:
+            with self._lock:
+                self._answers.pop(ident, None)
+        if answer is None:
+            raise RuntimeError(f"the agent is gone ({self._end_reason()})")
+        if "error" in answer and request.get("op") != "read_marker":
+            raise RuntimeError(str(answer["error"]))
+        return answer
+
+    def track(self, ident: int, launch: TaskLaunch, sink: EventSink) -> AgentTask:
+        """A task about to be started under `ident`: its frames are routed from now on."""
+        task = AgentTask(self, ident, launch, sink)
+        with self._lock:
+            self._standbys.pop(ident, None)
+            self._tasks[ident] = task
+        if self.ended.is_set():  # the channel ended meanwhile: nothing will ever come for it
+            task.end(ExitStatus(None, None, lost=self._lost_reason()))
+        return task
+
+    def expect_standbys(self, idents: list[int]) -> None:
+        with self._lock:
+            for ident in idents:
+                self._standbys[ident] = None
+
+    def forget_standbys(self) -> list[int]:
+        """Standbys not taken by a start: the caller drops them on the agent."""
+        with self._lock:
+            idents, self._standbys = list(self._standbys), {}
+        return idents
+
+    def spares(self) -> tuple[int, int]:
+        """(spares ready, standbys waiting)."""
+        with self._lock:
+            reports = list(self._standbys.values())
+        return sum(1 for r in reports if r and r.get("ready")), len(reports)
+
+    def lose(self, why: str) -> None:
+        """Give the host up: nothing came from it for too long. Its agent stops its tasks there."""
+        self._lost = why
+        self.close()
+        self._end()  # the reader may be stuck in a read that no longer returns
+
+    def close(self) -> None:
+        try:
+            self._channel.close()
+        except Exception as error:  # noqa: BLE001 - a dead connection is closed as far as we are concerned
+            log.debug("%s: closing the channel: %s", self.host, error)
+
+    # ---- the reader ----------------------------------------------------------------------------
+
+    def _read(self) -> None:
+        readline = functools.partial(self._channel.reader.readline, frames.MAX_FRAME_BYTES)
+        try:
+            for line in iter(readline, b""):
+                self.last_heard = time.monotonic()
+                frame = frames.parse_frame(line)
+                if frame is None:
+                    self._raw.append(line.decode("utf-8", "replace").strip())
+                    continue
+                self._route(*frame)
+        except Exception as error:  # noqa: BLE001 - a broken channel ends the session like EOF
+            log.debug("%s: reading from the agent: %s", self.host, error)
+        self._end()
+
+    def _route(self, kind: str, ident: int, payload: Any) -> None:
+        if kind == frames.AGENT:
+            if payload.get("event") == "ready" and ident == 0:
+                self.info = payload
+                self._ready.set()
+            elif payload.get("event") != ALIVE or ident != 0:
+                with self._lock:
+                    answers = self._answers.get(ident)
+                if answers is not None:
+                    answers.put(payload)
+            return
+        with self._lock:
+            task = self._tasks.get(ident)
+            if task is None and kind == frames.EVENT and payload.get("event") == SPARE and ident in self._standbys:
+                self._standbys[ident] = payload
+        if task is None:
+            return
+        if kind == frames.OUTPUT:
+            task.output(payload)
+        else:
+            task.event(payload)
+
+    def _end_reason(self) -> str:
+        return self._channel.ended() or "the channel closed"
+
+    def _lost_reason(self) -> str:
+        if self._lost is not None:
+            return self._lost
+        said = self.said()
+        why = f"the connection to {self.host} closed before the task reported its exit ({self._end_reason()})"
+        return f"{why}: {said}" if said else why
+
+    def _end(self) -> None:
+        with self._lock:
+            if self.ended.is_set():
+                return
+            self.ended.set()
+            tasks = list(self._tasks.values())
+            waiting = list(self._answers.values())
+        for answers in waiting:
+            answers.put(None)
+        for task in tasks:
+            task.end(ExitStatus(None, None, lost=self._lost_reason()))
