@@ -34,13 +34,13 @@ TENSORBOARD_DIR_VAR = "TFLAUNCH_TENSORBOARD_DIR"
 TRAINING_VAR = "TFLAUNCH_TRAINING"
 PREEMPTION_EXIT_CODE_VAR = "TFLAUNCH_PREEMPTION_EXIT_CODE"
 FAULT_VAR = "TFLAUNCH_FAULT"  # --inject rehearsals, first attempt only
-EVENT_FD_VAR = "TFLAUNCH_EVENT_FD"  # set by the task's helper, not by the plan
+EVENT_FD_VAR = "TFLAUNCH_EVENT_FD"  # set by the host's agent, not by the plan
 # Set on the pods of a job exported for Kubernetes (`launch export k8s`); `python -m worker.pod`
 # turns them, with the pod's index, into TF_CONFIG and the variables above.
 POD_LAYOUT_VAR = "TFLAUNCH_POD_LAYOUT"  # JSON: the exported job's shape (worker.pod.PodLayout)
 POD_TASK_TYPE_VAR = "TFLAUNCH_POD_TASK_TYPE"  # the pod's task type: chief, worker or evaluator
 JOB_COMPLETION_INDEX_VAR = "JOB_COMPLETION_INDEX"  # Kubernetes' own: a pod's index in its Indexed Job
-# Files a remote helper writes in its scratch directory and sends back over the channel.
+# Files a task writes in its agent's scratch directory, sent back with its exit (set by the agent).
 MIRRORED_FILE_VARS = (RESULT_FILE_VAR, ERROR_FILE_VAR)
 
 # Exit codes with a meaning.
@@ -58,19 +58,15 @@ PREEMPTED = "preempted"  # checkpoint written after a preemption notice
 EVAL = "eval"  # the evaluator scored a checkpoint
 RECORD = "record"  # {"stream": "metrics" | "eval", "row": {...}}: a row the launcher appends to the run's file
 RECORD_STREAMS = ("metrics", "eval")
-STOPPED = "stopped"  # from the helper: the task's process is held stopped (SIGSTOP, Ctrl-Z)
-CONTINUED = "continued"  # from the helper: it runs again
-EXIT = "exit"  # from the helper: {"code": c, "signal": s}
-FILES = "files"  # from a remote helper: the mirrored files' contents
-ALIVE = "alive"  # from a remote helper, every liveness period: the host and the connection still work
-WARM = "warm"  # from a standby helper: {"used": bool, "why": ...}: whether the task runs in a warm spare
+STARTED = "started"  # from the agent: {"pid": p}: the task's process (and process group) on its host
+STOPPED = "stopped"  # from the agent: the task's process is held stopped (SIGSTOP, Ctrl-Z)
+CONTINUED = "continued"  # from the agent: it runs again
+EXIT = "exit"  # from the agent: {"code": c, "signal": s, "files": {var: contents}}
+ALIVE = "alive"  # from the agent, every liveness period: the host and the connection still work
+WARM = "warm"  # from the agent: {"used": bool, "why": ...}: whether the task runs in a warm spare
 START_MILESTONES = (STARTING, IMPORTED, JOINED)
 PROGRESS_EVENTS = (STEP, DONE)
-HELPER_EVENTS = (STOPPED, CONTINUED, EXIT, FILES, ALIVE)
-# Lines the launcher writes to a helper's standard input.
-PING_LINE = "ping"  # the launcher still hears the helper; silence longer than the liveness timeout kills the task
-SIGNAL_LINE = "signal"  # `signal N`: send signal N to the task's whole group (`signal N ID`: only task ID's)
-END_LINE = "\x1etflaunch-end"  # a task's last stdout line where several tasks share one output (a Slurm step)
+AGENT_EVENTS = (STARTED, STOPPED, CONTINUED, EXIT, WARM)  # what the agent itself reports about a task
 
 _ATTEMPT_DIR = re.compile(r"attempt-(\d+)")
 

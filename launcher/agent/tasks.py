@@ -24,14 +24,23 @@ import os
 import selectors
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 from launcher.agent import frames
-from worker.contract import CONTINUED, ENV_PREFIX, ERROR_FILE_VAR, EVENT_FD_VAR, EXIT, RESULT_FILE_VAR, STOPPED, WARM
+from worker.contract import (
+    CONTINUED,
+    ENV_PREFIX,
+    ERROR_FILE_VAR,
+    EVENT_FD_VAR,
+    EXIT,
+    RESULT_FILE_VAR,
+    STARTED,
+    STOPPED,
+    WARM,
+)
 
 Send = Callable[[bytes], None]
 DRAIN_S = 1.0  # after the leader ended: how long a grandchild that escaped the group may hold a pipe
@@ -41,7 +50,33 @@ SPARE = "spare"  # a standby's one report: its spare is ready, or will not be
 # Read by TensorFlow only when a strategy or a device is first made, never at import: a spare
 # may take an order whose values differ. So may the launcher's own TFLAUNCH_* variables.
 LATE_KEYS = ("TF_CONFIG", "CUDA_VISIBLE_DEVICES")
-_OWN_GROUP: dict[str, Any] = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
+_PR_SET_PDEATHSIG = 1
+
+
+def _libc_prctl() -> Any:
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (ImportError, OSError, AttributeError):  # not Linux, or no ctypes: the lifeline alone must do
+        return None
+
+
+_PRCTL = _libc_prctl()
+
+
+def _own_group_dying_with(agent_pid: int) -> Callable[[], None]:
+    """In the child before exec: lead a process group of its own (so a stop reaches all of the task
+    and nothing else), and get SIGKILL should the agent itself die without cleaning up (killed)."""
+
+    def setup() -> None:
+        os.setpgrp()
+        if _PRCTL is not None:
+            _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL)
+            if os.getppid() != agent_pid:  # the agent died before the request took effect
+                os._exit(137)
+
+    return setup
 
 
 def kill_group(pgid: int, signum: int = signal.SIGKILL) -> None:
@@ -130,7 +165,7 @@ class Standby:
                 cwd=cwd,
                 pass_fds=(orders_r, ready_w, ev_w),
                 close_fds=True,
-                **_OWN_GROUP,
+                preexec_fn=_own_group_dying_with(os.getpid()),
             )
         except OSError as error:
             self.error = f"cannot start {self.python!r}: {error.strerror}"
@@ -238,6 +273,7 @@ class Tasks:
         if task is None:
             return
         task.mirrors = mirrors
+        self._send(frames.event_frame(ident, {"event": STARTED, "pid": task.pid}))
         with self._lock:
             self._running[ident] = task
         self._queue(lambda: self._watch(task))
@@ -258,7 +294,7 @@ class Tasks:
                 cwd=cwd,
                 pass_fds=(ev_w,),
                 close_fds=True,
-                **_OWN_GROUP,
+                preexec_fn=_own_group_dying_with(os.getpid()),
             )
         except OSError as error:
             _close(out_r, ev_r)

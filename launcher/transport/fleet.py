@@ -132,7 +132,7 @@ class AgentTransport:
                 self._failed[index] = channel
             return
         host = self._hosts[index]
-        session = AgentSession(host.address, host.python, channel, host.liveness_s)
+        session = AgentSession(host.address, host.python, channel, host.liveness_s, local=not host.remote)
         try:
             session.wait_ready()
         except HostError as error:

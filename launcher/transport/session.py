@@ -23,11 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from launcher.agent import frames
+from launcher.agent.tasks import kill_group
 from launcher.errors import HostError
 from launcher.plan import TaskLaunch
 from launcher.private_files import make_private_dir, open_private
 from launcher.transport.base import EventSink, ExitStatus, OutputLine, TaskExited, WorkerReport
-from worker.contract import ALIVE, ERROR_FILE_VAR, EXIT, RESULT_FILE_VAR
+from worker.contract import ALIVE, ERROR_FILE_VAR, EXIT, RESULT_FILE_VAR, STARTED
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +107,7 @@ class AgentTask:
     def __init__(self, session: AgentSession, ident: int, launch: TaskLaunch, sink: EventSink) -> None:
         self.launch = launch
         self.ident = ident
-        self.pid = 0  # the task's pid on its host (its process group), known once it reports its exit
+        self.pid = 0  # the task's pid on its host (its process group), known once the agent started it
         self.started_at = time.time()
         self._session = session
         self._sink = sink
@@ -131,6 +132,10 @@ class AgentTask:
             write_mirrored(self.launch, data.get("files") or {})
             code, sig = data.get("code"), data.get("signal")
             self.end(ExitStatus(code if isinstance(code, int) else None, sig if isinstance(sig, int) else None))
+        elif data["event"] == STARTED:
+            pid = data.get("pid")
+            if isinstance(pid, int):
+                self.pid = pid
         elif data["event"] != SPARE:
             self._sink(WorkerReport(self.launch.name, data))
 
@@ -159,8 +164,10 @@ class AgentSession:
     `wait_ready()` -> probes, starts, standbys, signals -> `close()` or `lose()`. Invariant: once
     `ended`, every task it started has ended too (reported, or lost)."""
 
-    def __init__(self, host: str, python: str, channel: Channel, liveness_s: float) -> None:
+    def __init__(self, host: str, python: str, channel: Channel, liveness_s: float, local: bool = False) -> None:
+        """`local`: the agent runs on this machine, so its tasks' groups can be reached from here too."""
         self.host = host
+        self.local = local
         self.python = python
         self.liveness_s = liveness_s
         self.last_heard = time.monotonic()
@@ -196,7 +203,8 @@ class AgentSession:
 
     def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> None:
         """Wait for the agent's `ready`; HostError naming the host and what it said otherwise."""
-        if self._ready.wait(timeout):
+        self._ready.wait(timeout)  # set by `ready`, or by the channel's end
+        if self.info:
             return
         said = self.said()
         if self.ended.is_set():
@@ -327,9 +335,12 @@ class AgentSession:
             if self.ended.is_set():
                 return
             self.ended.set()
+            self._ready.set()  # whoever waits for `ready` learns that none will come
             tasks = list(self._tasks.values())
             waiting = list(self._answers.values())
         for answers in waiting:
             answers.put(None)
         for task in tasks:
+            if self.local and task.pid and not task.gone():
+                kill_group(task.pid)  # the agent died without stopping it (it was killed itself)
             task.end(ExitStatus(None, None, lost=self._lost_reason()))

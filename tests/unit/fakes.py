@@ -9,15 +9,14 @@ from launcher.errors import HostError
 from launcher.plan import LaunchPlan, PlanInputs, TaskLaunch, build_plan
 from launcher.spec import ClusterSpec, parse_spec
 from launcher.transport.base import (
+    Agent,
     EventSink,
     ExitStatus,
-    HelperChannel,
     OutputLine,
     Started,
     StartRequest,
     TaskExited,
     WorkerReport,
-    start_by_host,
 )
 
 
@@ -82,7 +81,20 @@ class FakeTransport:
         return task
 
     def start_all(self, requests: list[StartRequest]) -> list[Started]:
-        return start_by_host(self.start, requests, parallel=False)  # in order: tests index `started`
+        """In order (tests index `started`); as the real transport, one failed connection per host
+        stands for all its tasks."""
+        outcomes: list[Started] = []
+        failed: dict[str, HostError] = {}
+        for launch, sink in requests:
+            if launch.host in failed:
+                outcomes.append(failed[launch.host])
+                continue
+            try:
+                outcomes.append(self.start(launch, sink))
+            except HostError as error:
+                failed[launch.host] = error
+                outcomes.append(error)
+        return outcomes
 
     def prepare_spares(self, launches: list[TaskLaunch]) -> None:
         self.spares_for.append([launch.name for launch in launches])
@@ -90,8 +102,11 @@ class FakeTransport:
     def spares(self) -> tuple[int, int]:
         return 0, len(self.spares_for[-1]) if self.spares_for else 0
 
-    def open_helper(self, host_index: int, python: str) -> HelperChannel:
-        raise NotImplementedError("the supervisor never opens helper sessions; preflight is tested on real hosts")
+    def connect(self, host_indices: list[int]) -> None:
+        """Nothing to start: the fake has no agents."""
+
+    def agent(self, host_index: int) -> Agent:
+        raise NotImplementedError("the supervisor never asks for an agent; preflight is tested on real hosts")
 
     def close(self) -> None:
         self.closed = True

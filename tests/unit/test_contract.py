@@ -1,11 +1,14 @@
-"""The launcher-worker contract: defined once, read back as written, mirrored only where it must be."""
+"""The launcher-worker contract: defined once, read back as written, shipped to hosts as it is."""
 
 from __future__ import annotations
 
+import base64
+import json
 import re
+import zlib
 from pathlib import Path
 
-from launcher.agent import task_runner
+from launcher.agent.bootstrap import agent_line
 from tests.conftest import REPO
 from worker import contract
 from worker.contract import RunLayout, TaskEnv
@@ -45,22 +48,26 @@ def test_layout_names_and_parses_attempts() -> None:
     assert RunLayout.attempt_of("attempt-4.tmp") is None and RunLayout.attempt_of("summary.json") is None
 
 
-def test_the_stdlib_only_helper_mirrors_the_contract() -> None:
-    """task_runner runs on hosts with nothing but python: it keeps copies, which must agree."""
-    assert task_runner.EVENT_FD_VAR == contract.EVENT_FD_VAR
-    assert task_runner.MIRRORED_FILES == contract.MIRRORED_FILE_VARS
-    source = Path(task_runner.__file__).read_text()
-    for event in ("stopped", "continued", "exit", "files", "alive"):
-        assert f'"{event}"' in source and event in contract.HELPER_EVENTS
-    assert task_runner.PING_LINE == contract.PING_LINE and task_runner.SIGNAL_LINE == contract.SIGNAL_LINE
-    assert task_runner.END_LINE == contract.END_LINE
-    assert task_runner.WARM_EVENT == contract.WARM
-    assert task_runner.LATE_PREFIX == contract.ENV_PREFIX and contract.TF_CONFIG in task_runner.LATE_KEYS
+def test_the_agent_ships_the_contract_itself_rather_than_a_copy() -> None:
+    """The agent runs on hosts with nothing but python: the bootstrap ships worker/contract.py as
+    it is, and every agent module takes the contract's names from it."""
+    bundle = json.loads(zlib.decompress(base64.b64decode(agent_line(15.0))))
+    shipped = dict(bundle["modules"])
+    assert shipped["worker.contract"] == (REPO / "worker" / "contract.py").read_text()
+    assert list(shipped)[0] == "worker.contract", "the contract is registered before anything imports it"
+    assert "from worker.contract import" in shipped["launcher.agent.tasks"]
+    assert set(contract.AGENT_EVENTS) <= {
+        contract.STARTED,
+        contract.STOPPED,
+        contract.CONTINUED,
+        contract.EXIT,
+        contract.WARM,
+    }
 
 
 def test_no_second_definition_of_a_contract_name() -> None:
-    """Every TFLAUNCH_* name is written out only in the contract (and the helper's checked copies)."""
-    allowed = {REPO / "worker" / "contract.py", REPO / "launcher" / "agent" / "task_runner.py"}
+    """Every TFLAUNCH_* name is written out only in the contract."""
+    allowed = {REPO / "worker" / "contract.py"}
     offenders = []
     for path in [*(REPO / "launcher").rglob("*.py"), *(REPO / "worker").rglob("*.py")]:
         if path in allowed:

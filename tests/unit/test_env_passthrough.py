@@ -1,21 +1,19 @@
 """NCCL and TensorFlow GPU settings in the spec's env reach every task unchanged, on every transport.
 
-The plan merges the cluster's env and the host's; SSH hosts get it in the header sent over the
-channel (the task's and its warm spare's), and Slurm steps in the table on the step's stdin.
-None of it ever reaches a command line.
+The plan merges the cluster's env and the host's; each host's agent gets it in the commands sent
+over its channel (for the task and its warm spare), whatever the medium. None of it ever reaches
+a command line.
 """
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from launcher.agent import task_runner
 from launcher.agent.bootstrap import remote_command
+from launcher.agent.main import _gpu_slots
 from launcher.plan import LaunchPlan, PlanInputs, build_plan
 from launcher.spec import parse_spec
-from launcher.transport.standby import standby_header, task_header
+from launcher.transport.payload import standby_command, start_command
 
 GPU_ENV = {
     "NCCL_SOCKET_IFNAME": "eth0",
@@ -57,24 +55,32 @@ def test_every_task_gets_the_gpu_settings_with_the_hosts_own_winning() -> None:
         assert {key: task.env[key] for key in GPU_ENV} == expected, task.name
 
 
-def test_ssh_sends_them_over_the_channel_and_never_on_the_command_line() -> None:
-    for task in fleet_plan().tasks:
-        header = task_header(task, 15.0)
-        assert {key: header["env"][key] for key in GPU_ENV} == {key: task.env[key] for key in GPU_ENV}
-        spare = standby_header(task, 15.0)["standby"]["env"]  # a warm spare starts with them already set
-        assert {key: spare[key] for key in GPU_ENV} == {key: task.env[key] for key in GPU_ENV}
-        assert "CUDA_VISIBLE_DEVICES" not in spare, "a spare learns its GPUs with its task"
-        command = remote_command(task.python, stdlib_only=True)
+def _agent_env(command: dict, entry: dict) -> dict:
+    """What an agent puts together for one task from a start or standby command."""
+    return {**command["env"], **entry["env"]}
+
+
+def test_agents_get_them_over_the_channel_and_never_on_the_command_line() -> None:
+    plan = fleet_plan()
+    for host in ("gpu-a", "gpu-b"):
+        tasks = [task for task in plan.tasks if task.host == host]
+        start = start_command(tasks, list(range(len(tasks))), {})
+        spares = standby_command(tasks, list(range(len(tasks))))  # a warm spare starts with them already set
+        for task, entry, spare in zip(tasks, start["tasks"], spares["tasks"], strict=True):
+            expected = {key: task.env[key] for key in GPU_ENV}
+            assert {key: _agent_env(start, entry)[key] for key in GPU_ENV} == expected
+            assert {key: _agent_env(spares, spare)[key] for key in GPU_ENV} == expected
+            assert _agent_env(start, entry).get("CUDA_VISIBLE_DEVICES") == task.env.get("CUDA_VISIBLE_DEVICES")
+        command = remote_command(tasks[0].python)
         assert not any(value in command for value in GPU_ENV.values() if len(value) > 1)
 
 
-def test_a_slurm_step_keeps_them_and_maps_gpu_slots_through_its_devices(monkeypatch: pytest.MonkeyPatch) -> None:
-    tasks = fleet_plan().tasks
-    table = json.loads(json.dumps({"tasks": [{"argv": t.argv, "cwd": t.cwd, "env": t.env} for t in tasks]}))
-    monkeypatch.setenv("SLURM_PROCID", "3")  # worker:2 on gpu-b, GPU slot 1
+def test_a_slurm_step_maps_gpu_slots_through_its_devices(monkeypatch: pytest.MonkeyPatch) -> None:
+    task = fleet_plan().tasks[3]  # worker:2 on gpu-b, GPU slot 1
+    assert task.name == "worker:2" and task.env["CUDA_VISIBLE_DEVICES"] == "1"
+    monkeypatch.setenv("SLURM_STEP_ID", "0")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "6,7")
-    monkeypatch.delenv("SLURMD_NODENAME", raising=False)
-    entry, rank = task_runner._own_header(table)
-    assert rank == "3" and tasks[3].name == "worker:2"
-    assert {key: entry["env"][key] for key in GPU_ENV} == {**GPU_ENV, "NCCL_SOCKET_IFNAME": "ens5"}
-    assert entry["env"]["CUDA_VISIBLE_DEVICES"] == "7"
+    env = dict(task.env)
+    _gpu_slots(env)
+    assert env["CUDA_VISIBLE_DEVICES"] == "7"
+    assert {key: env[key] for key in GPU_ENV} == {**GPU_ENV, "NCCL_SOCKET_IFNAME": "ens5"}

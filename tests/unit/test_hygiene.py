@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import io
 import os
 import stat
 from pathlib import Path
 
 from launcher.masking import MASK, mask_env, printable
 from launcher.private_files import make_private_dir, open_private
-from launcher.transport.streams import MAX_LINE_BYTES, bounded_lines
+from launcher.transport.session import CUT_MARKER, MAX_LINE_BYTES, Lines
 
 
 def test_terminal_control_sequences_are_stripped_for_the_screen() -> None:
@@ -33,12 +32,14 @@ def test_credentials_are_masked_by_name_and_inside_urls() -> None:
     assert masked["PLAIN_URL"] == env["PLAIN_URL"] and masked["EPOCHS"] == "3"
 
 
-def test_an_endless_line_arrives_in_bounded_pieces() -> None:
-    blob = b"x" * (3 * MAX_LINE_BYTES + 10) + b"\nnext\n"
-    pieces = list(bounded_lines(io.BufferedReader(io.BytesIO(blob))))  # type: ignore[arg-type]
-    assert all(len(chunk) <= MAX_LINE_BYTES for chunk, _ in pieces)
-    assert [complete for _, complete in pieces] == [False, False, False, True, True]
-    assert b"".join(chunk for chunk, _ in pieces) == blob
+def test_an_endless_line_is_shown_once_cut_and_the_next_line_whole() -> None:
+    shown: list[str] = []
+    lines = Lines(shown.append)
+    for _ in range(200):  # 3.2 MB of one line, arriving in 16 KiB chunks as an agent sends them
+        lines.feed(b"x" * 16384)
+    lines.feed(b"x\nnext\npartial")
+    lines.flush()
+    assert shown == ["x" * MAX_LINE_BYTES + CUT_MARKER, "next", "partial"]
 
 
 def test_run_files_are_for_the_owner_only(tmp_path: Path) -> None:

@@ -485,7 +485,7 @@ def test_every_pod_computes_the_plans_tf_config(case: str, fmt: str) -> None:
             computed = pod_environment(_pod_env(box, fmt, index, attempt))
             task = planned[f"{task_type}:{index}"]
             assert json.loads(computed[TF_CONFIG]) == task.tf_config
-            assert computed == {k: v for k, v in task.env.items() if k == TF_CONFIG or k.startswith(ENV_PREFIX)}
+            assert computed == {k: v for k, v in task.task_env.items() if k == TF_CONFIG or k.startswith(ENV_PREFIX)}
             seen.add(task.name)
     assert seen == set(planned)
     if "evaluator:0" in planned:

@@ -55,7 +55,7 @@ def test_golden_tf_configs(case: str) -> None:
     clusters = {json.dumps(task.tf_config["cluster"], sort_keys=True) for task in plan.tasks}
     assert len(clusters) == 1, "every task must see the same cluster"
     for task in plan.tasks:
-        assert json.loads(task.env["TF_CONFIG"]) == task.tf_config
+        assert json.loads(task.task_env["TF_CONFIG"]) == task.tf_config
 
 
 def test_plan_is_pure_and_repeatable() -> None:

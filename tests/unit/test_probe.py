@@ -3,13 +3,14 @@ falls back to site where only a .pth file knows the way (an editable install).""
 
 from __future__ import annotations
 
-import json
-import subprocess
+import os
 import sys
 from pathlib import Path
 
 from launcher.agent import probe
-from launcher.agent.bootstrap import helper_argv, source_line
+from launcher.agent.bootstrap import agent_line
+from launcher.transport.local import open_local
+from launcher.transport.session import AgentSession
 
 
 def _install(site_dir: Path, distribution: str, version: str) -> None:
@@ -36,10 +37,18 @@ def test_the_worker_runtime_is_found_in_a_site_directory(tmp_path: Path) -> None
 
 
 def _ask(python: str, request: dict[str, object], cwd: Path) -> dict[str, object]:
-    """Run the probe as a host would (no site at start-up) and ask it one question."""
-    stdin = source_line(probe) + (json.dumps(request) + "\n").encode()
-    done = subprocess.run(helper_argv(python), input=stdin, capture_output=True, timeout=60, check=True, cwd=cwd)
-    return json.loads(done.stdout.splitlines()[0])
+    """Start an agent as a host would (isolated, no site at start-up) and ask its probe one question."""
+    old = os.getcwd()
+    os.chdir(cwd)
+    try:
+        session = AgentSession("localhost", python, open_local("localhost", python, agent_line(15.0, False)), 15.0)
+    finally:
+        os.chdir(old)
+    try:
+        session.wait_ready(30)
+        return session.probe(request)
+    finally:
+        session.close()
 
 
 def test_the_probe_sees_what_the_task_will_import(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.agent.task_runner import spare_declines
+from launcher.agent.tasks import spare_declines
 from launcher.gang import LaunchState
 from launcher.recovery import RestartTimes, restart_phases
 from launcher.spec import RestartSpec

@@ -49,6 +49,6 @@ def test_missing_ssh_config_uses_defaults(tmp_path: Path) -> None:
 
 def test_remote_command_is_fixed_and_quoted() -> None:
     command = remote_command("/opt/my env/python3")
-    assert command.startswith("'/opt/my env/python3' -S -u -c ")
+    assert command.startswith("'/opt/my env/python3' -I -S -u -c ")
     assert BOOTSTRAP in command.replace("'\"'\"'", "'")
     assert "TF_CONFIG" not in command

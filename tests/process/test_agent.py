@@ -1,0 +1,167 @@
+"""A host's agent with real local processes: exit codes, signals, logs, groups, lifeline, bounds."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from launcher.errors import HostError
+from launcher.plan import PlanInputs, TaskLaunch, build_plan
+from launcher.spec import ClusterSpec, parse_spec
+from launcher.transport import host_transport
+from launcher.transport.base import Event, OutputLine, TaskExited, WorkerReport
+from launcher.transport.fleet import AgentTransport
+from tests.conftest import HELPERS
+
+TASK = str(HELPERS / "task.py")
+
+
+def command_spec(argv: list[str], tasks: int = 1, **host: Any) -> ClusterSpec:
+    return parse_spec(
+        {
+            "name": "t",
+            "training": {"kind": "command", "argv": argv},
+            "hosts": [{"address": "localhost", "ports": list(range(41000, 41000 + tasks)), "workers": tasks, **host}],
+        }
+    )
+
+
+def plan_of(work: Path, spec: ClusterSpec) -> list[TaskLaunch]:
+    return list(build_plan(spec, PlanInputs(str(work / "run"), 0, sys.executable, str(work))).tasks)
+
+
+@pytest.fixture
+def agents() -> Iterator[list[AgentTransport]]:
+    """Transports a test opened; closed at the end whatever happened."""
+    opened: list[AgentTransport] = []
+    yield opened
+    for transport in opened:
+        transport.close()
+
+
+def start(work: Path, agents: list[AgentTransport], spec: ClusterSpec) -> tuple[Any, queue.Queue[Event]]:
+    transport = host_transport(spec, [sys.executable])
+    agents.append(transport)
+    events: queue.Queue[Event] = queue.Queue()
+    started = transport.start_all([(launch, events.put) for launch in plan_of(work, spec)])
+    return (started[0] if len(started) == 1 else started), events
+
+
+def wait_for(events: queue.Queue[Event], kind: type, timeout: float = 20) -> Event:
+    deadline = time.monotonic() + timeout
+    while True:
+        event = events.get(timeout=max(0.01, deadline - time.monotonic()))
+        if isinstance(event, kind):
+            return event
+
+
+def test_exit_code_output_and_log(work: Path, agents: list[AgentTransport]) -> None:
+    task, events = start(work, agents, command_spec(["python", TASK, "fail-on", "worker:0", "3"]))
+    line = wait_for(events, OutputLine)
+    assert isinstance(line, OutputLine) and line.line == "ready worker:0" and line.task == "worker:0"
+    exited = wait_for(events, TaskExited)
+    assert isinstance(exited, TaskExited) and exited.exit.code == 3 and exited.exit.signal is None
+    assert "worker:0 failing with 3" in Path(task.launch.log_path).read_text()
+    assert task.gone()
+
+
+def test_sigkill_reports_the_signal_and_empties_the_group(work: Path, agents: list[AgentTransport]) -> None:
+    task, events = start(work, agents, command_spec(["python", TASK, "sleep", "--ignore-term", "--child"]))
+    wait_for(events, OutputLine)
+    group = [p for p in psutil.process_iter() if _pgid(p.pid) == task.pid]
+    assert len(group) == 2, "the task and its grandchild share the task's own process group"
+    task.signal(signal.SIGTERM)
+    time.sleep(0.3)  # a SIGTERM the task ignores must not end it; nothing to await but its absence
+    assert not any(isinstance(e, TaskExited) for e in list(events.queue))
+    task.signal(signal.SIGKILL)
+    exited = wait_for(events, TaskExited)
+    assert isinstance(exited, TaskExited) and exited.exit.signal == signal.SIGKILL
+    _, alive = psutil.wait_procs(group, timeout=10)
+    assert not alive, "the grandchild survived the group kill"
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except ProcessLookupError:  # exited meanwhile
+        return None
+
+
+def test_closing_the_channel_kills_every_task(work: Path, agents: list[AgentTransport]) -> None:
+    tasks, events = start(work, agents, command_spec(["python", TASK, "sleep", "--ignore-term", "--child"], tasks=2))
+    for _ in tasks:
+        wait_for(events, OutputLine)
+    doomed = [p for p in psutil.process_iter() if _pgid(p.pid) in {t.pid for t in tasks}]
+    assert len(doomed) == 4
+    agents.pop().close()  # what the kernel does when the launcher dies
+    _, alive = psutil.wait_procs(doomed, timeout=10)
+    assert not alive
+
+
+def test_a_killed_agent_takes_its_tasks_with_it_and_they_are_lost(work: Path, agents: list[AgentTransport]) -> None:
+    task, events = start(work, agents, command_spec(["python", TASK, "sleep", "--child"]))
+    wait_for(events, OutputLine)
+    agent = agents[0].agent(0)
+    doomed = [p for p in psutil.process_iter() if _pgid(p.pid) == task.pid]
+    os.kill(agent.info["pid"], signal.SIGKILL)
+    exited = wait_for(events, TaskExited)
+    assert isinstance(exited, TaskExited) and exited.exit.lost is not None and "localhost" in exited.exit.lost
+    _, alive = psutil.wait_procs(doomed, timeout=10)
+    assert not alive or all(p.status() == psutil.STATUS_ZOMBIE for p in alive)
+
+
+def test_a_missing_program_is_exit_127_with_a_message(work: Path, agents: list[AgentTransport]) -> None:
+    task, events = start(work, agents, command_spec(["/no/such/program"]))
+    exited = wait_for(events, TaskExited)
+    assert isinstance(exited, TaskExited) and exited.exit.code == 127
+    assert "cannot start '/no/such/program'" in Path(task.launch.log_path).read_text()
+
+
+def test_one_host_runs_sixteen_tasks_on_one_agent(work: Path, agents: list[AgentTransport]) -> None:
+    tasks, events = start(work, agents, command_spec(["python", TASK, "fail-on", "none", "0"], tasks=16))
+    for _ in range(16):
+        wait_for(events, OutputLine)
+    agent = psutil.Process(agents[0].agent(0).info["pid"])
+    assert sorted(child.pid for child in agent.children()) == sorted(t.pid for t in tasks)
+    assert {json.loads(p.environ()["TF_CONFIG"])["task"]["index"] for p in agent.children()} == set(range(16))
+
+
+def test_an_endless_event_line_is_dropped_and_said(work: Path, agents: list[AgentTransport]) -> None:
+    script = (
+        "import os; fd = int(os.environ['TFLAUNCH_EVENT_FD']);"
+        'os.write(fd, b\'{"event": "step", "step": 1, "pad": "\' + b\'x\' * (3 << 20) + b\'"}\\n\');'
+        'os.write(fd, b\'{"event": "step", "step": 2}\\n\')'
+    )
+    task, events = start(work, agents, command_spec(["python", "-c", script]))
+    seen: list[Event] = []
+    while not isinstance(event := events.get(timeout=30), TaskExited):
+        seen.append(event)
+    assert [e.data["step"] for e in seen if isinstance(e, WorkerReport)] == [2]
+    assert any(isinstance(e, OutputLine) and "over 1048576 bytes was dropped" in e.line for e in seen)
+
+
+def test_an_agent_that_cannot_start_names_the_host_and_the_reason(work: Path, agents: list[AgentTransport]) -> None:
+    spec = command_spec(["python", TASK, "sleep"], python="/no/such/python3")
+    transport = host_transport(spec, ["/no/such/python3"])
+    agents.append(transport)
+    with pytest.raises(HostError) as raised:
+        transport.agent(0)
+    assert raised.value.host == "localhost" and "/no/such/python3" in str(raised.value)
+    not_python = work / "not-python"
+    not_python.write_text("#!/bin/sh\necho 'this is not python' >&2\nexit 3\n")
+    not_python.chmod(0o755)
+    transport = host_transport(spec, [str(not_python)])
+    agents.append(transport)
+    with pytest.raises(HostError) as raised:
+        transport.agent(0)
+    assert "this is not python" in str(raised.value) and str(not_python) in str(raised.value)
