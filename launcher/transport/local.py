@@ -59,7 +59,7 @@ def open_local(address: str, python: str, first_line: bytes) -> Channel:
             **_OWN_GROUP,
         )
     except OSError as error:
-        raise HostError(address, f"cannot run python {python!r}: {error.strerror}; set python for this host") from None
+        raise HostError(address, f"cannot run {python!r}: {error.strerror}; set python for this host") from None
     channel = pipe_channel(proc)
     try:
         channel.write(first_line)

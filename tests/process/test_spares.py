@@ -1,8 +1,8 @@
 """Warm spares with real local processes (no TensorFlow: the spare preloads a tiny module).
 
 A standby made during one attempt runs the next attempt's task in its spare, started exactly as
-`python SCRIPT ARGS` would be; whatever the spare cannot run starts cold in the same helper; a
-standby that is not used, or whose helper dies, leaves no process behind.
+`python SCRIPT ARGS` would be; whatever the spare cannot run starts cold on the same agent; a
+standby that is not used, or whose agent dies, leaves no process behind.
 """
 
 from __future__ import annotations
@@ -21,8 +21,9 @@ import psutil
 
 from launcher.plan import PlanInputs, TaskLaunch, build_plan
 from launcher.spec import parse_spec
+from launcher.transport import host_transport
 from launcher.transport.base import Event, OutputLine, TaskExited, WorkerReport
-from launcher.transport.local import LocalStandby, LocalTransport
+from launcher.transport.fleet import AgentTransport
 from tests.conftest import HELPERS, REPO, free_port
 from worker.contract import WARM
 
@@ -47,16 +48,30 @@ def launches(work: Path, argv: list[str], mark: str = "a", preload: tuple[str, .
     return out
 
 
-def standing_by(transport: LocalTransport, launch: TaskLaunch) -> LocalStandby:
-    transport.standbys.prepare([launch], background=False)
-    (standby,) = transport.standbys.standing()
-    assert isinstance(standby, LocalStandby)
-    return standby
+def local_transport() -> AgentTransport:
+    spec = parse_spec({"name": "s", "hosts": [{"address": "localhost", "ports": [1]}]})
+    return host_transport(spec, [sys.executable])
 
 
-def run_to_end(transport: LocalTransport, launch: TaskLaunch) -> tuple[list[Event], TaskExited]:
+def standing_by(transport: AgentTransport, launch: TaskLaunch) -> psutil.Process:
+    """Prepare the task's standby; its spare process, once it said it is ready."""
+    transport.connect([0])
+    transport.prepare_spares([launch])
+    deadline = time.monotonic() + 20
+    while transport.spares() != (1, 1):
+        assert time.monotonic() < deadline, transport.spares()
+        time.sleep(0.05)
+    (spare,) = agent_process(transport).children()
+    return spare
+
+
+def agent_process(transport: AgentTransport) -> psutil.Process:
+    return psutil.Process(transport.agent(0).info["pid"])
+
+
+def run_to_end(transport: AgentTransport, launch: TaskLaunch) -> tuple[list[Event], TaskExited]:
     events: queue.Queue[Event] = queue.Queue()
-    transport.start(launch, events.put)
+    transport.start_all([(launch, events.put)])
     seen: list[Event] = []
     deadline = time.monotonic() + 30
     while True:
@@ -76,20 +91,12 @@ def warm_report(events: list[Event]) -> dict[str, Any]:
     return report
 
 
-def spare_of(standby: LocalStandby) -> psutil.Process:
-    (spare,) = psutil.Process(standby.proc.pid).children()
-    return spare
-
-
 def test_the_next_attempt_runs_in_the_spare_as_python_script_would(work: Path) -> None:
     first, second = launches(work, ["python", str(SCRIPT), "5"])
-    transport = LocalTransport()
-    standby = standing_by(transport, first)
-    assert standby.watch.wait_ready(20), standby.watch.report
-    assert transport.standbys.counts() == (1, 1)
-    spare_pid = spare_of(standby).pid
+    transport = local_transport()
+    spare_pid = standing_by(transport, first).pid
     events, exited = run_to_end(transport, second)
-    assert warm_report(events) == {"event": WARM, "used": True, "ready": True}
+    assert warm_report(events) == {"event": WARM, "used": True}
     seen = described(events)
     assert seen["pid"] == spare_pid, "the task is the spare process that was waiting"
     assert seen["preloaded"], "what the spare imported ahead is there"
@@ -100,14 +107,14 @@ def test_the_next_attempt_runs_in_the_spare_as_python_script_would(work: Path) -
     assert json.loads(seen["tf_config"]) == second.tf_config, "the new attempt's TF_CONFIG, not the old one's"
     assert exited.exit.code == 5 and exited.exit.signal is None
     assert '"preloaded": true' in Path(second.log_path).read_text()
-    assert transport.standbys.counts() == (0, 0)
+    assert transport.spares() == (0, 0)
     transport.close()
 
 
 def test_python_dash_m_runs_in_the_spare(work: Path) -> None:
     first, second = launches(work, ["python", "-m", "tests.helpers.in_spare", "0"])
-    transport = LocalTransport()
-    assert standing_by(transport, first).watch.wait_ready(20)
+    transport = local_transport()
+    standing_by(transport, first)
     events, exited = run_to_end(transport, second)
     assert warm_report(events)["used"] is True
     seen = described(events)
@@ -116,16 +123,14 @@ def test_python_dash_m_runs_in_the_spare(work: Path) -> None:
     transport.close()
 
 
-def test_what_a_spare_cannot_run_starts_cold_in_the_same_helper(work: Path) -> None:
+def test_what_a_spare_cannot_run_starts_cold_on_the_same_agent(work: Path) -> None:
     for argv, mark, why in (
         (["python", "-u", str(SCRIPT), "3"], "a", "only `python SCRIPT"),
         (["python", str(SCRIPT), "3"], "changed", "the environment changed since the spare started (MARK)"),
     ):
         first, second = launches(work, argv, mark=mark)
-        transport = LocalTransport()
-        standby = standing_by(transport, first)
-        assert standby.watch.wait_ready(20)
-        spare_pid = spare_of(standby).pid
+        transport = local_transport()
+        spare_pid = standing_by(transport, first).pid
         events, exited = run_to_end(transport, second)
         report = warm_report(events)
         assert report["used"] is False and why in report["why"], report
@@ -138,11 +143,10 @@ def test_what_a_spare_cannot_run_starts_cold_in_the_same_helper(work: Path) -> N
 
 def test_a_spare_whose_preload_fails_still_runs_the_task(work: Path) -> None:
     first, second = launches(work, ["python", str(SCRIPT)], preload=("tests.helpers.no_such_module",))
-    transport = LocalTransport()
-    standby = standing_by(transport, first)
-    assert standby.watch.wait_ready(20)
-    assert standby.watch.report is not None
-    assert [f.split(":")[0] for f in standby.watch.report["failed"]] == ["tests.helpers.no_such_module"]
+    transport = local_transport()
+    standing_by(transport, first)
+    report = transport.agent(0)._standbys  # the spare's report: what it could not preload
+    assert [f.split(":")[0] for r in report.values() if r for f in r["failed"]] == ["tests.helpers.no_such_module"]
     events, exited = run_to_end(transport, second)
     assert warm_report(events)["used"] is True and exited.exit.code == 0
     transport.close()
@@ -150,10 +154,11 @@ def test_a_spare_whose_preload_fails_still_runs_the_task(work: Path) -> None:
 
 def test_a_signal_to_a_warm_task_reaches_it_and_its_exit_is_reported(work: Path) -> None:
     first, second = launches(work, ["python", str(HELPERS / "task.py"), "sleep"])
-    transport = LocalTransport()
-    assert standing_by(transport, first).watch.wait_ready(20)
+    transport = local_transport()
+    standing_by(transport, first)
     events: queue.Queue[Event] = queue.Queue()
-    task = transport.start(second, events.put)
+    (task,) = transport.start_all([(second, events.put)])
+    assert not isinstance(task, Exception)
     while not isinstance(event := events.get(timeout=20), OutputLine):
         pass
     assert event.line == "ready worker:0"
@@ -166,22 +171,18 @@ def test_a_signal_to_a_warm_task_reaches_it_and_its_exit_is_reported(work: Path)
 
 def test_unused_standbys_are_closed_with_their_spares(work: Path) -> None:
     first, _ = launches(work, ["python", str(SCRIPT)])
-    transport = LocalTransport()
-    standby = standing_by(transport, first)
-    assert standby.watch.wait_ready(20)
-    spare = spare_of(standby)
-    transport.close()  # waits for the helper, which killed its group on EOF
-    assert transport.standbys.counts() == (0, 0)
+    transport = local_transport()
+    spare = standing_by(transport, first)
+    transport.close()  # waits for the agent, which kills its spares on EOF
+    assert transport.spares() == (0, 0)
     _, alive = psutil.wait_procs([spare], timeout=10)
     assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE], "the spare outlived its standby"
 
 
-def test_a_spare_dies_with_its_helper(work: Path) -> None:
+def test_a_spare_dies_with_its_agent(work: Path) -> None:
     first, _ = launches(work, ["python", str(SCRIPT)])
-    transport = LocalTransport()
-    standby = standing_by(transport, first)
-    assert standby.watch.wait_ready(20)
-    spare = spare_of(standby)
-    os.kill(standby.proc.pid, signal.SIGKILL)  # the helper dies without a word: the spare reads EOF
+    transport = local_transport()
+    spare = standing_by(transport, first)
+    os.kill(agent_process(transport).pid, signal.SIGKILL)  # the agent dies without a word
     spare.wait(timeout=10)
     transport.close()
