@@ -8,7 +8,9 @@
 
 A LaunchError becomes its message and exit code (2 for anything the user can fix); never a
 traceback. Signals become an exception on the main thread; shutdown runs in `finally`.
-This module (and the whole launcher) never imports TensorFlow.
+This module (and the whole launcher) never imports TensorFlow. The spec (pydantic), the plan and
+the transports are imported by the paths that use them, so `launch status`, `launch --help` and a
+usage error answer without paying for them.
 """
 
 from __future__ import annotations
@@ -20,20 +22,18 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from launcher.console import Console
 from launcher.errors import LaunchError, PreflightError, UsageError
 from launcher.faults import Fault, parse_fault
-from launcher.gang import LaunchState
 from launcher.masking import mask_env
-from launcher.plan import LaunchPlan, task_slots
-from launcher.report import failure_text, success_text
-from launcher.run import launch, make_planner, make_transport, preflight, run_dir_of
 from launcher.run_status import describe_run
-from launcher.slurm.allocation import Allocation, read_allocation
-from launcher.spec import ClusterSpec, HostsFrom, json_schema, load_spec, parse_spec
 from worker.contract import TF_CONFIG
+
+if TYPE_CHECKING:  # these import pydantic (the spec) and the transports; each path imports them when it runs
+    from launcher.plan import LaunchPlan
+    from launcher.slurm.allocation import Allocation
+    from launcher.spec import ClusterSpec, HostsFrom
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +105,8 @@ def _refuse_empty(args: argparse.Namespace) -> None:
 
 
 def _load(args: argparse.Namespace, command: list[str], hosts_from: HostsFrom | None = None) -> ClusterSpec:
+    from launcher.spec import load_spec, parse_spec
+
     _refuse_empty(args)
     if args.local is not None:
         if not 1 <= args.local <= 256:
@@ -132,6 +134,8 @@ def _load(args: argparse.Namespace, command: list[str], hosts_from: HostsFrom | 
 
 
 def _faults(spec: ClusterSpec, texts: list[str]) -> list[Fault]:
+    from launcher.plan import task_slots
+
     names = {slot.name for slot in task_slots(spec)}
     faults = []
     for text in texts:
@@ -164,6 +168,8 @@ def _print_dry_run(plan: LaunchPlan, as_json: bool) -> None:
 
 
 def _check(spec: ClusterSpec, allocation: Allocation | None) -> int:
+    from launcher.run import make_planner, make_transport, preflight
+
     plan = make_planner(spec)(0)
     transport = make_transport(spec, allocation)
     try:
@@ -179,6 +185,11 @@ def _check(spec: ClusterSpec, allocation: Allocation | None) -> int:
 
 
 def _launch(spec: ClusterSpec, quiet: bool, faults: list[Fault], plain: bool, allocation: Allocation | None) -> int:
+    from launcher.console import Console
+    from launcher.gang import LaunchState
+    from launcher.report import failure_text, success_text
+    from launcher.run import launch
+
     console = Console(quiet=quiet, live=sys.stdout.isatty() and not plain)
     result = launch(spec, console, faults, allocation)
     if result.state is LaunchState.SUCCEEDED:
@@ -197,6 +208,7 @@ def _launch(spec: ClusterSpec, quiet: bool, faults: list[Fault], plain: bool, al
 
 def _slurm_command(own: list[str], command: list[str]) -> int:
     """`launch slurm submit --cluster FILE [--print] [--wait] [-- COMMAND ...]`."""
+    from launcher.run import run_dir_of
     from launcher.slurm import submit as slurm
 
     parser = _ArgumentParser(
@@ -337,6 +349,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     own, command = _split_command(argv)
     try:
         if own[:1] == ["schema"]:
+            from launcher.spec import json_schema
+
             print(json.dumps(json_schema(), indent=2))
             return 0
         if own[:1] == ["slurm"]:
@@ -357,13 +371,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         if args.json and not args.dry_run:
             raise UsageError("--json goes with --dry-run.")
-        allocation = read_allocation() if args.slurm else None
+        allocation = None
+        if args.slurm:
+            from launcher.slurm.allocation import read_allocation
+
+            allocation = read_allocation()
         if args.slurm and args.local is not None:
             raise UsageError("--slurm takes the hosts from the allocation; use it with --cluster, not --local.")
         spec = _load(args, command, allocation.hosts if allocation is not None else None)
         faults = _faults(spec, args.inject)
         _raise_fd_limit()
         if args.dry_run:
+            from launcher.run import make_planner
+
             _print_dry_run(make_planner(spec, faults)(0), args.json)
             return 0
         if args.check:

@@ -25,6 +25,8 @@ from pathlib import Path
 
 import psutil
 
+from tests.sshd import host_login, stock_sshd_config
+
 SSH_PORT = 22  # each namespace is a host of its own: its sshd is alone there
 
 
@@ -143,20 +145,13 @@ class NetnsLab:
         if host_key is None:
             return host
         config = self.directory / f"sshd_config-{index}"
-        config.write_text(f"""ListenAddress {host.address}:{SSH_PORT}
-HostKey {host_key}
-PidFile {self.directory}/sshd-{index}.pid
-AuthorizedKeysFile {self.directory}/authorized_keys
-StrictModes no
-UsePAM no
-PasswordAuthentication no
-KbdInteractiveAuthentication no
-PubkeyAuthentication yes
-PermitRootLogin prohibit-password
-MaxSessions 200
-MaxStartups 200
-LogLevel VERBOSE
-""")
+        stock = stock_sshd_config(
+            [f"{host.address}:{SSH_PORT}"],
+            host_key,
+            self.directory / f"sshd-{index}.pid",
+            self.directory / "authorized_keys",
+        )
+        config.write_text(stock + host_login(self.directory))
         log = open(self.directory / f"sshd-{index}.log", "wb")
         host.sshd = subprocess.Popen(
             ["nsenter", f"--net=/run/netns/{namespace}", "/usr/sbin/sshd", "-D", "-e", "-f", str(config)],

@@ -10,6 +10,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,38 @@ ADDRESSES = ("127.0.0.2", "127.0.0.3", "127.0.0.4")
 
 def sshd_binary() -> str | None:
     return shutil.which("sshd") or ("/usr/sbin/sshd" if os.path.exists("/usr/sbin/sshd") else None)
+
+
+def host_login(directory: Path) -> str:
+    """The login environment of a host whose `python3` on PATH is the one with the project: a home
+    without rc files (this machine's own rc files put another python first) and a PATH starting
+    with a two-line wrapper (a symlink would not start the virtual environment). SetEnv lines for
+    an sshd_config; they add a host's environment, they loosen nothing."""
+    home, bin_dir = directory / "home", directory / "bin"
+    home.mkdir(parents=True, exist_ok=True)
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    wrapper = bin_dir / "python3"
+    wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    wrapper.chmod(0o755)
+    return f"SetEnv HOME={home} PATH={bin_dir}:/usr/local/bin:/usr/bin:/bin\n"
+
+
+def stock_sshd_config(listen: list[str], host_key: Path, pid_file: Path, authorized_keys: Path) -> str:
+    """OpenSSH's defaults (MaxSessions 10, MaxStartups 10:30:100: what users' hosts have), keys only,
+    the log verbose enough to count logins and sessions. Tests may add lines, never loosen these."""
+    listening = "\n".join(f"ListenAddress {address}" for address in listen)
+    return f"""{listening}
+HostKey {host_key}
+PidFile {pid_file}
+AuthorizedKeysFile {authorized_keys}
+StrictModes no
+UsePAM no
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PubkeyAuthentication yes
+PermitRootLogin prohibit-password
+LogLevel VERBOSE
+"""
 
 
 def _free_port(address: str) -> int:
@@ -96,23 +129,10 @@ def start_sshd(directory: Path) -> SshServer:
     user_key = directory / "user_ed25519"
     (directory / "authorized_keys").write_text(_keygen(user_key) + "\n")
     port = _free_port(ADDRESSES[0])
-    listen = "\n".join(f"ListenAddress {address}:{port}" for address in ADDRESSES)
     config = directory / "sshd_config"
-    config.write_text(f"""{listen}
-HostKey {host_key}
-PidFile {directory}/sshd.pid
-AuthorizedKeysFile {directory}/authorized_keys
-StrictModes no
-UsePAM no
-PasswordAuthentication no
-KbdInteractiveAuthentication no
-PubkeyAuthentication yes
-PermitRootLogin prohibit-password
-MaxSessions 64
-MaxStartups 64
-LogLevel VERBOSE
-Subsystem sftp internal-sftp
-""")
+    listen = [f"{address}:{port}" for address in ADDRESSES]
+    stock = stock_sshd_config(listen, host_key, directory / "sshd.pid", directory / "authorized_keys")
+    config.write_text(stock + host_login(directory))
     Path("/run/sshd").mkdir(parents=True, exist_ok=True)  # privilege separation directory
     log = open(directory / "sshd.log", "wb")
     process = subprocess.Popen([binary, "-D", "-e", "-f", str(config)], stdout=log, stderr=subprocess.STDOUT)

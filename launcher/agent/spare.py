@@ -51,6 +51,18 @@ def lower_this_thread() -> str:
         return "normal"
 
 
+def raise_thread(thread: threading.Thread) -> None:
+    """Back to normal priority: allowed to root and CAP_SYS_NICE only. Where it is refused the import
+    goes on at idle priority, which still takes every CPU the host does not otherwise use."""
+    if thread.native_id is None:
+        return
+    try:
+        os.sched_setscheduler(thread.native_id, os.SCHED_OTHER, os.sched_param(0))
+        os.setpriority(os.PRIO_PROCESS, thread.native_id, 0)
+    except (AttributeError, OSError):  # unprivileged: see above
+        pass
+
+
 def _preload(modules: list[str], outcome: dict[str, Any]) -> None:
     outcome["priority"] = lower_this_thread()
     started = time.monotonic()
@@ -106,6 +118,8 @@ def spare_main(orders: IO[str], ready_fd: int) -> None:
     if not line:  # the agent is gone, or it discarded us: leave quietly
         os._exit(0)
     _say(ready_fd, {"took": True})  # the agent hands the task over only once it hears this
+    if loader.is_alive():  # still importing: the task waits for it, so it must not wait at idle priority
+        raise_thread(loader)
     loader.join()
     waiting.join()
     os.close(ready_fd)

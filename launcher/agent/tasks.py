@@ -212,8 +212,6 @@ class Standby:
         why = self.error or spare_declines(self.python, self.env, argv, env)
         if why is None and self.proc is not None and self.proc.poll() is not None:
             why = f"the spare exited (code {self.proc.returncode})"
-        if why is None and not self.ready:
-            why = "the spare was still importing"  # at idle priority it could not catch up with a cold start
         if why is None:
             order = {"argv": argv, "env": {**env, EVENT_FD_VAR: self.env[EVENT_FD_VAR]}, "cwd": cwd}
             if not self._write(json.dumps(order) + "\n"):
@@ -226,7 +224,7 @@ class Standby:
             self.close()
             self._send(frames.event_frame(self.ident, {"event": WARM, "used": False, "why": why}))
             return False
-        self._send(frames.event_frame(self.ident, {"event": WARM, "used": True}))
+        self._send(frames.event_frame(self.ident, {"event": WARM, "used": True, "ready": self.ready}))
         return True
 
     def close(self) -> None:

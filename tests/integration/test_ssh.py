@@ -13,6 +13,7 @@ from typing import Any
 import psutil
 import pytest
 
+from launcher.agent.bootstrap import BOOTSTRAP
 from tests.conftest import (
     HELPERS,
     free_port,
@@ -37,7 +38,6 @@ def ssh_spec(work: Path, name: str, hosts: list[dict[str, Any]], **training: Any
     return {
         "name": name,
         "run_root": str(work / "runs"),
-        "python": sys.executable,
         "env": {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(HELPERS)},
         "hosts": hosts,
         "training": {"kind": "builtin", "steps": 60, "checkpoint_every": 20, "log_every": 10, **training},
@@ -67,10 +67,12 @@ def test_two_ssh_hosts_train_and_no_env_value_is_on_a_command_line(work: Path, s
         ours = [p for p in processes_mentioning(str(work)) if p.pid != proc.pid]
         workers = [p for p in ours if "TF_CONFIG" in p.environ()]  # a warm spare gets TF_CONFIG with its task only
         assert len(workers) == 2, "expected one worker per SSH host"
-        for worker in [*ours]:  # each, worker or spare, under the helper that an sshd session started
-            helper = worker.parent()
-            assert helper is not None and "tflaunch_helper" in " ".join(helper.cmdline())
-            assert any(p.name() == "sshd" for p in helper.parents())
+        for worker in [*ours]:  # each, worker or spare, under its host's agent, started by an sshd session
+            agent = worker.parent()
+            assert agent is not None and agent.cmdline()[-1] == BOOTSTRAP
+            # the spec names no python: `python3` on the host's PATH, a wrapper that execs the project's
+            assert agent.cmdline()[0] == sys.executable
+            assert any(p.name() == "sshd" for p in agent.parents())
         for pid_dir in Path("/proc").iterdir():
             if not pid_dir.name.isdigit():
                 continue
@@ -86,11 +88,36 @@ def test_two_ssh_hosts_train_and_no_env_value_is_on_a_command_line(work: Path, s
     text = log.read_text()
     assert "[worker:0@127.0.0.2]" in text and "[worker:1@127.0.0.3]" in text
     assert (work / "runs" / "two" / "attempt-0" / "worker-1.log").read_text().count("step 400/400") == 1
-    # preflight probes, tasks and standbys share one connection per host, and each task runs in the
-    # session its host's probe ran in (a session costs a login shell on the host); the one other
-    # session per host is the standby holding the task's warm spare for a restart
+    # one connection and one session per host: its agent answered the preflight, ran the task and
+    # kept its warm spare (a session costs a login shell on the host)
     assert sshd.accepted_connections() - accepted_before == 2
-    assert sshd.sessions_started() - sessions_before == 4
+    assert sshd.sessions_started() - sessions_before == 2
+
+
+def test_sixteen_tasks_on_a_host_with_a_stock_sshd(work: Path, sshd: SshServer) -> None:
+    """OpenSSH's default MaxSessions is 10 per connection: a host's tasks and spares share one."""
+    host = {
+        "address": "127.0.0.2",
+        "workers": 16,
+        "ports": [free_port() for _ in range(16)],
+        "ssh": sshd.ssh_settings(),
+    }
+    spec = ssh_spec(work, "sixteen", [host])
+    spec["training"] = {"kind": "command", "argv": ["python", "-c", "import os; print(os.environ['TFLAUNCH_TASK'])"]}
+    sessions_before = sshd.sessions_started()
+    proc = run_launch(["--cluster", str(write_spec(work, spec))], work, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert sum(f"[worker:{i}@127.0.0.2] worker:{i}" in proc.stdout for i in range(16)) == 16
+    assert sshd.sessions_started() - sessions_before == 1
+
+
+def test_a_host_whose_agent_cannot_start_is_named_with_the_reason(work: Path, sshd: SshServer) -> None:
+    spec = ssh_spec(work, "nopython", [ssh_host(sshd, "127.0.0.2")])
+    spec["python"] = "no-such-python3"
+    proc = run_launch(["--cluster", str(write_spec(work, spec)), "--check"], work, timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "127.0.0.2: the agent did not start with python 'no-such-python3'" in proc.stderr, proc.stderr
+    assert "not found" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_mixed_local_and_ssh_hosts(work: Path, sshd: SshServer) -> None:
@@ -163,7 +190,11 @@ def test_dropped_ssh_connection_stops_everything_and_names_the_host(work: Path, 
         code = proc.wait(timeout=60)
     text = log.read_text()
     assert code == 1
-    assert "root cause: worker:1 on 127.0.0.3" in text and "SSH connection to 127.0.0.3" in text
+    assert (
+        "root cause: worker:1 on 127.0.0.3" in text
+        and "connection to 127.0.0.3 closed" in text
+        and "SSH session" in text
+    )
     assert not wait_until_gone(str(work), timeout=10)
 
 
@@ -246,7 +277,7 @@ def test_preflight_reports_taken_ports_and_missing_python(work: Path, sshd: SshS
         holder.close()
     assert proc.returncode == 2
     assert f"127.0.0.2: port {hosts[0]['ports'][0]} for worker:0 is not free" in proc.stderr
-    assert "127.0.0.3: cannot run '/no/python3'" in proc.stderr
+    assert "127.0.0.3: the agent did not start with python '/no/python3'" in proc.stderr
 
 
 def test_shell_metacharacters_in_a_host_never_run(work: Path, sshd: SshServer) -> None:

@@ -96,7 +96,7 @@ def test_the_next_attempt_runs_in_the_spare_as_python_script_would(work: Path) -
     transport = local_transport()
     spare_pid = standing_by(transport, first).pid
     events, exited = run_to_end(transport, second)
-    assert warm_report(events) == {"event": WARM, "used": True}
+    assert warm_report(events) == {"event": WARM, "used": True, "ready": True}
     seen = described(events)
     assert seen["pid"] == spare_pid, "the task is the spare process that was waiting"
     assert seen["preloaded"], "what the spare imported ahead is there"
