@@ -8,6 +8,7 @@ never TensorFlow.
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
@@ -16,9 +17,13 @@ TARGET_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$"
 
 
 class StrictModel(BaseModel):
-    """Frozen, unknown keys refused, no coercion: `true` is not a count, "2" and 2.0 are not integers."""
+    """Frozen, unknown keys refused, no coercion: `true` is not a count, "2" and 2.0 are not integers.
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    Validators and serializers are built on first use, not at import (`defer_build`): a launch
+    validates one ClusterSpec, whose validator holds every nested model, so building each nested
+    model's own at import would spend start-up time on models a launch rarely validates alone."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, defer_build=True)
 
 
 class _ExampleTraining(StrictModel):
@@ -143,7 +148,12 @@ TRAINING_KINDS: dict[str, type[BaseModel]] = {
     "function": FunctionTraining,
     "command": CommandTraining,
 }
-_ADAPTER: TypeAdapter[Any] = TypeAdapter(TrainingSpec)
+
+
+@cache
+def _adapter() -> TypeAdapter[Any]:
+    """The union's validator, built when a worker first needs it; the launcher never does."""
+    return TypeAdapter(TrainingSpec)
 
 
 class TrainingSettingsError(ValueError):
@@ -153,7 +163,7 @@ class TrainingSettingsError(ValueError):
 def parse_training(raw: Any) -> BuiltinTraining | FitTraining | FunctionTraining | CommandTraining:
     """The typed settings from decoded JSON; TrainingSettingsError names every problem."""
     try:
-        return _ADAPTER.validate_python(raw)
+        return _adapter().validate_python(raw)
     except ValidationError as error:
         problems = "; ".join(f"{'.'.join(str(p) for p in item['loc'])}: {item['msg']}" for item in error.errors())
         raise TrainingSettingsError(
