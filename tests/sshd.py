@@ -29,13 +29,20 @@ def host_login(directory: Path) -> str:
     without rc files (this machine's own rc files put another python first) and a PATH starting
     with a two-line wrapper (a symlink would not start the virtual environment). SetEnv lines for
     an sshd_config; they add a host's environment, they loosen nothing."""
-    home, bin_dir = directory / "home", directory / "bin"
+    home = directory / "home"
     home.mkdir(parents=True, exist_ok=True)
+    return f"SetEnv HOME={home} PATH={python3_on_path(directory)}:/usr/local/bin:/usr/bin:/bin\n"
+
+
+def python3_on_path(directory: Path) -> Path:
+    """A directory whose `python3` is the project's python: a two-line wrapper (a symlink would not
+    start the virtual environment). Put it first on a PATH."""
+    bin_dir = directory / "bin"
     bin_dir.mkdir(parents=True, exist_ok=True)
     wrapper = bin_dir / "python3"
     wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
     wrapper.chmod(0o755)
-    return f"SetEnv HOME={home} PATH={bin_dir}:/usr/local/bin:/usr/bin:/bin\n"
+    return bin_dir
 
 
 def stock_sshd_config(listen: list[str], host_key: Path, pid_file: Path, authorized_keys: Path) -> str:
