@@ -127,6 +127,7 @@ class Supervisor:
         self._plan: LaunchPlan | None = None
         self._attempt_started_at = 0.0
         self.restarts = 0
+        self._unproductive = 0  # restarts in a row after attempts that made no step: what backoff doubles on
         self.preemptions = 0
         self._causes: list[str | None] = []  # root-cause signature of each restarted (not preempted) attempt
         self.hurry = False  # set on a second interrupt: skip the grace period
@@ -308,6 +309,11 @@ class Supervisor:
         self._spares_asked = True
         self._transport.prepare_spares([t.launch for t in self._tasks.values()])
 
+    def _made_progress(self) -> bool:
+        """Whether every training task of this attempt made a step (only tasks that report can tell)."""
+        trainers = [t for t in self._tasks.values() if not t.launch.sidecar]
+        return self._reports_progress and bool(trainers) and all(FIRST_STEP in t.times for t in trainers)
+
     def _restart(self, decision: Decision) -> None:
         self.state = LaunchState.RESTARTING
         if decision.kind is FailureKind.PREEMPTED:
@@ -318,7 +324,9 @@ class Supervisor:
                 self.state = LaunchState.PREEMPTED
                 return
         else:
-            wait = self._policy.backoff_s(self.restarts)
+            # a crash loop backs off; an attempt that trained before it failed is restarted at once
+            self._unproductive = 0 if self._made_progress() else self._unproductive + 1
+            wait = self._policy.backoff_s(self._unproductive - 1) if self._unproductive else 0.0
             self.restarts += 1
             self._causes.append(decision.signature)
         self._on_notice(f"{decision.reason}; restarting every task" + (f" in {wait:g}s" if wait else ""))

@@ -242,3 +242,26 @@ def test_an_unreachable_host_at_restart_is_a_lost_host_then_retried(tmp_path: Pa
         task.exit(0)
     assert sup.step(0) is LaunchState.SUCCEEDED
     assert sup.restarts == 2
+
+
+def test_a_crash_loop_backs_off_but_a_failure_after_training_restarts_at_once(tmp_path: Path) -> None:
+    spec = fake_spec(2, max_restarts=5, backoff_s=1, max_backoff_s=30)
+    transport, waits = FakeTransport(), []
+    sup = Supervisor(
+        fake_planner(spec, str(tmp_path)), transport, RestartPolicy(spec.restart), True, sleep=waits.append
+    )
+    sup.start()
+    for _ in range(3):  # crashes before any step: 1, 2, 4 s
+        join_all(transport, 2)
+        transport.current(2)[0].exit(None, signal.SIGKILL)
+        sup.step(0)
+    for task in transport.current(2):  # this attempt trains, then fails: no wait, and the doubling starts over
+        task.say("joined")
+        task.say("step", step=5)
+    transport.current(2)[0].exit(None, signal.SIGKILL)
+    sup.step(0)
+    join_all(transport, 2)
+    transport.current(2)[0].exit(None, signal.SIGKILL)
+    sup.step(0)
+    assert waits == [1, 2, 4, 1]
+    assert sup.restarts == 5
