@@ -445,7 +445,11 @@ class RestartSpec(StrictModel):
         3, ge=0, le=1000, description="Restarts of the whole gang before giving up (0: never restart)."
     )
     backoff_s: float = Field(
-        1.0, ge=0, le=3600, description="Seconds to wait before the first restart; doubles each time."
+        1.0,
+        ge=0,
+        le=3600,
+        description="Seconds to wait before restarting after an attempt that made no training step (a crash loop); "
+        "doubles with each such attempt in a row. A restart after training progressed waits nothing.",
     )
     max_backoff_s: float = Field(30.0, ge=0, le=3600, description="Upper bound of the restart wait.")
     preemption_exit_code: int = Field(
