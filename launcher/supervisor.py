@@ -293,21 +293,22 @@ class Supervisor:
         return self.state
 
     def _prepare_spares(self) -> None:
-        """Once per attempt, `restart.warm_spares_after_s` after its start-up is over (every training task made a
-        step; for tasks that report nothing, once they run), ask for the next attempt's warm
-        spares: they import at low priority, and would otherwise slow the restore and tracing
-        they exist to hasten."""
+        """Once per attempt, `restart.warm_spares_after_s` after its start-up is over (every training task
+        reported a step), ask for the next attempt's warm spares, for the tasks still running: they
+        import at low priority, and would otherwise slow the restore and tracing they exist to
+        hasten. A task that reports no step (a script that never calls `report`) gets none: nothing
+        says it trains, and a spare costs an imported TensorFlow."""
         if self._spares_asked or self.state is not LaunchState.RUNNING:
             return
         trainers = [t for t in self._tasks.values() if not t.launch.sidecar]
-        if self._reports_progress and not all(FIRST_STEP in t.times for t in trainers):
+        if not trainers or not all(FIRST_STEP in t.times for t in trainers):
             return
         if self._trained_since is None:
             self._trained_since = self._clock()
         if self._clock() - self._trained_since < self._policy.spec.warm_spares_after_s:
             return
         self._spares_asked = True
-        self._transport.prepare_spares([t.launch for t in self._tasks.values()])
+        self._transport.prepare_spares([t.launch for t in self._tasks.values() if t.exit is None])
 
     def _made_progress(self) -> bool:
         """Whether every training task of this attempt made a step (only tasks that report can tell)."""

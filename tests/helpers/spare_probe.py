@@ -23,6 +23,9 @@ def spares_ready(status_file: str) -> bool:
 
 task = os.environ["TFLAUNCH_TASK"]
 if os.environ["TFLAUNCH_ATTEMPT"] == "0":
+    from worker import report
+
+    report("step", step=1)  # spares are made for tasks that report their progress
     status = os.path.join(os.environ["TFLAUNCH_RUN_DIR"], "status.json")
     deadline = time.monotonic() + 120
     while not spares_ready(status) and time.monotonic() < deadline:

@@ -116,3 +116,18 @@ def test_spares_are_prepared_once_the_gang_runs_and_the_restart_is_broken_down(t
     assert recovery["cold_because"] == {"worker:1": "the environment changed since the spare started (X)"}
     assert all(value is not None for value in recovery["phases_s"].values())
     assert recovery["total_s"] == pytest.approx(sum(recovery["phases_s"].values()), abs=0.01)
+
+
+def test_no_spares_for_tasks_that_report_no_step_nor_for_tasks_that_ended(tmp_path: Path) -> None:
+    sup, transport, clock, _ = make(tmp_path, workers=3, reports=False)
+    clock.now += 10 * RestartSpec().warm_spares_after_s
+    sup.step(0)
+    assert transport.spares_for == [], "nothing says these tasks train: a spare would cost a TensorFlow import each"
+    first, second, third = transport.current(3)
+    for task in (first, second, third):
+        task.say("step", step=1)
+    third.exit(0)
+    sup.step(0)
+    clock.now += RestartSpec().warm_spares_after_s
+    sup.step(0)
+    assert transport.spares_for == [["worker:0", "worker:1"]], "the task that finished needs no spare"
