@@ -70,7 +70,7 @@ def by_hand_script(plan: LaunchPlan) -> list[str]:
     """The baseline command: bench/by_hand.py with the plan's tasks, as its own process."""
     os.makedirs(plan.attempt_dir, exist_ok=True)
     path = Path(plan.run_dir) / "by_hand_plan.json"
-    path.write_text(json.dumps([{"argv": t.argv, "cwd": t.cwd, "env": t.env} for t in plan.tasks]))
+    path.write_text(json.dumps([{"argv": t.argv, "cwd": t.cwd, "env": t.task_env} for t in plan.tasks]))
     return [sys.executable, str(ROOT / "bench" / "by_hand.py"), str(path)]
 
 

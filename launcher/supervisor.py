@@ -67,7 +67,8 @@ class _Task:
     stopped_since: float | None = None
     error: tuple[str, str] | None = None
     times: dict[str, float] = field(default_factory=dict)  # milestone -> wall time the launcher got it
-    warm: dict[str, Any] | None = None  # the standby helper's `warm` report: ran in a spare, or why not
+    warm: dict[str, Any] | None = None  # the agent's `warm` report: ran in a spare, or why not
+    snapshot: tuple[tuple[Any, ...], TaskStatus] | None = None  # the last TaskStatus and what it was made of
 
 
 def _error_of(path: str) -> tuple[str, str] | None:
@@ -156,27 +157,29 @@ class Supervisor:
             preemptions=self.preemptions,
             now=self._clock(),
             reports_progress=self._reports_progress,
-            tasks=tuple(
-                TaskStatus(
-                    t.launch.name,
-                    t.launch.host,
-                    t.process.pid if t.process else None,
-                    t.joined or not self._reports_progress,
-                    t.step,
-                    t.exit,
-                    t.started_mono,
-                    t.last_progress,
-                    t.reported,
-                    t.milestone,
-                    t.stopped_since,
-                    t.error,
-                )
-                for t in self._tasks.values()
-                if not t.launch.sidecar
-            ),
+            tasks=tuple(self._task_status(t) for t in self._tasks.values() if not t.launch.sidecar),
             earlier_causes=tuple(self._causes),
             spares=self._transport.spares(),
         )
+
+    def _task_status(self, t: _Task) -> TaskStatus:
+        """The task's snapshot, made anew only when something in it changed (a gang of a thousand
+        tasks is snapshotted at every step)."""
+        fields = (
+            t.process.pid if t.process else None,
+            t.joined or not self._reports_progress,
+            t.step,
+            t.exit,
+            t.started_mono,
+            t.last_progress,
+            t.reported,
+            t.milestone,
+            t.stopped_since,
+            t.error,
+        )
+        if t.snapshot is None or t.snapshot[0] != fields:
+            t.snapshot = (fields, TaskStatus(t.launch.name, t.launch.host, *fields))
+        return t.snapshot[1]
 
     def _apply(self, task: _Task, event: Event) -> None:
         if self._tasks.get(task.launch.name) is not task:  # a straggler from an earlier attempt
