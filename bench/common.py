@@ -36,7 +36,7 @@ def builtin_spec(name: str, workers: int, run_root: Path, **training: Any) -> di
         "hosts": [{"address": "localhost", "workers": workers}],
         "env": dict(QUIET_ENV),
         "training": {"kind": "builtin", **training},
-        "restart": {"max_restarts": 3, "backoff_s": 0, "grace_period_s": 5},
+        "restart": {},  # the defaults users have
     }
 
 
