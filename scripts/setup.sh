@@ -17,3 +17,6 @@ fi
 spec="."
 if [ -n "${1:-}" ]; then spec=".[$1]"; fi
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e "$spec"
+# Bytecode for the project's own modules: an editable install has none, and an environment with
+# PYTHONDONTWRITEBYTECODE set would otherwise compile the launcher anew at every start.
+"$venv/bin/python" -m compileall -q launcher worker >/dev/null
