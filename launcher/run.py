@@ -29,8 +29,8 @@ from launcher.report import write_summary
 from launcher.slurm.allocation import Allocation
 from launcher.spec import BuiltinTraining, ClusterSpec, FunctionTraining, is_url
 from launcher.supervisor import Supervisor
-from launcher.transport import agent_hosts, host_transport
 from launcher.transport.base import Transport
+from launcher.transport.hosts import agent_hosts, host_transport
 from worker.contract import RunLayout
 
 if TYPE_CHECKING:

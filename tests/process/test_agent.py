@@ -18,9 +18,9 @@ import pytest
 from launcher.errors import HostError
 from launcher.plan import PlanInputs, TaskLaunch, build_plan
 from launcher.spec import ClusterSpec, parse_spec
-from launcher.transport import host_transport
 from launcher.transport.base import Event, OutputLine, TaskExited, WorkerReport
 from launcher.transport.fleet import AgentTransport
+from launcher.transport.hosts import host_transport
 from tests.conftest import HELPERS
 
 TASK = str(HELPERS / "task.py")

@@ -21,9 +21,9 @@ import psutil
 
 from launcher.plan import PlanInputs, TaskLaunch, build_plan
 from launcher.spec import parse_spec
-from launcher.transport import host_transport
 from launcher.transport.base import Event, OutputLine, TaskExited, WorkerReport
 from launcher.transport.fleet import AgentTransport
+from launcher.transport.hosts import host_transport
 from tests.conftest import HELPERS, REPO, free_port
 from worker.contract import WARM
 

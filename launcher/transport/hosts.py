@@ -1,0 +1,61 @@
+"""Local and SSH hosts behind one transport: a pipe or an SSH session to each host's agent."""
+
+from __future__ import annotations
+
+from launcher.errors import HostError
+from launcher.spec import ClusterSpec, HostSpec
+from launcher.transport.fleet import AgentHost, AgentTransport
+from launcher.transport.local import open_local
+from launcher.transport.session import Channel
+
+
+class HostsMedium:
+    """Local hosts through pipes, remote ones over SSH (paramiko only when a host needs it)."""
+
+    def __init__(self, hosts: list[HostSpec], pythons: list[str]) -> None:
+        self._hosts = hosts
+        self._pythons = pythons
+        self._ssh = None
+        if any(not host.is_local for host in hosts):
+            from launcher.transport.ssh import SshMedium
+
+            self._ssh = SshMedium(hosts, pythons)
+
+    def open(self, indices: list[int], first_line: bytes) -> dict[int, Channel | HostError]:
+        opened: dict[int, Channel | HostError] = {}
+        remote = [i for i in indices if not self._hosts[i].is_local and self._ssh is not None]
+        for index in indices:
+            if index not in remote:
+                try:
+                    opened[index] = open_local(self._hosts[index].address, self._pythons[index], first_line)
+                except HostError as error:
+                    opened[index] = error
+        if remote:
+            assert self._ssh is not None
+            opened.update(self._ssh.open(remote, first_line))
+        return opened
+
+    def lost(self, index: int) -> None:
+        if self._ssh is not None:
+            self._ssh.lost(index)
+
+    def close(self) -> None:
+        if self._ssh is not None:
+            self._ssh.close()
+
+
+def agent_hosts(spec: ClusterSpec, pythons: list[str]) -> list[AgentHost]:
+    """Each host's address, python and liveness timeout, as the agents need them."""
+    hosts = []
+    for host, python in zip(spec.hosts, pythons, strict=True):
+        liveness, setting = spec.liveness_of(host)
+        hosts.append(AgentHost(host.address, python, liveness, not host.is_local, setting))
+    return hosts
+
+
+def host_transport(spec: ClusterSpec, pythons: list[str]) -> AgentTransport:
+    """Local and SSH hosts, an agent on each."""
+    return AgentTransport(agent_hosts(spec, pythons), HostsMedium(list(spec.hosts), pythons))
+
+
+__all__ = ["AgentTransport", "HostsMedium", "agent_hosts", "host_transport"]
