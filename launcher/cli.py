@@ -105,6 +105,35 @@ def _refuse_empty(args: argparse.Namespace) -> None:
             raise UsageError(f"Got an empty --{flag.replace('_', '-')}: give a value or leave the flag out.")
 
 
+_THIS_MACHINE = ("localhost", "127.0.0.1", "::1")
+
+
+def _runs_here(args: argparse.Namespace) -> bool:
+    """A cheap guess, before the spec is validated, that a host of this launch is this machine and
+    runs the launcher's own python (wrong guesses only cost an agent that is closed unused)."""
+    if args.local is not None:
+        return True
+    try:
+        data = json.loads(Path(args.cluster).read_text(encoding="utf-8")) if args.cluster else None
+    except (OSError, ValueError):  # the real reading reports it
+        return False
+    if not isinstance(data, dict) or data.get("python") or not isinstance(data.get("hosts"), list):
+        return False
+    return any(
+        isinstance(h, dict)
+        and not h.get("python")
+        and (h.get("transport") == "local" or h.get("address") in _THIS_MACHINE)
+        for h in data["hosts"]
+    )
+
+
+def _start_agent_early() -> None:
+    from launcher.agent.bootstrap import agent_line
+    from launcher.transport.local import LOCAL_BEAT_S, start_early
+
+    start_early(sys.executable, agent_line(LOCAL_BEAT_S, watch_silence=False))
+
+
 def _load(args: argparse.Namespace, command: list[str], hosts_from: HostsFrom | None = None) -> ClusterSpec:
     from launcher.spec import load_spec, parse_spec
 
@@ -390,6 +419,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             allocation = read_allocation()
         if args.slurm and args.local is not None:
             raise UsageError("--slurm takes the hosts from the allocation; use it with --cluster, not --local.")
+        if not args.dry_run and allocation is None and _runs_here(args):
+            _start_agent_early()
         spec = _load(args, command, allocation.hosts if allocation is not None else None)
         faults = _faults(spec, args.inject)
         _raise_fd_limit()

@@ -21,9 +21,11 @@ from typing import Protocol, TypeVar
 from launcher.agent.bootstrap import agent_line
 from launcher.errors import HostError
 from launcher.plan import TaskLaunch
-from launcher.transport import payload
 from launcher.transport.base import EventSink, Started, StartRequest
-from launcher.transport.session import AgentSession, Channel
+from launcher.transport.channel import Channel
+from launcher.transport.hosts import payload
+from launcher.transport.local import LOCAL_BEAT_S
+from launcher.transport.session import AgentSession
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +120,7 @@ class AgentTransport:
         by_settings: dict[tuple[float, bool], list[int]] = {}
         for i in indices:
             host = self._hosts[i]
-            by_settings.setdefault((host.liveness_s, host.remote), []).append(i)
+            by_settings.setdefault((host.liveness_s if host.remote else LOCAL_BEAT_S, host.remote), []).append(i)
         for (liveness_s, remote), group in by_settings.items():
             first = agent_line(liveness_s, watch_silence=remote, addressed=self._addressed)
             side_by_side(list(self._medium.open(group, first).items()), self._ready)

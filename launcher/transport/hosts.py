@@ -5,7 +5,7 @@ from __future__ import annotations
 from launcher.errors import HostError
 from launcher.spec import ClusterSpec, HostSpec
 from launcher.transport.fleet import AgentHost, AgentTransport
-from launcher.transport.local import open_local
+from launcher.transport.local import close_early, open_local
 from launcher.transport.session import Channel
 
 
@@ -40,6 +40,7 @@ class HostsMedium:
             self._ssh.lost(index)
 
     def close(self) -> None:
+        close_early()
         if self._ssh is not None:
             self._ssh.close()
 

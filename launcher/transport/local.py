@@ -14,8 +14,12 @@ from typing import Any
 
 from launcher.agent.bootstrap import agent_argv
 from launcher.errors import HostError
-from launcher.transport.session import Channel
+from launcher.transport.channel import Channel
 
+# A local agent never ends itself on silence (its pipe closes with the launcher); it beats four
+# times a second whatever the spec's timeout, so its first line is the same for every launch and
+# can be sent before the spec is even read (start_early).
+LOCAL_BEAT_S = 1.0
 _OWN_GROUP: dict[str, Any] = {"process_group": 0} if sys.version_info >= (3, 11) else {"start_new_session": True}
 _CLOSE_WAIT_S = 10.0
 
@@ -49,7 +53,35 @@ def pipe_channel(proc: subprocess.Popen[bytes]) -> Channel:
     return Channel(write, proc.stdout, close, lambda: exit_text(proc.poll()))
 
 
+_early: dict[tuple[str, bytes], Channel] = {}
+
+
+def start_early(python: str, first_line: bytes) -> None:
+    """Start a local agent ahead, while the launcher still imports and validates: its own start-up
+    (an interpreter, the agent's code) then overlaps the launcher's on another core. `open_local`
+    takes it for the first local host run by the same python with the same first line; one not
+    taken is closed with the transport, or ends by itself when this process does."""
+    try:
+        _early[(python, first_line)] = _spawn("localhost", python, first_line)
+    except HostError:  # the usual start will say why
+        pass
+
+
+def close_early() -> None:
+    while _early:
+        _early.popitem()[1].close()
+
+
 def open_local(address: str, python: str, first_line: bytes) -> Channel:
+    early = _early.pop((python, first_line), None)
+    if early is not None and early.ended() is None:
+        return early
+    if early is not None:
+        early.close()
+    return _spawn(address, python, first_line)
+
+
+def _spawn(address: str, python: str, first_line: bytes) -> Channel:
     try:
         proc = subprocess.Popen(
             agent_argv(python),

@@ -18,7 +18,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +27,7 @@ from launcher.errors import HostError
 from launcher.plan import TaskLaunch
 from launcher.private_files import make_private_dir, open_private
 from launcher.transport.base import EventSink, ExitStatus, OutputLine, TaskExited, WorkerReport
+from launcher.transport.channel import Channel
 from worker.contract import ALIVE, ERROR_FILE_VAR, EXIT, RESULT_FILE_VAR, STARTED
 
 log = logging.getLogger(__name__)
@@ -38,18 +38,6 @@ READY_TIMEOUT_S = 60.0  # an agent is up in well under a second; a host this slo
 PROBE_TIMEOUT_S = 30.0
 SPARE = "spare"  # a standby's report that its spare is ready (or will not be): counted, not shown
 _RAW_KEPT = 12  # lines of an agent's own words kept for the message when it cannot start or dies
-
-
-@dataclass
-class Channel:
-    """A byte channel to an agent just started with the bootstrap command: `write` sends, `reader`
-    has `readline(limit)`, `close` ends it (the agent then kills its tasks). `ended` says why the
-    far side ended, once it has (an exit status, srun's last words), or None."""
-
-    write: Callable[[bytes], None]
-    reader: Any
-    close: Callable[[], None]
-    ended: Callable[[], str | None] = lambda: None
 
 
 class Lines:
