@@ -115,7 +115,7 @@ def _runs_here(args: argparse.Namespace) -> bool:
         return True
     try:
         data = json.loads(Path(args.cluster).read_text(encoding="utf-8")) if args.cluster else None
-    except (OSError, ValueError):  # the real reading reports it
+    except (OSError, ValueError, RecursionError):  # the real reading reports it
         return False
     if not isinstance(data, dict) or data.get("python") or not isinstance(data.get("hosts"), list):
         return False

@@ -23,7 +23,7 @@ from launcher.errors import HostError
 from launcher.plan import TaskLaunch
 from launcher.transport.base import EventSink, Started, StartRequest
 from launcher.transport.channel import Channel
-from launcher.transport.hosts import payload
+from launcher.transport import payload
 from launcher.transport.local import LOCAL_BEAT_S
 from launcher.transport.session import AgentSession
 
