@@ -11,7 +11,7 @@ import time
 
 from bench.common import RESULTS, machine
 
-ORDER = ("overhead", "teardown", "recovery", "throughput", "checkpoint", "chaos", "memory", "fanout", "scale")
+ORDER = ("overhead", "teardown", "recovery", "throughput", "checkpoint", "chaos", "memory", "fanout", "scale", "fleet")
 
 
 def main() -> None:

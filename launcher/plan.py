@@ -15,7 +15,17 @@ from typing import Any
 
 from launcher.agent.cluster import address
 from launcher.spec import ClusterSpec, CommandTraining, HostSpec, is_url
-from worker.contract import TF_CONFIG, RunLayout, TaskEnv, task_stem, with_python
+from worker.contract import (
+    ERROR_FILE_VAR,
+    FAULT_VAR,
+    RESULT_FILE_VAR,
+    TASK_VAR,
+    TF_CONFIG,
+    RunLayout,
+    TaskEnv,
+    task_stem,
+    with_python,
+)
 
 WORKER_MODULE = "worker"
 
@@ -175,30 +185,40 @@ def runtime_env(spec: ClusterSpec) -> dict[str, str]:
     return env
 
 
-def _task_env(
-    spec: ClusterSpec,
-    inputs: PlanInputs,
-    slot: TaskSlot,
-    layout: RunLayout,
-    checkpoint_dir: str,
-    gpus: str | None,
-) -> dict[str, str]:
-    """The environment one task gets on top of its host's: the spec's env and the contract (TF_CONFIG
-    follows from the cluster)."""
-    env = {**spec.env, **slot.host.env}
+def _run_env(spec: ClusterSpec, inputs: PlanInputs, layout: RunLayout, checkpoint_dir: str) -> dict[str, str]:
+    """The contract's variables as every task of the attempt shares them, the training settings
+    dumped once for the whole fleet. The variables naming a task are placeholders here, set by
+    `_task_env` (so a fleet's plan costs one JSON dump, not one per task)."""
+    return TaskEnv.for_task(
+        run_name=spec.name,
+        run_dir=layout.run_dir,
+        attempt=inputs.attempt,
+        task="",
+        checkpoint_dir=checkpoint_dir,
+        training=spec.training.model_dump(mode="json"),
+        preemption_exit_code=spec.restart.preemption_exit_code,
+    ).to_env()
+
+
+def _host_env(spec: ClusterSpec, host: HostSpec, run_env: Mapping[str, str]) -> dict[str, str]:
+    """What every task of one host gets: the spec's env, the host's, the runtime's and the run's."""
+    env = {**spec.env, **host.env}
     env.update(runtime_env(spec))
-    env.update(
-        TaskEnv.for_task(
-            run_name=spec.name,
-            run_dir=layout.run_dir,
-            attempt=inputs.attempt,
-            task=slot.name,
-            checkpoint_dir=checkpoint_dir,
-            training=spec.training.model_dump(mode="json"),
-            preemption_exit_code=spec.restart.preemption_exit_code,
-            fault=inputs.faults.get(slot.name),
-        ).to_env()
-    )
+    env.update(run_env)
+    return env
+
+
+def _task_env(
+    host_env: Mapping[str, str], name: str, result_path: str, error_path: str, fault: str | None, gpus: str | None
+) -> dict[str, str]:
+    """The environment one task gets on top of its host's: its host's share, with the variables that
+    name the task as `TaskEnv.for_task` derives them (TF_CONFIG follows from the cluster)."""
+    env = dict(host_env)  # the keys below are in it already, so the order stays TaskEnv.to_env's
+    env[TASK_VAR] = name
+    env[RESULT_FILE_VAR] = result_path
+    env[ERROR_FILE_VAR] = error_path
+    if fault is not None:
+        env[FAULT_VAR] = fault
     if gpus is not None:
         env["CUDA_VISIBLE_DEVICES"] = gpus
     return env
@@ -221,8 +241,33 @@ def host_python(spec: ClusterSpec, host: HostSpec, launcher_python: str) -> str:
     return host.python or spec.python or (launcher_python if host.is_local else "python3")
 
 
+@dataclass(frozen=True)
+class _HostShare:
+    """What every task of one host has in common, worked out once per host rather than per task."""
+
+    is_local: bool
+    python: str
+    cwd: str
+    argv: tuple[str, ...]
+    env: dict[str, str]
+
+
+def _host_share(spec: ClusterSpec, host: HostSpec, inputs: PlanInputs, run_env: Mapping[str, str]) -> _HostShare:
+    is_local = host.is_local
+    python = host_python(spec, host, inputs.launcher_python)
+    cwd = host.workdir or spec.workdir or (inputs.launcher_cwd if is_local else ".")
+    if isinstance(spec.training, CommandTraining):
+        argv = with_python(spec.training.argv, python)
+    else:
+        argv = [python, "-m", WORKER_MODULE]
+    return _HostShare(is_local, python, cwd, tuple(argv), _host_env(spec, host, run_env))
+
+
 def build_plan(spec: ClusterSpec, inputs: PlanInputs) -> LaunchPlan:
-    """Derive every task's TF_CONFIG, environment, argv and files for one attempt."""
+    """Derive every task's TF_CONFIG, environment, argv and files for one attempt.
+
+    Linear in the tasks: what a whole run or a whole host shares is derived once (a fleet of
+    thousands of tasks plans in well under a second, see bench/fleet.py)."""
     slots = task_slots(spec)
     ports = {s.name: (s.requested_port or inputs.ports.get(s.name, 0)) for s in slots}
     missing = [name for name, port in ports.items() if port == 0]
@@ -231,21 +276,23 @@ def build_plan(spec: ClusterSpec, inputs: PlanInputs) -> LaunchPlan:
     cluster = _cluster(slots, ports)
     layout = RunLayout(inputs.run_dir)
     checkpoint_dir = _checkpoint_dir(spec, layout, inputs.launcher_cwd)
+    run_env = _run_env(spec, inputs, layout, checkpoint_dir)
+    preloads = {sidecar: _preload(spec, sidecar) if spec.restart.warm_spares else () for sidecar in (False, True)}
 
+    shares: dict[int, _HostShare] = {}
     tasks: list[TaskLaunch] = []
     for slot in slots:
         host = slot.host
+        share = shares.get(slot.host_index)
+        if share is None:
+            share = shares[slot.host_index] = _host_share(spec, host, inputs, run_env)
         sidecar = slot.task_type == "evaluator"
-        python = host_python(spec, host, inputs.launcher_python)
-        cwd = host.workdir or spec.workdir or (inputs.launcher_cwd if host.is_local else ".")
         # An even, disjoint split of the host's GPUs (HostSpec.gpu_shares); the evaluator gets none unless listed
         gpus = ",".join(str(g) for g in slot.gpus) if slot.gpus is not None else None
-        if isinstance(spec.training, CommandTraining):
-            argv = with_python(spec.training.argv, python)
-        else:
-            argv = [python, "-m", WORKER_MODULE]
-        preload = _preload(spec, sidecar) if spec.restart.warm_spares else ()
         stem = task_stem(slot.name)
+        result_path = layout.result_file(inputs.attempt, stem)
+        error_path = layout.error_file(inputs.attempt, stem)
+        fault = inputs.faults.get(slot.name)
         tasks.append(
             TaskLaunch(
                 name=slot.name,
@@ -253,18 +300,18 @@ def build_plan(spec: ClusterSpec, inputs: PlanInputs) -> LaunchPlan:
                 task_index=slot.task_index,
                 host=host.address,
                 host_index=slot.host_index,
-                is_local=host.is_local,
+                is_local=share.is_local,
                 port=ports[slot.name],
-                python=python,
+                python=share.python,
                 sidecar=sidecar,
                 cluster=cluster,
-                env=_task_env(spec, inputs, slot, layout, checkpoint_dir, gpus),
-                argv=argv,
-                cwd=cwd,
+                env=_task_env(share.env, slot.name, result_path, error_path, fault, gpus),
+                argv=list(share.argv),
+                cwd=share.cwd,
                 log_path=layout.log_file(inputs.attempt, stem),
-                result_path=layout.result_file(inputs.attempt, stem),
-                error_path=layout.error_file(inputs.attempt, stem),
-                preload=preload,
+                result_path=result_path,
+                error_path=error_path,
+                preload=preloads[sidecar],
             )
         )
     return LaunchPlan(

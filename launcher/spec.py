@@ -7,6 +7,7 @@ validators and report every problem with its JSON path at once (see `load_spec`)
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import json
 import re
@@ -31,7 +32,8 @@ from worker.training_spec import (  # noqa: F401 - re-exported: the spec's `trai
 
 LOOPBACK_NAMES = frozenset({"localhost", "ip6-localhost", "ip6-loopback", "localhost.localdomain"})
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://\S+")
-_IP_LIKE = re.compile(r"[0-9.]+|.*:.*")
+_IP_LIKE = re.compile(r"[0-9.]+|.*:.*")  # every IP address has this form (not every match is one)
+_THIS_MACHINE_IPS = (ipaddress.IPv4Address("127.0.0.1"), ipaddress.IPv6Address("::1"))
 
 
 def is_url(path: str) -> bool:
@@ -39,7 +41,10 @@ def is_url(path: str) -> bool:
     return bool(_URL.fullmatch(path))
 
 
+@functools.lru_cache(maxsize=8192)  # a host's address is parsed by several checks: parse it once
 def _ip(address: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    if not _IP_LIKE.fullmatch(address.strip("[]")):  # a host name: skip ipaddress's two failing parses
+        return None
     try:
         return ipaddress.ip_address(address.strip("[]"))
     except ValueError:
@@ -72,7 +77,7 @@ def is_this_machine(address: str) -> bool:
     if name in LOOPBACK_NAMES or name.endswith(".localhost"):
         return True
     ip = _plain_ip(name)
-    return ip is not None and ip in (ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::1"))
+    return ip is not None and ip in _THIS_MACHINE_IPS
 
 
 def machine_key(address: str) -> str:
@@ -651,10 +656,11 @@ class ClusterSpec(StrictModel):
             )
             raise CrossFieldProblems(problems)
         explicit = [h.tasks is not None for h in self.hosts]
+        entries = [self.task_entries(h) for h in self.hosts]  # once: every check below walks them
         if any(explicit) and not all(explicit):
             problems.append(("hosts", "mix of hosts with 'tasks' and hosts with 'workers'; use one form on every host"))
         for kind in ("chief", "evaluator"):
-            found = [i for i, h in enumerate(self.hosts) for t in self.task_entries(h) if t.type == kind]
+            found = [i for i, tasks in enumerate(entries) for t in tasks if t.type == kind]
             if len(found) > 1:
                 problems.append(
                     (
@@ -677,12 +683,12 @@ class ClusterSpec(StrictModel):
                     problems.append(
                         ("hosts", f"{kind} indices are {indices}; they must be 0..{len(indices) - 1}, each once")
                     )
-        workers = sum(1 for h in self.hosts for t in self.task_entries(h) if t.type == "worker")
+        workers = sum(1 for tasks in entries for t in tasks if t.type == "worker")
         if workers == 0:
             problems.append(("hosts", "no worker task; MultiWorkerMirroredStrategy needs at least one worker"))
         seen: dict[tuple[str, int], int] = {}
         for i, host in enumerate(self.hosts):
-            for j, task in enumerate(self.task_entries(host)):
+            for j, task in enumerate(entries[i]):
                 where = f"hosts[{i}].tasks[{j}].port" if host.tasks is not None else f"hosts[{i}].ports[{j}]"
                 if task.port == 0:
                     if not host.is_local:

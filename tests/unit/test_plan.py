@@ -11,6 +11,7 @@ import pytest
 
 from launcher.plan import PlanInputs, build_plan, task_slots
 from launcher.spec import parse_spec
+from worker.contract import ENV_PREFIX, TaskEnv
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
@@ -90,6 +91,35 @@ def test_env_argv_and_files_per_task() -> None:
     assert task.log_path == "/runs/g/attempt-3/worker-1.log"
     assert task.result_path == "/runs/g/attempt-3/worker-1.result.json"
     assert task.cwd == "/work"
+
+
+def test_each_tasks_contract_variables_are_those_task_env_derives() -> None:
+    """The plan derives what the tasks share once and names each task in it: the result must be
+    TaskEnv.for_task's, in its order."""
+    spec = parse_spec(
+        {
+            "name": "g",
+            "training": {"kind": "builtin", "steps": 7},
+            "hosts": [
+                {"address": "node-a", "chief": True, "workers": 2, "ports": [6000, 6001, 6002]},
+                {"address": "node-b", "workers": 1, "evaluator": True, "ports": [6000, 6001]},
+            ],
+        }
+    )
+    inputs = PlanInputs("/runs/g", 2, "/py", "/work", faults={"worker:1": "kill:5:1"})
+    plan = build_plan(spec, inputs)
+    for task in plan.tasks:
+        expected = TaskEnv.for_task(
+            run_name="g",
+            run_dir="/runs/g",
+            attempt=2,
+            task=task.name,
+            checkpoint_dir=plan.checkpoint_dir,
+            training=spec.training.model_dump(mode="json"),
+            preemption_exit_code=spec.restart.preemption_exit_code,
+            fault=inputs.faults.get(task.name),
+        ).to_env()
+        assert [(k, v) for k, v in task.env.items() if k.startswith(ENV_PREFIX)] == list(expected.items()), task.name
 
 
 def test_user_command_replaces_bare_python_with_the_hosts_python() -> None:
