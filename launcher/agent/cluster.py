@@ -3,8 +3,9 @@
 Every task's TF_CONFIG lists the whole cluster, so sending each task its own would cost the square
 of the fleet. The launcher sends the cluster once per host, packed: consecutive hosts whose names
 differ only in one counting number (`node001`, `node002`, ...; `10.0.0.7`, `10.0.0.8`, ...) and
-that run the same ports become one run `[prefix, first, count, width, suffix, ports]`. A fleet
-with regular names packs to a few runs whatever its size; irregular names cost one run per host.
+that run the same ports become one run `[prefix, first, count, width, suffix, ports]`; IPv4
+addresses count as one 32-bit number (10.0.0.255 is followed by 10.0.1.0). A fleet with regular
+names or addresses packs to a few runs whatever its size; irregular names cost one run per host.
 The agent unpacks it and builds each task's TF_CONFIG itself (`tf_config`).
 """
 
@@ -15,7 +16,9 @@ import re
 from typing import Any
 
 _NUMBERED = re.compile(r"^(.*?)(\d+)(\D*)$")
+_IPV4 = re.compile(r"^(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})$")
 _LITERAL = -1  # `first` of a run naming one host as it is (no counting number in it)
+_AS_IPV4 = -2  # `width` of a run of IPv4 addresses counted as one 32-bit number (10.0.0.255, 10.0.1.0, ...)
 
 
 def address(host: str, port: int) -> str:
@@ -34,6 +37,9 @@ def _host_of(run: list[Any], offset: int) -> str:
     prefix, first, _, width, suffix, _ = run
     if first == _LITERAL:
         return str(prefix)
+    if width == _AS_IPV4:
+        number = first + offset
+        return ".".join(str((number >> shift) & 255) for shift in (24, 16, 8, 0))
     return f"{prefix}{first + offset:0{width}d}{suffix}"
 
 
@@ -42,6 +48,12 @@ def _extends(run: list[Any], host: str, ports: list[int]) -> bool:
 
 
 def _new_run(host: str, ports: list[int]) -> list[Any]:
+    quad = _IPV4.match(host)
+    if quad is not None and all(int(part) <= 255 and str(int(part)) == part for part in quad.groups()):
+        number = 0
+        for part in quad.groups():
+            number = number * 256 + int(part)
+        return ["", number, 1, _AS_IPV4, "", ports]
     match = _NUMBERED.match(host)
     if match is None:
         return [host, _LITERAL, 1, 0, "", ports]

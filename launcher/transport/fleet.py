@@ -16,14 +16,14 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from launcher.agent.bootstrap import agent_line
 from launcher.errors import HostError
 from launcher.plan import TaskLaunch
+from launcher.transport import payload
 from launcher.transport.base import EventSink, Started, StartRequest
 from launcher.transport.channel import Channel
-from launcher.transport import payload
 from launcher.transport.local import LOCAL_BEAT_S
 from launcher.transport.session import AgentSession
 
@@ -84,6 +84,7 @@ class AgentTransport:
         self._failed: dict[int, HostError] = {}  # the last open's failure, given to whoever asks next
         self._opening: dict[int, threading.Lock] = {}
         self._clusters: dict[int, int] = {}  # host index -> id() of the cluster its agent has
+        self._packed: tuple[Any, dict[str, Any]] | None = None  # (the plan's cluster, its command)
         self._standby_ids: dict[int, dict[str, int]] = {}  # host index -> task name -> standby id
         self._ids = itertools.count(1)
         self._closed = threading.Event()
@@ -167,7 +168,7 @@ class AgentTransport:
                 return
             launches = [requests[p][0] for p in positions]
             if self._clusters.get(index) != id(launches[0].cluster):
-                session.send(payload.cluster_command(launches[0]))
+                session.send(self._cluster_command(launches[0]))
                 self._clusters[index] = id(launches[0].cluster)
             ids = [standbys.get(launch.name) or next(self._ids) for launch in launches]
             for position, ident in zip(positions, ids, strict=True):
@@ -182,6 +183,13 @@ class AgentTransport:
         for index in set(self._standby_ids) - set(by_host):  # hosts without a task this attempt
             self._drop_standbys(index)
         return [outcome for outcome in outcomes if outcome is not None]
+
+    def _cluster_command(self, launch: TaskLaunch) -> dict[str, Any]:
+        """The attempt's packed cluster, packed once for every host (the plan shares one object)."""
+        with self._lock:
+            if self._packed is None or self._packed[0] is not launch.cluster:
+                self._packed = (launch.cluster, payload.cluster_command(launch))
+            return self._packed[1]
 
     def _drop_standbys(self, index: int) -> None:
         with self._lock:

@@ -99,3 +99,13 @@ def test_ssh_traffic_grows_linearly_with_the_tasks(spec: ClusterSpec, plan: Laun
     per_task_small = sum(ssh_bytes(small_spec, small)) / len(small.tasks)
     per_task = sum(ssh_bytes(spec, plan)) / len(plan.tasks)
     assert abs(per_task / per_task_small - 1) < 0.10, (per_task_small, per_task)
+
+
+def test_ipv4_fleets_pack_to_one_run_across_octets() -> None:
+    from launcher.agent.cluster import pack, unpack
+
+    addresses = [f"10.0.{i // 256}.{i % 256}:8888" for i in range(4096)]
+    odd = ["10.0.16.0:1", "node1:5", "node2:5", "[::1]:7", "256.1.1.1:3", "01.2.3.4:3"]
+    packed = pack({"worker": addresses + odd})
+    assert len(packed["worker"]) == 6, "4,096 consecutive IPv4 addresses are one run"
+    assert unpack(packed) == {"worker": addresses + odd}
