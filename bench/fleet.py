@@ -34,7 +34,7 @@ from bench.common import ROOT, save, summarize, table
 from launcher.agent.bootstrap import agent_line
 from launcher.plan import LaunchPlan, PlanInputs, TaskLaunch, build_plan
 from launcher.spec import ClusterSpec, parse_spec
-from launcher.transport.payload import cluster_command, size, start_command
+from launcher.transport.payload import cluster_command, size, split_start, start_command
 
 FLEETS = ((256, 8), (4096, 1))
 SIZES = ((32, 8), (64, 8), (128, 8), (256, 8), (256, 1), (1024, 1), (4096, 1))
@@ -122,7 +122,7 @@ class Traffic:
     largest_start: int  # the largest host's `start` command
     to_one_host: int  # over SSH: agent line + cluster + start, the largest host
     ssh_total: int
-    slurm_input: int  # the step's input: the agent line once and every node's addressed commands
+    slurm_input: int  # the step's input: the agent line, the cluster and shared settings once, each node's tasks
 
 
 def _addressed(rank: int) -> int:
@@ -148,11 +148,15 @@ def traffic(spec: ClusterSpec, plan: LaunchPlan) -> Traffic:
     cluster = size(cluster_command(first))  # what every host is sent: computed once, as it is the same
     ids = itertools.count(1)
     starts = []
-    slurm = slurm_line
+    slurm = slurm_line + cluster  # shared commands reach every agent of a step in one copy
+    shared_sent: set[str] = set()
     for rank, launches in enumerate(by_host(plan).values()):
-        start = size(start_command(launches, [next(ids) for _ in launches], {}))
-        starts.append(start)
-        slurm += cluster + start + 2 * _addressed(rank)
+        common, start = split_start(start_command(launches, [next(ids) for _ in launches], {}))
+        starts.append(size(common) + size(start))
+        if common["id"] not in shared_sent:
+            shared_sent.add(common["id"])
+            slurm += size(common)
+        slurm += size(start) + _addressed(rank)
     return Traffic(
         hosts=len(starts),
         tasks=len(plan.tasks),
@@ -167,12 +171,12 @@ def traffic(spec: ClusterSpec, plan: LaunchPlan) -> Traffic:
 
 def _commands_time(plan: LaunchPlan, hosts: int) -> float:
     """Seconds to make the first `hosts` hosts' commands as AgentTransport.start_all does: the
-    cluster packed for each host, then its start command."""
+    cluster packed once for all, then each host's start command, split into its shared part."""
     ids = itertools.count(1)
     began = time.perf_counter()
+    cluster_command(plan.tasks[0])
     for launches in list(by_host(plan).values())[:hosts]:
-        cluster_command(launches[0])
-        start_command(launches, [next(ids) for _ in launches], {})
+        split_start(start_command(launches, [next(ids) for _ in launches], {}))
     return time.perf_counter() - began
 
 
@@ -239,9 +243,9 @@ def _traffic_table(shapes: dict[int, list[Traffic]]) -> tuple[str, dict[int, dic
         "",
         "Per added task: (total of this size - total of the previous size) / (tasks added); constant when the "
         "total grows linearly (a fixed part, such as the Slurm step's one agent line, shows in the bytes per task "
-        "of small fleets but not here). The cluster command of hosts named node001, node002, ... packs to one run "
-        "whatever their number; that of 10.0.x.y addresses to one run per x (a run counts in one number only), so "
-        "it grows with the fleet, and a Slurm step carries it once for every node.",
+        "of small fleets but not here). The cluster command of hosts named node001, node002, ... or addressed "
+        "10.0.x.y packs to one run whatever their number. A Slurm step carries what every node needs (the agent, "
+        "the cluster, the settings the tasks share) once, and then each node's own task entries.",
     ]
     return "\n".join(lines), spreads
 
@@ -317,7 +321,7 @@ def run(quick: bool) -> str:
     command_lines = [
         "### Simulated fleets: making every host's commands (CPU on the launcher, reported)",
         "",
-        "| fleet | as start_all does it (cluster packed for each host) | per host | packing the cluster once |",
+        "| fleet | as start_all does it (cluster packed once) | per host | packing the cluster once |",
         "| --- | ---: | ---: | ---: |",
     ]
     for name, found in commands.items():

@@ -8,15 +8,16 @@ starts the host's tasks and their warm spares, forwards their output and events 
     {"op": "ping"}                                    the launcher still hears us
     {"op": "probe", "id": N, "request": {...}}        answered by an `A N` frame (launcher/agent/probe.py)
     {"op": "cluster", "packed": {...}}                the trainers' cluster (launcher/agent/cluster.py)
-    {"op": "start", "env": {...}, "argv": [...], "cwd": ..., "tasks": [{"id", "name", "type", "index",
-        "env", "argv"?, "cwd"?, "address"?, "standby"?}]}   the host's tasks of one attempt
+    {"op": "common", "id": NAME, "env": {...}, "argv": [...], "cwd": ...}   what a start's tasks share
+    {"op": "start", "common": NAME, "tasks": [{"id", "name", "type", "index", "env", "argv"?, "cwd"?,
+        "address"?, "standby"?}]}                      the host's tasks of one attempt
     {"op": "standby", "python", "preload", "env", "cwd", "tasks": [{"id", "name", "env"}]}   warm spares
     {"op": "drop", "ids": [...]}                      standbys that will not be used
     {"op": "signal", "id": N | null, "sig": S}        to one task's process group, or to every one
     {"op": "bye"}                                     stop everything and leave
 
-Only the host's part of a plan reaches it, never on a command line: the cluster once, then per
-task what differs from the host's common settings. Each task's TF_CONFIG is built here. Under
+Only the host's part of a plan reaches it, never on a command line: the cluster once, what its
+tasks share once, then per task what differs. Each task's TF_CONFIG is built here. Under
 Slurm every node's agent reads the same broadcast input, and a command with `"to": RANK` is for
 the agent whose SLURM_PROCID is RANK alone.
 
@@ -72,6 +73,7 @@ class Agent:
         self.heard = time.monotonic()
         self.scratch = tempfile.mkdtemp(prefix="tflaunch-agent-")
         self.cluster: dict[str, list[str]] = {}
+        self.commons: dict[str, dict[str, Any]] = {}  # what a start command's tasks share, by name
         self.tasks = Tasks(self.send, self.scratch)
 
     def send(self, frame: bytes) -> None:
@@ -120,8 +122,10 @@ class Agent:
             threading.Thread(target=self._probe, args=(command,), daemon=True).start()
         elif op == "cluster":
             self.cluster = cluster.unpack(command["packed"])
+        elif op == "common":
+            self.commons[str(command["id"])] = command
         elif op == "start":
-            self._start(command)
+            self._start({**self.commons.get(str(command.get("common")), {}), **command})
         elif op == "standby":
             self._standby(command)
         elif op == "drop":

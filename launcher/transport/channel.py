@@ -18,3 +18,7 @@ class Channel:
     reader: Any
     close: Callable[[], None]
     ended: Callable[[], str | None] = lambda: None
+    # Where one write reaches every agent of a group (a Slurm step's broadcast input), a writer
+    # that sends a command to all of them, once: what they all need (the cluster, the settings
+    # their tasks share) then costs one copy, not one per node.
+    shared: Callable[[bytes], None] | None = None

@@ -168,13 +168,15 @@ class AgentTransport:
                 return
             launches = [requests[p][0] for p in positions]
             if self._clusters.get(index) != id(launches[0].cluster):
-                session.send(self._cluster_command(launches[0]))
+                session.send(self._cluster_command(launches[0]), shared=True)
                 self._clusters[index] = id(launches[0].cluster)
             ids = [standbys.get(launch.name) or next(self._ids) for launch in launches]
             for position, ident in zip(positions, ids, strict=True):
                 launch, sink = requests[position]
                 outcomes[position] = session.track(ident, launch, sink)
-            session.send(payload.start_command(launches, ids, standbys))
+            common, start = payload.split_start(payload.start_command(launches, ids, standbys))
+            session.send(common, shared=True)
+            session.send(start)
             unused = [i for i in session.forget_standbys() if i not in ids]
             if unused:
                 session.send({"op": "drop", "ids": unused})

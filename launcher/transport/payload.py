@@ -9,6 +9,7 @@ sent. No sockets, no processes: tested and benchmarked on simulated fleets.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -49,6 +50,15 @@ def start_command(launches: Sequence[TaskLaunch], ids: Sequence[int], standbys: 
         tasks.append(entry)
     env = {k: v for k, v in common.items() if k not in MIRRORED_FILE_VARS}
     return {"op": "start", "env": env, "argv": argv, "cwd": cwd, "tasks": tasks}
+
+
+def split_start(command: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A start command as what its tasks share (`common`, named by its content) and the rest, which
+    refers to it: where one write reaches many agents, the shared part is sent once."""
+    shared = {key: command[key] for key in ("env", "argv", "cwd")}
+    name = hashlib.sha1(json.dumps(shared, sort_keys=True).encode()).hexdigest()[:16]
+    rest = {key: value for key, value in command.items() if key not in shared}
+    return {"op": "common", "id": name, **shared}, {**rest, "common": name}
 
 
 def standby_command(launches: Sequence[TaskLaunch], ids: Sequence[int]) -> dict[str, Any]:

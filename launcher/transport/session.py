@@ -176,14 +176,16 @@ class AgentSession:
 
     # ---- commands ----------------------------------------------------------------------------
 
-    def send(self, command: dict[str, Any]) -> bool:
-        """Send one command; False when the channel is gone (its end is reported by the reader)."""
+    def send(self, command: dict[str, Any], shared: bool = False) -> bool:
+        """Send one command; False when the channel is gone (its end is reported by the reader).
+        `shared`: the command is the same for every agent that needs it (see Channel.shared)."""
         import json
 
         data = (json.dumps(command) + "\n").encode()
+        write = self._channel.shared if shared and self._channel.shared is not None else self._channel.write
         with self._write_lock:
             try:
-                self._channel.write(data)
+                write(data)
                 return True
             except Exception as error:  # noqa: BLE001 - paramiko, OSError, ValueError: all mean the channel is gone
                 log.debug("%s: cannot send to the agent: %s", self.host, error)

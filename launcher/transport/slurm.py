@@ -65,6 +65,7 @@ class _Step:
         self.said: deque[str] = deque(maxlen=5)  # srun's own last lines, for messages
         self._srun_log = srun_log
         self._lock = threading.Lock()
+        self._broadcast: set[bytes] = set()
         self._open = count
         try:
             self.proc = subprocess.Popen(
@@ -73,6 +74,14 @@ class _Step:
         except OSError as error:
             raise HostError("slurm", f"cannot run srun ({error.strerror}); is Slurm installed here?") from None
         threading.Thread(target=self._split, daemon=True, name="srun-out").start()
+
+    def broadcast_once(self, data: bytes) -> None:
+        """Send `data` to every agent of the step, unless it already was."""
+        with self._lock:
+            if data in self._broadcast:
+                return
+            self._broadcast.add(data)
+        self.write(data)
 
     def write(self, data: bytes) -> None:
         with self._lock:
@@ -194,7 +203,7 @@ class SlurmMedium:
                 pass
             step.release()
 
-        return Channel(write, step.feeds[rank], close, step.ended)
+        return Channel(write, step.feeds[rank], close, step.ended, shared=step.broadcast_once)
 
     def lost(self, index: int) -> None:
         """Nothing to drop: the next open starts a step of its own on that node."""
