@@ -16,12 +16,21 @@ from typing import Any
 
 from launcher.agent import cluster
 from launcher.plan import TaskLaunch
-from worker.contract import MIRRORED_FILE_VARS
+from worker.contract import FAULT_VAR, MIRRORED_FILE_VARS, TASK_VAR
+
+
+# What names one task rather than the attempt: never part of what a host's tasks share, even on a
+# host of one task, so hosts alike send alike shared parts (one copy for a whole Slurm step).
+_OWN_KEYS = frozenset({TASK_VAR, FAULT_VAR, "CUDA_VISIBLE_DEVICES"})
 
 
 def _shared(values: Sequence[Mapping[str, str]]) -> dict[str, str]:
     first = values[0]
-    return {key: value for key, value in first.items() if all(other.get(key) == value for other in values[1:])}
+    return {
+        key: value
+        for key, value in first.items()
+        if key not in _OWN_KEYS and all(other.get(key) == value for other in values[1:])
+    }
 
 
 def start_command(launches: Sequence[TaskLaunch], ids: Sequence[int], standbys: Mapping[str, int]) -> dict[str, Any]:
