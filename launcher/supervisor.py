@@ -136,6 +136,7 @@ class Supervisor:
         self.result: RunResult | None = None
         self._restart_times: RestartTimes | None = None  # how the current attempt came about, if by a restart
         self._spares_asked = False
+        self._why_no_spare = ""  # for the restart being made: why a task that ran cold had no spare
         self._trained_since: float | None = None
         self._decided_at = 0.0
 
@@ -314,9 +315,10 @@ class Supervisor:
         self._transport.prepare_spares([t.launch for t in self._tasks.values() if t.exit is None])
 
     def _made_progress(self) -> bool:
-        """Whether every training task of this attempt made a step (only tasks that report can tell)."""
+        """Whether every training task of this attempt reported a step (a script that reports nothing
+        cannot tell: it backs off as in a crash loop)."""
         trainers = [t for t in self._tasks.values() if not t.launch.sidecar]
-        return self._reports_progress and bool(trainers) and all(FIRST_STEP in t.times for t in trainers)
+        return bool(trainers) and all(FIRST_STEP in t.times for t in trainers)
 
     def _restart(self, decision: Decision) -> None:
         self.state = LaunchState.RESTARTING
@@ -335,6 +337,14 @@ class Supervisor:
             self._causes.append(decision.signature)
         self._on_notice(f"{decision.reason}; restarting every task" + (f" in {wait:g}s" if wait else ""))
         stopped_at = time.time()
+        self._why_no_spare = (
+            "restart.warm_spares is off"
+            if not self._policy.spec.warm_spares
+            else "no spare was made: the attempt ended before every task had reported a step and "
+            "restart.warm_spares_after_s had passed"
+            if not self._spares_asked
+            else "no spare was ready for it"
+        )
         failed = [t.exit.time for t in self._tasks.values() if t.exit is not None and not t.exit.ok and not t.stopped]
         if wait:
             self._sleep(wait)
@@ -423,6 +433,9 @@ class Supervisor:
         recovery["warm_tasks"] = sum(1 for t in trainers if t.warm and t.warm.get("used"))
         recovery["tasks"] = len(trainers)
         cold = {t.launch.name: t.warm.get("why") for t in trainers if t.warm and not t.warm.get("used")}
+        for task in trainers:
+            if task.warm is None:
+                cold[task.launch.name] = self._why_no_spare
         if cold:
             recovery["cold_because"] = cold
         return recovery

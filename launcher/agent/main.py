@@ -72,6 +72,8 @@ class Agent:
         self.rank = int(os.environ["SLURM_PROCID"]) if settings.get("addressed") else None
         self.heard = time.monotonic()
         self.scratch = tempfile.mkdtemp(prefix="tflaunch-agent-")
+        self.task_tmp = os.path.join(self.scratch, "tmp")
+        os.mkdir(self.task_tmp, 0o700)
         self.cluster: dict[str, list[str]] = {}
         self.commons: dict[str, dict[str, Any]] = {}  # what a start command's tasks share, by name
         self.tasks = Tasks(self.send, self.scratch)
@@ -144,7 +146,10 @@ class Agent:
         self.send(frames.agent_frame(answer, int(command.get("id", 0))))
 
     def _base_env(self, command: dict[str, Any]) -> dict[str, str]:
-        return {**os.environ, **(command.get("env") or {})}
+        """The host's environment with the spec's on top; temporary files go to the agent's scratch
+        directory (removed when it leaves, so a task killed mid-save leaves no copy behind) unless
+        the spec names a TMPDIR."""
+        return {**os.environ, "TMPDIR": self.task_tmp, **(command.get("env") or {})}
 
     def _start(self, command: dict[str, Any]) -> None:
         base = self._base_env(command)

@@ -50,10 +50,17 @@ def pipe_channel(proc: subprocess.Popen[bytes]) -> Channel:
             proc.kill()
             proc.wait()
 
-    return Channel(write, proc.stdout, close, lambda: exit_text(proc.poll()))
+    def ended() -> str | None:
+        """Asked once the output ended: the process is on its way out, so wait for its status."""
+        try:
+            return exit_text(proc.wait(timeout=1))
+        except subprocess.TimeoutExpired:  # it closed its output but lives on
+            return None
+
+    return Channel(write, proc.stdout, close, ended)
 
 
-_early: dict[tuple[str, bytes], Channel] = {}
+_early: dict[tuple[str, bytes], tuple[subprocess.Popen[bytes], Channel]] = {}
 
 
 def start_early(python: str, first_line: bytes) -> None:
@@ -69,19 +76,19 @@ def start_early(python: str, first_line: bytes) -> None:
 
 def close_early() -> None:
     while _early:
-        _early.popitem()[1].close()
+        _early.popitem()[1][1].close()
 
 
 def open_local(address: str, python: str, first_line: bytes) -> Channel:
     early = _early.pop((python, first_line), None)
-    if early is not None and early.ended() is None:
-        return early
+    if early is not None and early[0].poll() is None:
+        return early[1]
     if early is not None:
-        early.close()
-    return _spawn(address, python, first_line)
+        early[1].close()
+    return _spawn(address, python, first_line)[1]
 
 
-def _spawn(address: str, python: str, first_line: bytes) -> Channel:
+def _spawn(address: str, python: str, first_line: bytes) -> tuple[subprocess.Popen[bytes], Channel]:
     try:
         proc = subprocess.Popen(
             agent_argv(python),
@@ -97,4 +104,4 @@ def _spawn(address: str, python: str, first_line: bytes) -> Channel:
         channel.write(first_line)
     except OSError:  # it died at once; the session reads why
         pass
-    return channel
+    return proc, channel

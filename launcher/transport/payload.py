@@ -18,7 +18,6 @@ from launcher.agent import cluster
 from launcher.plan import TaskLaunch
 from worker.contract import FAULT_VAR, MIRRORED_FILE_VARS, TASK_VAR
 
-
 # What names one task rather than the attempt: never part of what a host's tasks share, even on a
 # host of one task, so hosts alike send alike shared parts (one copy for a whole Slurm step).
 _OWN_KEYS = frozenset({TASK_VAR, FAULT_VAR, "CUDA_VISIBLE_DEVICES"})
