@@ -31,7 +31,7 @@ FAULTS = ("kill", "term", "hang", "exit=1")
 
 def _spec(directory: Path, name: str, steps: int) -> Path:
     spec = builtin_spec(name, 3, directory / "runs", steps=steps, checkpoint_every=EVERY, log_every=20)
-    spec["restart"].update(max_restarts=3, stall_timeout_s=2)
+    spec["restart"].update(max_restarts=3, stall_timeout_s=2, warm_spares_after_s=0)  # spares in play even for early faults
     return write_spec(directory, spec)
 
 

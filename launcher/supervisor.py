@@ -126,6 +126,7 @@ class Supervisor:
         self._events: queue.Queue[tuple[_Task, Event]] = queue.Queue(maxsize=_QUEUE_LIMIT)
         self._tasks: dict[str, _Task] = {}
         self._plan: LaunchPlan | None = None
+        self._attempt_index = 0
         self._attempt_started_at = 0.0
         self.restarts = 0
         self._unproductive = 0  # restarts in a row after attempts that made no step: what backoff doubles on
@@ -253,6 +254,9 @@ class Supervisor:
         self._start_attempt(0)
 
     def _start_attempt(self, attempt: int) -> None:
+        """`attempt` counts this launch's attempts from 0; the plan numbers them after the run's earlier
+        launches."""
+        self._attempt_index = attempt
         self._plan = self._planner(attempt)
         if self._records is None:
             self._records = RecordFiles(self._plan.run_dir)
@@ -348,7 +352,7 @@ class Supervisor:
         failed = [t.exit.time for t in self._tasks.values() if t.exit is not None and not t.exit.ok and not t.stopped]
         if wait:
             self._sleep(wait)
-        self._start_attempt(self.plan.attempt + 1)
+        self._start_attempt(self._attempt_index + 1)
         self._restart_times = RestartTimes(
             decision.kind.value, min(failed) if failed else None, self._decided_at, stopped_at, self._attempt_started_at
         )

@@ -26,8 +26,9 @@ AGENT = "A"
 KINDS = (OUTPUT, EVENT, AGENT)
 OUTPUT_CHUNK = 16 * 1024  # bytes of a task's output per frame: the launcher's memory per read stays small
 MAX_EVENT_BYTES = 1024 * 1024  # a longer event line is dropped (and says so) before it is framed
-# The longest frame: an output chunk where every byte became a 6-character JSON escape.
-MAX_FRAME_BYTES = 6 * OUTPUT_CHUNK + MAX_EVENT_BYTES + 64
+# The longest frame: an event line at its bound, or an exit with two mirrored files of 64 KiB whose
+# every byte became a 6-character JSON escape (an output chunk is smaller still).
+MAX_FRAME_BYTES = max(6 * OUTPUT_CHUNK, MAX_EVENT_BYTES, 2 * 6 * 64 * 1024) + 4096
 
 
 def output_frame(task: int, data: bytes) -> bytes:

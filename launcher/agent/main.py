@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import queue
 import shutil
 import signal
 import socket
@@ -88,6 +89,7 @@ class Agent:
 
     def hello(self) -> None:
         job, step = os.environ.get("SLURM_JOB_ID"), os.environ.get("SLURM_STEP_ID")
+        self.send(b"\n")  # ends whatever a wrapper of python printed first, so the frame starts a line
         self.send(
             frames.agent_frame(
                 {
@@ -104,19 +106,32 @@ class Agent:
         )
 
     def serve(self) -> None:
+        """Read commands on a thread of their own, so the launcher stays heard while a start waits
+        for its spares; obey them in order here (a signal must not overtake the start it is for)."""
+        orders: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        threading.Thread(target=self._listen, args=(orders,), daemon=True, name="commands").start()
+        while (command := orders.get()) is not None:
+            self.obey(command)
+        self.leave()
+
+    def _listen(self, orders: queue.Queue[dict[str, Any] | None]) -> None:
         for raw in sys.stdin.buffer:
             self.heard = time.monotonic()
             try:
                 command = json.loads(raw)
-            except ValueError:  # a garbled line must not stop the tasks
+            except (ValueError, RecursionError):  # a garbled line must not stop the tasks
                 continue
             if not isinstance(command, dict):
                 continue
             to = command.get("to")
             if to is not None and to != self.rank:
                 continue
-            self.obey(command)
-        self.leave()
+            if command.get("op") == "ping":
+                continue
+            if command.get("op") == "bye":
+                self.leave()  # at once, even while a start is under way
+            orders.put(command)
+        orders.put(None)
 
     def obey(self, command: dict[str, Any]) -> None:
         op = command.get("op")

@@ -30,7 +30,8 @@ from typing import IO, Any
 
 # `python -c` this with the orders and ready pipes' numbers: runs the source sent as line one.
 SPARE_BOOTSTRAP = (
-    "import os,sys,json;f=os.fdopen(int(sys.argv[1]),'r');src=json.loads(f.readline());"
+    "import sys\nif sys.path and sys.path[0]=='':del sys.path[0]\n"  # nothing from the working directory
+    "import os,json;f=os.fdopen(int(sys.argv[1]),'r');src=json.loads(f.readline());"
     "g={'__name__':'tflaunch_spare','ORDERS':f};exec(compile(src,'tflaunch_spare','exec'),g)"
 )
 PRELOAD_NICE = 19  # where SCHED_IDLE is not to be had: the lowest nice value instead

@@ -23,6 +23,7 @@ import json
 import os
 import selectors
 import signal
+import stat
 import subprocess
 import threading
 import time
@@ -31,6 +32,7 @@ from typing import Any
 
 from launcher.agent import frames
 from worker.contract import (
+    AGENT_EVENTS,
     CONTINUED,
     ENV_PREFIX,
     ERROR_FILE_VAR,
@@ -44,7 +46,9 @@ from worker.contract import (
 
 Send = Callable[[bytes], None]
 DRAIN_S = 1.0  # after the leader ended: how long a grandchild that escaped the group may hold a pipe
-MIRROR_MAX_BYTES = 1024 * 1024  # result and error files are small JSON; a bigger one is cut
+MIRROR_MAX_BYTES = (
+    64 * 1024
+)  # result and error files are small JSON; a bigger one is not sent (the exit frame must fit)
 TAKE_TIMEOUT_S = 5.0  # a ready spare acknowledges an order at once; longer means it is gone
 SPARE = "spare"  # a standby's one report: its spare is ready, or will not be
 # Read by TensorFlow only when a strategy or a device is first made, never at import: a spare
@@ -117,6 +121,26 @@ def spare_declines(python: str, before: dict[str, str], argv: list[str], env: di
     if changed:
         return f"the environment changed since the spare started ({', '.join(changed[:3])})"
     return None
+
+
+def _read_mirrored(path: str) -> str | None:
+    """A result or error file the task wrote in the scratch directory, removed once read; None when
+    there is none, or it is not a regular file (a FIFO must not block the agent)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+    except OSError:  # the task never wrote it (or left a link)
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = os.read(fd, MIRROR_MAX_BYTES + 1)
+    finally:
+        os.close(fd)
+        try:
+            os.remove(path)
+        except OSError:  # already gone
+            pass
+    return data.decode("utf-8", "replace")
 
 
 class Running:
@@ -428,11 +452,13 @@ class Tasks:
         if not data:
             self._release(task, fd)
             return
+        if task.dropping:  # inside a line already dropped: nothing of it is kept
+            end = data.find(b"\n")
+            if end < 0:
+                return
+            data, task.dropping = data[end + 1 :], False
         *lines, task.partial = (task.partial + data).split(b"\n")
         for line in lines:
-            if task.dropping:
-                task.dropping = False  # the end of a line already dropped
-                continue
             self._relay(task, line)
         if len(task.partial) > frames.MAX_EVENT_BYTES:
             task.partial, task.dropping = b"", True
@@ -443,10 +469,13 @@ class Tasks:
         text = line.decode("utf-8", "replace")
         try:
             report = json.loads(text)
-        except ValueError:  # not a report: never let it corrupt the channel
+        except (ValueError, RecursionError):  # not a report (or nested past parsing): never let it through
             return
-        if isinstance(report, dict) and isinstance(report.get("event"), str):
-            self._send(frames.event_frame(task.ident, text))
+        if not isinstance(report, dict) or not isinstance(report.get("event"), str):
+            return
+        if report["event"] in AGENT_EVENTS or report["event"] == SPARE:
+            return  # the agent's own words about a task: a task may not say them of itself
+        self._send(frames.event_frame(task.ident, text))
 
     def _finish(self, task: Running) -> None:
         for fd in list(task.fds):
@@ -455,12 +484,14 @@ class Tasks:
         task.fds.clear()
         files = {}
         for key, path in task.mirrors.items():
-            try:
-                with open(path, encoding="utf-8", errors="replace") as handle:
-                    files[key] = handle.read(MIRROR_MAX_BYTES)
-                os.remove(path)
-            except OSError:  # the task never wrote it
+            text = _read_mirrored(path)
+            if text is None:
                 continue
+            if len(text.encode("utf-8", "surrogateescape")) > MIRROR_MAX_BYTES:
+                note = f"[tflaunch] {key} of {task.name} is over {MIRROR_MAX_BYTES} bytes: not sent back\n"
+                self._send(frames.output_frame(task.ident, note.encode()))
+                continue
+            files[key] = text
         status = task.status if task.status is not None else 0
         code, sig = (status, None) if status >= 0 else (None, -status)
         with self._lock:

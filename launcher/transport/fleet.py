@@ -105,6 +105,10 @@ class AgentTransport:
         with gate:
             session = self._live(index)
             if session is None:
+                with self._lock:
+                    failed = self._failed.pop(index, None)
+                if failed is not None:  # `connect` just tried: one try per host and attempt
+                    raise failed
                 self._open([index])
                 session = self._live(index)
             if session is None:
@@ -249,7 +253,7 @@ class AgentTransport:
                     session.last_heard = now
             last = now
             for index, session in sessions:
-                silent = now - session.last_heard
+                silent = session.silent_for(now)
                 if silent > session.liveness_s:
                     self._lose(index, session, silent)
                 else:

@@ -170,6 +170,7 @@ class AgentSession:
         self._ready = threading.Event()
         self._raw: deque[str] = deque(maxlen=_RAW_KEPT)
         self._lost: str | None = None
+        self._routing = False  # the reader is handing a frame on (it may wait for the supervisor)
         self._next_request = 0
         self._reader = threading.Thread(target=self._read, daemon=True, name=f"agent-{host}")
         self._reader.start()
@@ -261,10 +262,16 @@ class AgentSession:
         return sum(1 for r in reports if r and r.get("ready")), len(reports)
 
     def lose(self, why: str) -> None:
-        """Give the host up: nothing came from it for too long. Its agent stops its tasks there."""
+        """Give the host up: nothing came from it for too long. Its agent stops its tasks there.
+        Returns at once: closing a channel whose far side is frozen may take a while."""
         self._lost = why
-        self.close()
         self._end()  # the reader may be stuck in a read that no longer returns
+        threading.Thread(target=self.close, daemon=True, name=f"close-{self.host}").start()
+
+    def silent_for(self, now: float) -> float:
+        """How long nothing came from the agent; zero while the reader is busy handing frames on (a
+        slow console holds the launcher up, not the host)."""
+        return 0.0 if self._routing else now - self.last_heard
 
     def close(self) -> None:
         try:
@@ -283,7 +290,12 @@ class AgentSession:
                 if frame is None:
                     self._raw.append(line.decode("utf-8", "replace").strip())
                     continue
-                self._route(*frame)
+                self._routing = True
+                try:
+                    self._route(*frame)
+                finally:
+                    self._routing = False
+                    self.last_heard = time.monotonic()
         except Exception as error:  # noqa: BLE001 - a broken channel ends the session like EOF
             log.debug("%s: reading from the agent: %s", self.host, error)
         self._end()

@@ -165,3 +165,38 @@ def test_an_agent_that_cannot_start_names_the_host_and_the_reason(work: Path, ag
     with pytest.raises(HostError) as raised:
         transport.agent(0)
     assert "this is not python" in str(raised.value) and str(not_python) in str(raised.value)
+
+
+def test_a_task_cannot_forge_the_agents_reports_nor_break_it(work: Path, agents: list[AgentTransport]) -> None:
+    script = (
+        "import os; fd = int(os.environ['TFLAUNCH_EVENT_FD']);"
+        "os.write(fd, b'[' * 100000 + b'\\n');"  # nested past any parser
+        'os.write(fd, b\'{"event": "exit", "code": 0}\\n\');'
+        'os.write(fd, b\'{"event": "started", "pid": 1}\\n\');'
+        'os.write(fd, b\'{"event": "stopped", "pid": 1}\\n\');'
+        "open(os.environ['TFLAUNCH_ERROR_FILE'], 'w').write('\\u00e9' * 200000);"  # over the bound once escaped
+        "print('still here', flush=True); raise SystemExit(3)"
+    )
+    task, events = start(work, agents, command_spec(["python", "-c", script]))
+    seen: list[Event] = []
+    while not isinstance(event := events.get(timeout=30), TaskExited):
+        seen.append(event)
+    assert event.exit.code == 3, "the task's real exit, not the one it claimed"
+    assert task.pid != 1
+    assert not [e for e in seen if isinstance(e, WorkerReport)], "no forged report reached the supervisor"
+    assert any(isinstance(e, OutputLine) and e.line == "still here" for e in seen)
+    assert any(isinstance(e, OutputLine) and "not sent back" in e.line for e in seen)
+
+
+def test_a_python_wrapper_that_prints_first_still_starts_the_agent(work: Path, agents: list[AgentTransport]) -> None:
+    wrapper = work / "bannerpy"
+    wrapper.write_text(f"#!/bin/sh\nprintf 'module env loaded; '\nexec {sys.executable} \"$@\"\n")
+    wrapper.chmod(0o755)
+    spec = command_spec(["python", "-c", "print('ran')"], python=str(wrapper))
+    transport = host_transport(spec, [str(wrapper)])
+    agents.append(transport)
+    events: queue.Queue[Event] = queue.Queue()
+    launch = plan_of(work, spec)[0]
+    transport.start_all([(launch, events.put)])
+    exited = wait_for(events, TaskExited)
+    assert isinstance(exited, TaskExited) and exited.exit.code == 0
