@@ -3,7 +3,7 @@
     python -m bench.fleet_plan SPEC.json
 
 Prints one JSON line: seconds to import the planner, to decode the file, to validate it
-(`parse_spec`) and to build the plan (`build_plan`), and the peak RSS (ru_maxrss) once the modules
+(`parse_spec`) and to build the plan (`build_plan`), and the peak RSS (VmHWM) once the modules
 were imported and at the end. Imports nothing but the planner and the standard library, so the
 RSS after the imports is that of an interpreter that only imported the modules.
 """
@@ -18,7 +18,12 @@ from pathlib import Path
 
 
 def _peak_kib() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    """This process's own high-water mark (VmHWM). Not ru_maxrss: Linux carries that across exec
+    from the parent that forked it, so under a large `python -m bench` it reads the parent's peak."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux; no /proc here
 
 
 def main() -> None:
