@@ -31,7 +31,8 @@ FAULTS = ("kill", "term", "hang", "exit=1")
 
 def _spec(directory: Path, name: str, steps: int) -> Path:
     spec = builtin_spec(name, 3, directory / "runs", steps=steps, checkpoint_every=EVERY, log_every=20)
-    spec["restart"].update(max_restarts=3, stall_timeout_s=2, warm_spares_after_s=0)  # spares in play even for early faults
+    # spares in play from the first step, so early faults restart into them too
+    spec["restart"].update(max_restarts=3, stall_timeout_s=2, warm_spares_after_s=0)
     return write_spec(directory, spec)
 
 
