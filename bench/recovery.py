@@ -7,7 +7,7 @@ spares), so the numbers are those of a failure that comes after start-up, as rea
 run is then stopped by an interrupt once the new attempt made its first step, and the restart's
 per-phase breakdown is read from summary.json. The memory a waiting spare costs is measured too.
 
-Targets: with spares, recovery <= 0.5x cold (median); 0 steps redone after a preemption.
+Targets: with spares, recovery <= 0.25x cold (median); 0 steps redone after a preemption.
 """
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ def run(quick: bool) -> str:
             "kill_at_step": KILL_AT,
             "checkpoint_every": EVERY,
             **results,
-            "target": "with warm spares: recovery / cold <= 0.5 (median); preemption redoes 0 steps",
+            "target": "with warm spares: recovery / cold <= 0.25 (median); preemption redoes 0 steps",
         },
     )
     rows = []
@@ -151,7 +151,7 @@ def run(quick: bool) -> str:
             rows.append((label, summarize([s[name] for s in spares]), "MiB"))
     text = table(
         f"Recovery: 2 workers, signal after step {KILL_AT}, checkpoint every {EVERY} "
-        "(target with spares: ratio <= 0.5)",
+        "(target with spares: ratio <= 0.25)",
         rows,
     )
     header = "| restart | " + " | ".join(phase for phase, _ in PHASES) + " |"
