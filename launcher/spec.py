@@ -775,9 +775,18 @@ class ClusterSpec(StrictModel):
         return len({machine_key(h.address) for h in self.hosts}) > 1
 
 
+SCHEMA_KEY = "$schema"
+
+
 def json_schema() -> dict[str, Any]:
-    """The JSON Schema of cluster.json, generated from the models."""
-    return ClusterSpec.model_json_schema()
+    """The JSON Schema of cluster.json, generated from the models (plus `$schema`, which editors
+    use to attach it to a file and the reader ignores)."""
+    schema = ClusterSpec.model_json_schema()
+    schema["properties"] = {
+        SCHEMA_KEY: {"type": "string", "description": "the JSON Schema this file follows (for editors); ignored"},
+        **schema["properties"],
+    }
+    return schema
 
 
 def _json_path(loc: tuple[int | str, ...]) -> str:
@@ -820,6 +829,32 @@ def _field_help(loc: tuple[int | str, ...]) -> str | None:
     return description
 
 
+def _keys_beside(loc: tuple[int | str, ...]) -> list[str]:
+    """The keys the model at the parent of `loc` accepts (its fields and their aliases)."""
+    model: type[BaseModel] | None = ClusterSpec
+    for part in loc[:-1]:
+        if isinstance(part, int) or model is None:
+            continue
+        if part in _TRAINING_KINDS:
+            model = _TRAINING_KINDS[part]
+            continue
+        field = model.model_fields.get(part)
+        model = _model_in(field.annotation) if field is not None else None
+    if model is None:
+        return []
+    return [field.alias or name for name, field in model.model_fields.items()]
+
+
+def _close_key(loc: tuple[int | str, ...]) -> str | None:
+    """The accepted key an unknown key at `loc` was most likely meant to be."""
+    import difflib
+
+    if not loc or not isinstance(loc[-1], str):
+        return None
+    close = difflib.get_close_matches(loc[-1], _keys_beside(loc), n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
 def _problems(error: ValidationError) -> list[SpecProblem]:
     problems: list[SpecProblem] = []
     for item in error.errors():
@@ -831,6 +866,8 @@ def _problems(error: ValidationError) -> list[SpecProblem]:
                 problems.append(SpecProblem(_json_path(loc + sub), message))
             continue
         message = _message(item)
+        if item["type"] == "extra_forbidden" and (close := _close_key(loc)):
+            message = f"unknown key; did you mean {json.dumps(close)}?"
         hint = _field_help(loc) if item["type"] not in ("extra_forbidden", "union_tag_invalid") else None
         problems.append(SpecProblem(_json_path(loc), f"{message}. {hint}" if hint else message))
     return problems
@@ -877,6 +914,8 @@ def parse_spec(data: Any, source: str = "cluster spec", hosts_from: HostsFrom | 
     it returns for that spec (they replace any `hosts` the file has)."""
     if not isinstance(data, dict):
         raise SpecError(source, [SpecProblem("$", f"the spec must be a JSON object, got {_shown(data)}")])
+    if isinstance(data.get(SCHEMA_KEY), str):  # how editors attach a schema; not part of the spec
+        data = {key: value for key, value in data.items() if key != SCHEMA_KEY}
     problems = raw_problems(data)
     if problems:
         raise SpecError(source, problems)

@@ -1,0 +1,47 @@
+"""A spec may name its schema for editors, and a misspelt key gets the key it was meant to be."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from launcher.errors import SpecError
+from launcher.spec import SCHEMA_KEY, json_schema, parse_spec
+
+BASE = {"name": "r", "hosts": [{"address": "localhost", "workers": 2}]}
+
+
+def test_a_schema_reference_is_accepted_and_ignored() -> None:
+    spec = parse_spec({SCHEMA_KEY: "./schema.json", **BASE})
+    assert spec.name == "r" and SCHEMA_KEY not in spec.model_dump(by_alias=True)
+
+
+def test_the_schema_lets_editors_attach_it() -> None:
+    assert json_schema()["properties"][SCHEMA_KEY]["type"] == "string"
+
+
+def test_a_schema_reference_that_is_not_text_is_still_refused() -> None:
+    with pytest.raises(SpecError, match=r"\$\[\"\$schema\"\]"):
+        parse_spec({SCHEMA_KEY: 3, **BASE})
+
+
+@pytest.mark.parametrize(
+    ("data", "path", "meant"),
+    [
+        ({**BASE, "restart": {"max_restart": 2}}, "$.restart.max_restart", "max_restarts"),
+        ({"name": "r", "hosts": [{"address": "localhost", "wrokers": 2}]}, "$.hosts[0].wrokers", "workers"),
+        ({**BASE, "trainng": {"kind": "builtin"}}, "$.trainng", "training"),
+        ({**BASE, "training": {"kind": "builtin", "step": 5}}, "$.training.step", "steps"),
+    ],
+)
+def test_an_unknown_key_names_the_key_it_was_meant_to_be(data: dict, path: str, meant: str) -> None:
+    with pytest.raises(SpecError) as caught:
+        parse_spec(data)
+    assert f"{path}: unknown key; did you mean {json.dumps(meant)}?" in str(caught.value)
+
+
+def test_an_unknown_key_like_no_other_gets_no_guess() -> None:
+    with pytest.raises(SpecError) as caught:
+        parse_spec({**BASE, "zzzzzz": 1})
+    assert "$.zzzzzz: unknown key; remove it" in str(caught.value) and "did you mean" not in str(caught.value)
