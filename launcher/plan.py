@@ -160,7 +160,9 @@ def task_slots(spec: ClusterSpec) -> list[TaskSlot]:
     return sorted(slots, key=lambda s: (order[s.task_type], s.task_index))
 
 
-def _checkpoint_dir(spec: ClusterSpec, layout: RunLayout, launcher_cwd: str) -> str:
+def checkpoint_dir_of(spec: ClusterSpec, layout: RunLayout, launcher_cwd: str) -> str:
+    """Where the run's checkpoints go: the spec's `checkpoint_dir` (relative to the launcher's
+    directory; URLs untouched) or the run directory's `checkpoints`."""
     checkpoint_dir = spec.checkpoint_dir or layout.default_checkpoint_dir
     if not posixpath.isabs(checkpoint_dir) and not is_url(checkpoint_dir):  # gs://... reaches TF untouched
         checkpoint_dir = posixpath.normpath(posixpath.join(launcher_cwd, checkpoint_dir))
@@ -259,7 +261,7 @@ def _host_share(spec: ClusterSpec, host: HostSpec, inputs: PlanInputs, run_env: 
     if isinstance(spec.training, CommandTraining):
         argv = with_python(spec.training.argv, python)
     else:
-        argv = [python, "-m", WORKER_MODULE]
+        argv = [python, "-P", "-m", WORKER_MODULE]  # -P: no file in the workdir can stand in for the runtime
     return _HostShare(is_local, python, cwd, tuple(argv), _host_env(spec, host, run_env))
 
 
@@ -275,7 +277,7 @@ def build_plan(spec: ClusterSpec, inputs: PlanInputs) -> LaunchPlan:
         raise ValueError(f"no port chosen for {', '.join(missing)}; resolve port 0 before planning")
     cluster = _cluster(slots, ports)
     layout = RunLayout(inputs.run_dir)
-    checkpoint_dir = _checkpoint_dir(spec, layout, inputs.launcher_cwd)
+    checkpoint_dir = checkpoint_dir_of(spec, layout, inputs.launcher_cwd)
     run_env = _run_env(spec, inputs, layout, checkpoint_dir)
     preloads = {sidecar: _preload(spec, sidecar) if spec.restart.warm_spares else () for sidecar in (False, True)}
 

@@ -153,13 +153,28 @@ def _check_gpus(hosts: list[_Host], report: PreflightReport) -> None:
             report.lines.append(f"{host.address}: GPUs {', '.join(map(str, host.wanted))} of {host.found.describe()}")
 
 
+WORKER_PYTHON = (3, 11)  # the runtime starts as `python -P -m worker` (-P: 3.11+)
+
+
+def _older_than(version: object, least: tuple[int, int]) -> bool:
+    try:
+        return tuple(int(part) for part in str(version).split(".")[:2]) < least
+    except ValueError:  # a version we cannot read: let the start say what is wrong
+        return False
+
+
 def _check_info(hosts: list[_Host], plan: LaunchPlan, need_worker: bool, report: PreflightReport) -> None:
     for host in hosts:
         info = host.info
         if not info["tensorflow"]:
             report.problems.append(
-                f"{host.address}: tensorflow is not installed for {info['executable']}; pip install "
-                f"'tensorflow==2.21.*' there"
+                f"{host.address}: tensorflow is not installed for {info['executable']}; install it there with the "
+                "project's TensorFlow extra (pip install 'tflaunch[tf]', or pip install 'tensorflow==2.21.*')"
+            )
+        if need_worker and _older_than(info.get("python"), WORKER_PYTHON):
+            report.problems.append(
+                f"{host.address}: the built-in worker runtime needs python {'.'.join(map(str, WORKER_PYTHON))} or "
+                f"newer; {info['executable']} is {info.get('python')}: set python for this host"
             )
         if need_worker and not info.get("worker_ok"):
             report.problems.append(

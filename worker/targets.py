@@ -1,8 +1,15 @@
-"""Load the user's `package.module:function` targets named in the spec."""
+"""Load the user's `package.module:function` targets named in the spec.
+
+The runtime starts as `python -P -m worker`, so no file in the working directory can stand in for
+it; the user's modules are then found in the working directory as `python -m` would have found
+them (it goes first on sys.path once the runtime's own packages are imported).
+"""
 
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -11,7 +18,14 @@ class WorkerUsageError(Exception):
     """A mistake in what the worker was asked to run (exit 2: retrying cannot help)."""
 
 
+def _user_modules_importable() -> None:
+    workdir = os.getcwd()
+    if workdir not in sys.path:
+        sys.path.insert(0, workdir)
+
+
 def load_target(target: str) -> Callable[..., Any]:
+    _user_modules_importable()
     module_name, _, attr = target.partition(":")
     try:
         function = getattr(importlib.import_module(module_name), attr)

@@ -90,9 +90,13 @@ def become(order: dict[str, Any]) -> None:
     if order.get("cwd"):
         os.chdir(os.path.expanduser(order["cwd"]))
     args = list(order["argv"][1:])
+    safe_path = args[0] == "-P"  # as `python -P`: the working directory is not put on sys.path
+    if safe_path:
+        args.pop(0)
     if args[0] == "-m":
         sys.argv = [args[1], *args[2:]]  # run_module puts the module's file in argv[0]
-        sys.path.insert(0, os.getcwd())
+        if not safe_path:
+            sys.path.insert(0, os.getcwd())
         runpy.run_module(args[1], run_name="__main__", alter_sys=True)
     else:
         sys.argv = args

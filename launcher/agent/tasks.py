@@ -111,8 +111,9 @@ def spare_declines(python: str, before: dict[str, str], argv: list[str], env: di
     """Why a spare started as `python` with environment `before` cannot run this order; None when it can."""
     if not argv or argv[0] != python:
         return f"the command does not start with the spare's python ({python})"
-    if len(argv) < 2 or (argv[1] == "-m" and len(argv) < 3) or (argv[1] != "-m" and argv[1].startswith("-")):
-        return "only `python SCRIPT ...` and `python -m MODULE ...` run in a spare"
+    args = argv[2:] if argv[1:2] == ["-P"] and argv[2:3] == ["-m"] else argv[1:]
+    if not args or (args[0] == "-m" and len(args) < 2) or (args[0] != "-m" and args[0].startswith("-")):
+        return "only `python SCRIPT ...`, `python -m MODULE ...` and `python -P -m MODULE ...` run in a spare"
     changed = sorted(
         key
         for key in set(before) | set(env)

@@ -180,7 +180,7 @@ def _start_up_process(work: Path, task: str, attempt: str, timeout: float = 60) 
             if (
                 env.get("TFLAUNCH_TASK") == task
                 and env.get("TFLAUNCH_ATTEMPT") == attempt
-                and cmdline[-2:] == ["-m", "worker"]
+                and cmdline[-3:] == ["-P", "-m", "worker"]
             ):
                 return proc
         time.sleep(0.02)

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -131,7 +134,15 @@ def test_evaluator_scores_checkpoints_and_never_fails_the_run(work: Path) -> Non
     assert "[evaluator:0]" in proc.stdout
 
 
+SHADOW = "import sys; open(__file__ + '.imported', 'w').close(); sys.exit('a file in the workdir shadowed {}')\n"
+
+
 def test_user_model_and_dataset_with_mixed_precision(work: Path) -> None:
+    """The user's modules come from the working directory, and files there named like the project's
+    packages (worker.py, launcher.py, tflaunch.py) change nothing."""
+    shutil.copy(REPO / "examples" / "my_model.py", work / "my_model.py")
+    for name in ("worker", "launcher", "tflaunch"):
+        (work / f"{name}.py").write_text(SHADOW.format(name))
     spec = local_spec(
         "user",
         2,
@@ -145,9 +156,13 @@ def test_user_model_and_dataset_with_mixed_precision(work: Path) -> None:
         loss="sparse_categorical_crossentropy",
         mixed_precision="mixed_bfloat16",
     )
-    spec["env"]["PYTHONPATH"] = str(REPO / "examples")
-    proc = run_launch(["--cluster", str(write_spec(work, spec))], work)
+    del spec["env"]["PYTHONPATH"]
+    launch = Path(sys.executable).parent / "launch"  # as a user runs it: `python -m launcher` would read launcher.py
+    proc = subprocess.run(
+        [str(launch), "--cluster", str(write_spec(work, spec))], cwd=work, capture_output=True, text=True, timeout=240
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not list(work.glob("*.imported")), "a workdir file was imported in place of the project's"
     found = results(work / "runs" / "user", 0)
     assert_agree(found, 2, 60)
     assert found["worker-0"]["loss"] < found["worker-0"]["first_loss"]

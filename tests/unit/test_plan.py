@@ -83,7 +83,7 @@ def test_env_argv_and_files_per_task() -> None:
     )
     plan = build_plan(spec, PlanInputs("/runs/g", 3, "/venv/bin/python", "/work"))
     task = plan.tasks[1]
-    assert task.argv == ["/venv/bin/python", "-m", "worker"]
+    assert task.argv == ["/venv/bin/python", "-P", "-m", "worker"]
     assert task.env["A"] == "1" and task.env["B"] == "host"
     assert task.env["TFLAUNCH_ATTEMPT"] == "3"
     assert task.env["TFLAUNCH_TASK"] == "worker:1"

@@ -59,6 +59,8 @@ ENV = {"PATH": "/bin", "TF_CONFIG": "{old}", "TFLAUNCH_ATTEMPT": "0", "CUDA_VISI
     [
         (["/py", "train.py", "--lr", "1"], {**ENV, "TF_CONFIG": "{new}", "TFLAUNCH_ATTEMPT": "1"}, None),
         (["/py", "-m", "worker"], {**ENV, "CUDA_VISIBLE_DEVICES": "1"}, None),
+        (["/py", "-P", "-m", "worker"], ENV, None),
+        (["/py", "-P", "train.py"], ENV, "only `python SCRIPT"),
         (["/py", "-u", "train.py"], ENV, "only `python SCRIPT"),
         (["/py", "-m"], ENV, "only `python SCRIPT"),
         (["/py"], ENV, "only `python SCRIPT"),
