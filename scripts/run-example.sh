@@ -3,5 +3,5 @@
 # Extra arguments go to `launch` (e.g. --run-root DIR).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh tf
 exec "${TFLAUNCH_VENV:-.venv}/bin/launch" --cluster cluster.example.json "$@"
