@@ -27,6 +27,7 @@ from worker.events import record as record_row
 from worker.events import report
 from worker.faults import FaultInjector
 from worker.fingerprint import weights_fingerprint
+from worker.leaving import leave_together
 from worker.targets import load_target
 from worker.training_spec import BuiltinTraining
 
@@ -239,6 +240,7 @@ def train_builtin(strategy: tf.distribute.Strategy, cluster: ClusterInfo, settin
         if cluster.is_chief:
             tf.io.gfile.makedirs(settings.export_dir)  # a directory, or an object-store URL
             model.save(posixpath.join(settings.export_dir, "model.keras"))
+        leave_together(strategy, preemption)
     finally:
         metrics.close()
         store.close()
