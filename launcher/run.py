@@ -11,10 +11,11 @@ import logging
 import os
 import signal
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from launcher.bundle import write_launch_record
 from launcher.console import Console
@@ -108,7 +109,13 @@ def _make_checkpoint_dir(spec: ClusterSpec, plan: LaunchPlan) -> None:
         os.makedirs(plan.checkpoint_dir, exist_ok=True)
 
 
-def _install_signals(supervisor: Supervisor) -> None:
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+SignalHandlers = dict[int, Any]  # what signal.signal returns: a callable, SIG_DFL/SIG_IGN or None
+
+
+def _install_signals(supervisor: Supervisor) -> SignalHandlers:
+    """Signals become InterruptedLaunchError on the main thread; returns the handlers replaced
+    (none when called off the main thread, where Python cannot install handlers)."""
     state = {"stopping": False}
 
     def handler(signum: int, frame: FrameType | None) -> None:
@@ -118,8 +125,14 @@ def _install_signals(supervisor: Supervisor) -> None:
         state["stopping"] = True
         raise InterruptedLaunchError(signum)
 
-    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, handler)
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {signum: signal.signal(signum, handler) for signum in _STOP_SIGNALS}
+
+
+def _restore_signals(previous: SignalHandlers) -> None:
+    for signum, handler in previous.items():
+        signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
 
 
 def make_transport(spec: ClusterSpec, allocation: Allocation | None = None) -> Transport:
@@ -177,10 +190,13 @@ def launch(
     )
     console.attach(supervisor.snapshot, RunLayout(first_plan.run_dir).status_file)
     console.notice(f"run {spec.name}: starting {len(first_plan.tasks)} task(s); logs in {first_plan.run_dir}")
-    _install_signals(supervisor)
+    previous = _install_signals(supervisor)
     try:
         return supervisor.run()
     finally:
-        console.close()
-        if supervisor.result is not None:
-            console.notice(f"summary: {write_summary(supervisor.result)}")
+        try:
+            console.close()
+            if supervisor.result is not None:
+                console.notice(f"summary: {write_summary(supervisor.result)}")
+        finally:
+            _restore_signals(previous)

@@ -1,0 +1,222 @@
+"""What each `launch` subcommand does once its arguments are parsed; only the CLI calls these.
+
+These may print (they are the command line's output); the library modules below them never do.
+Each returns the exit code (launcher/exit_codes.py) or raises a LaunchError.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import logging
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from launcher import exit_codes
+from launcher.errors import PreflightError
+from launcher.masking import mask_env
+from worker.contract import TF_CONFIG
+
+if TYPE_CHECKING:
+    from launcher.faults import Fault
+    from launcher.k8s.layout import ExportOptions
+    from launcher.plan import LaunchPlan
+    from launcher.slurm.allocation import Allocation
+    from launcher.spec import ClusterSpec
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ConsoleOptions", "check", "dry_run", "freeze_start_up", "raise_fd_limit", "run"]
+
+
+@dataclass(frozen=True)
+class ConsoleOptions:
+    quiet: bool = False
+    plain: bool = False
+    verbose: bool = False
+    show: frozenset[str] = field(default_factory=frozenset)  # empty: every task
+
+
+def freeze_start_up() -> None:
+    """Keep what start-up built (modules, classes, pydantic's validators, the spec) out of every later
+    garbage collection: it lives until exit anyway. Otherwise the collection at interpreter exit walks
+    all of it (tens of milliseconds at the end of every launch), and so does each full collection while
+    the supervisor streams output. Called before the run opens any file, thread, socket or task, so
+    everything a run creates is still collected as usual."""
+    gc.freeze()
+
+
+def raise_fd_limit() -> None:
+    """Every local task holds a few pipes; the common soft limit of 1024 runs out at a few hundred tasks."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 16)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+        except (ValueError, OSError):  # a container may refuse; the default limit still serves small runs
+            log.info("could not raise the open-file limit from %d", soft)
+
+
+def dry_run(plan: LaunchPlan, as_json: bool) -> int:
+    if as_json:
+        data = plan.to_json()
+        for task in data["tasks"]:
+            task["env"] = mask_env(task["env"])
+        print(json.dumps(data, indent=2))
+        return exit_codes.SUCCEEDED
+    print(f"run {plan.run_name}: {len(plan.tasks)} task(s), run dir {plan.run_dir}, checkpoints {plan.checkpoint_dir}")
+    for task in plan.tasks:
+        print(f"\n[{task.label}] on {task.host} ({'local' if task.is_local else 'ssh'}), port {task.port}")
+        print(f"  TF_CONFIG={json.dumps(task.tf_config, sort_keys=True)}")
+        for key, value in sorted(mask_env(task.env).items()):
+            if key != TF_CONFIG:
+                print(f"  {key}={value}")
+        print(f"  cwd: {task.cwd}")
+        print(f"  command: {' '.join(task.argv)}")
+        print(f"  log: {task.log_path}")
+    return exit_codes.SUCCEEDED
+
+
+def check(spec: ClusterSpec, allocation: Allocation | None) -> int:
+    from launcher.run import make_planner, make_transport, preflight
+
+    freeze_start_up()
+    plan = make_planner(spec)(0)
+    transport = make_transport(spec, allocation)
+    try:
+        report = preflight(spec, plan, transport)
+    finally:
+        transport.close()
+    for line in report.lines:
+        print(f"  {line}")
+    if not report.ok:
+        raise PreflightError(report.problems)
+    print(f"preflight passed: {len(spec.hosts)} host(s), {len(plan.tasks)} task(s)")
+    return exit_codes.SUCCEEDED
+
+
+def _resume_notice(spec: ClusterSpec) -> str | None:
+    """Say so when a launch will resume from earlier checkpoints of the same run."""
+    from launcher.fresh import has_checkpoints
+    from launcher.plan import checkpoint_dir_of
+    from launcher.run import run_dir_of
+    from worker.contract import RunLayout
+
+    checkpoints = checkpoint_dir_of(spec, RunLayout(str(run_dir_of(spec))), os.getcwd())
+    if has_checkpoints(checkpoints):
+        return f"run {spec.name}: resuming from the checkpoints in {checkpoints} ('--fresh' starts over)"
+    return None
+
+
+def run(
+    spec: ClusterSpec,
+    console_options: ConsoleOptions,
+    faults: list[Fault],
+    allocation: Allocation | None,
+    fresh: bool = False,
+) -> int:
+    from launcher.console import Console
+    from launcher.gang import LaunchState
+    from launcher.report import failure_text, success_text
+    from launcher.run import launch, run_dir_of
+
+    freeze_start_up()
+    console = Console(quiet=console_options.quiet, live=sys.stdout.isatty() and not console_options.plain)
+    if fresh:
+        from launcher.fresh import start_over
+
+        for line in start_over(spec, run_dir_of(spec), os.getcwd()):
+            console.notice(f"--fresh: moved {line}")
+    elif (notice := _resume_notice(spec)) is not None:
+        console.notice(notice)
+    result = launch(spec, console, faults, allocation)
+    if result.state is LaunchState.SUCCEEDED:
+        console.notice(success_text(result))
+        return exit_codes.SUCCEEDED
+    if result.state is LaunchState.PREEMPTED and allocation is not None:
+        # Said before asking: Slurm stops this batch script as soon as it accepts the requeue.
+        console.notice(f"requeueing Slurm job {allocation.job_id}: it resumes from the last checkpoint")
+        refused = allocation.requeue()
+        if refused is None:
+            return exit_codes.SUCCEEDED
+        console.notice(f"Slurm refused to requeue job {allocation.job_id}: {refused}; launch it again to resume")
+        console.notice(failure_text(result))
+        return exit_codes.PREEMPTED
+    console.notice(failure_text(result))
+    return exit_codes.FAILED
+
+
+def describe_size(size: int) -> str:
+    kib = size / 1024
+    return f"{kib:.1f} KiB" if kib < 1024 else f"{kib / 1024:.1f} MiB"
+
+
+def bundle(run_dir: str, output: str | None) -> int:
+    from launcher.bundle import make_bundle
+
+    result = make_bundle(run_dir, output)
+    print(f"bundle: {result.path} ({describe_size(result.size)}, {result.members} files)")
+    for entry in result.left_out:
+        print(f"  not packed: {entry}")
+    return exit_codes.SUCCEEDED
+
+
+def schema(output: str | None) -> int:
+    from launcher.spec import json_schema
+
+    text = json.dumps(json_schema(), indent=2) + "\n"
+    if output is None:
+        print(text, end="")
+        return exit_codes.SUCCEEDED
+    from launcher.errors import UsageError
+
+    try:
+        Path(output).write_text(text, encoding="utf-8")
+    except OSError as error:
+        raise UsageError(f"Cannot write {output}: {error.strerror}.") from None
+    print(f"wrote {output}")
+    return exit_codes.SUCCEEDED
+
+
+def slurm_submit(spec: ClusterSpec, print_only: bool, wait: bool) -> int:
+    from launcher.run import run_dir_of
+    from launcher.slurm import submit as slurm
+
+    run_dir = run_dir_of(spec)
+    if print_only:
+        print(slurm.batch_script(spec, run_dir / "submitted-spec.json", run_dir), end="")
+        return exit_codes.SUCCEEDED
+    script = slurm.write_job(spec, run_dir)
+    job_id = slurm.submit(script)
+    output = run_dir / f"slurm-{job_id}.out"
+    print(f"[launch] submitted Slurm job {job_id}: script {script}, output {output}", flush=True)
+
+    def say(text: str) -> None:
+        print(f"[launch] {text}", flush=True)
+
+    fields = slurm.wait_started(job_id, spec.restart.start_timeout_s, say)
+    say(f"job {job_id} is {fields.get('JobState', '?').lower()} on {fields.get('NodeList', '?')}")
+    if not wait:
+        return exit_codes.SUCCEEDED
+    return slurm.follow(job_id, output, say, lambda line: print(line, flush=True))
+
+
+def export_k8s(spec: ClusterSpec, options: ExportOptions, source: str, output: str | None) -> int:
+    from launcher.k8s.export import export, text, write
+
+    result = export(spec, options, source)
+    if result.warnings:  # once, here; the YAML repeats them as comments
+        print(f"launch: with --format {options.format}, these guarantees of the launcher do not hold:", file=sys.stderr)
+        for line in result.warnings:
+            print(f"  - {line}", file=sys.stderr)
+    if output is None:
+        print(text(result), end="")
+        return exit_codes.SUCCEEDED
+    for path in write(result, Path(output)):
+        print(f"wrote {path}")
+    return exit_codes.SUCCEEDED

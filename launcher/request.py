@@ -1,0 +1,172 @@
+"""What a person asked for (a spec file, `--local N` or a host list, plus overrides) turned into a
+validated ClusterSpec.
+
+Shared by the command line and the Python API (`tflaunch.launch`). Reads files; never starts
+anything. A host list is the quick form of a spec's `hosts` for a run without a spec file:
+`-H a:2,b:2` or a hostfile with one `HOST[:N]` or `HOST slots=N` per line (`#` comments).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from launcher.errors import UsageError
+
+if TYPE_CHECKING:  # pydantic: imported by the paths that validate
+    from launcher.spec import ClusterSpec, HostsFrom
+
+__all__ = ["LaunchRequest", "parse_host_list", "read_hostfile", "request_spec"]
+
+MAX_LOCAL_WORKERS = 256
+HOST_LIST_PORT = 23456  # -H/--hostfile: TF ports of a remote host's tasks, upward from here (preflight checks them)
+_HOST_ENTRY = re.compile(r"^(?P<host>\[[0-9A-Fa-f:.]+\]|[^\s:,\[\]]+)(?::(?P<n>\d+))?$")
+_HOSTFILE_LINE = re.compile(r"^(?P<host>\S+?)(?::(?P<n>\d+))?(?:\s+slots\s*=\s*(?P<slots>\d+))?$")
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    """One of `cluster` (a spec file or an already-decoded spec), `local` or `hosts`, plus overrides."""
+
+    cluster: str | Path | Mapping[str, Any] | None = None
+    local: int | None = None
+    hosts: tuple[tuple[str, int], ...] = ()
+    name: str | None = None
+    run_root: str | None = None
+    command: tuple[str, ...] = ()
+    source: str = field(default="")
+
+    @property
+    def described(self) -> str:
+        """How the spec was given, for error messages."""
+        if self.source:
+            return self.source
+        if isinstance(self.cluster, (str, Path)):
+            return str(self.cluster)
+        if self.cluster is not None:
+            return "the spec given"
+        return "--local" if self.local is not None else "-H/--hostfile"
+
+
+def parse_host_list(text: str, flag: str = "-H") -> tuple[tuple[str, int], ...]:
+    """`a:2,b:2,c` -> (("a", 2), ("b", 2), ("c", 1)); a clear error naming the bad entry."""
+    entries = []
+    for part in text.split(","):
+        match = _HOST_ENTRY.match(part.strip())
+        if match is None or (match["n"] is not None and int(match["n"]) < 1):
+            raise UsageError(
+                f"Got {part.strip()!r} in {flag} {text!r}: give HOST or HOST:N (N >= 1 workers), comma-separated, "
+                "e.g. -H node1:2,node2:2."
+            )
+        entries.append((match["host"].strip("[]"), int(match["n"] or 1)))
+    return _no_repeats(tuple(entries), flag)
+
+
+def read_hostfile(path: str) -> tuple[tuple[str, int], ...]:
+    """A hostfile: one `HOST`, `HOST:N` or `HOST slots=N` per line; blank lines and `#` comments skipped."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise UsageError(f"Cannot read --hostfile {path}: {getattr(error, 'strerror', None) or error}.") from None
+    entries = []
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        match = _HOSTFILE_LINE.match(line)
+        count = match and (match["slots"] or match["n"])
+        if match is None or (match["slots"] and match["n"]) or (count is not None and int(count) < 1):
+            raise UsageError(
+                f"{path}:{number}: got {line!r}; write one HOST, HOST:N or HOST slots=N per line (N >= 1)."
+            )
+        entries.append((match["host"], int(count or 1)))
+    if not entries:
+        raise UsageError(f"{path}: lists no hosts; write one HOST, HOST:N or HOST slots=N per line.")
+    return _no_repeats(tuple(entries), path)
+
+
+def _no_repeats(entries: tuple[tuple[str, int], ...], where: str) -> tuple[tuple[str, int], ...]:
+    seen = [host for host, _ in entries]
+    repeated = sorted({host for host in seen if seen.count(host) > 1})
+    if repeated:
+        raise UsageError(f"{where} names {', '.join(repeated)} more than once: give each host once with its count.")
+    return entries
+
+
+def _base_data(request: LaunchRequest) -> dict[str, Any] | None:
+    """The spec of a run without a spec file; None when a spec file (or object) is given."""
+    if request.local is not None:
+        if not 1 <= request.local <= MAX_LOCAL_WORKERS:
+            raise UsageError(f"Got --local {request.local}: give between 1 and {MAX_LOCAL_WORKERS} workers.")
+        return {"name": request.name or "local", "hosts": [{"address": "localhost", "workers": request.local}]}
+    if request.hosts:
+        from launcher.spec import is_this_machine
+
+        hosts: list[dict[str, Any]] = []
+        for host, count in request.hosts:
+            entry: dict[str, Any] = {"address": host, "workers": count}
+            if not is_this_machine(host):  # free ports are picked on this machine only
+                entry["ports"] = list(range(HOST_LIST_PORT, HOST_LIST_PORT + count))
+            hosts.append(entry)
+        return {"name": request.name or "hosts", "hosts": hosts}
+    return None
+
+
+def request_spec(request: LaunchRequest, hosts_from: HostsFrom | None = None) -> ClusterSpec:
+    """Validate what was asked for; raises SpecError or UsageError (exit 2), starts nothing."""
+    from launcher.spec import load_spec, parse_spec
+
+    for flag, value in (("name", request.name), ("run-root", request.run_root)):
+        if value is not None and not value.strip():
+            raise UsageError(f"Got an empty --{flag}: give a value or leave the flag out.")
+    data = _base_data(request)
+    from_file = data is None
+    if data is not None:
+        spec = parse_spec(data, request.described)
+    elif isinstance(request.cluster, (str, Path)):
+        if not str(request.cluster).strip():
+            raise UsageError("Got an empty --cluster: give a value or leave the flag out.")
+        spec = load_spec(Path(request.cluster), hosts_from)
+    elif request.cluster is not None:
+        spec = parse_spec(dict(request.cluster), request.described, hosts_from)
+    else:
+        raise UsageError("Give --cluster FILE, --local N, -H HOST:N,... or --hostfile FILE (see 'launch --help').")
+    updates: dict[str, Any] = {}
+    if request.command:
+        updates["training"] = {"kind": "command", "argv": list(request.command)}
+    if request.name is not None and from_file:
+        updates["name"] = request.name
+    if request.run_root is not None:
+        updates["run_root"] = request.run_root
+    if updates:  # re-validate: overrides obey the same rules as the file
+        merged = {**spec.model_dump(mode="json", exclude_unset=True), **updates}
+        spec = parse_spec(merged, request.described, hosts_from)
+    return spec
+
+
+_THIS_MACHINE = ("localhost", "127.0.0.1", "::1")
+
+
+def runs_here(cluster: str | None, local: int | None, hosts: str | None) -> bool:
+    """A cheap guess, before the spec is validated, that a host of this launch is this machine and
+    runs the launcher's own python (wrong guesses only cost an agent that is closed unused)."""
+    if local is not None:
+        return True
+    if hosts is not None:
+        return any(host in _THIS_MACHINE for host in re.split(r"[,:\s]+", hosts))
+    try:
+        data = json.loads(Path(cluster).read_text(encoding="utf-8")) if cluster else None
+    except (OSError, ValueError, RecursionError):  # the real reading reports it
+        return False
+    if not isinstance(data, dict) or data.get("python") or not isinstance(data.get("hosts"), list):
+        return False
+    return any(
+        isinstance(h, dict)
+        and not h.get("python")
+        and (h.get("transport") == "local" or h.get("address") in _THIS_MACHINE)
+        for h in data["hosts"]
+    )

@@ -1,0 +1,122 @@
+"""The command line as users of torchrun or kubectl expect it: help everywhere, a version, exit codes,
+quick host lists, a fresh start, and the Python API (tiny helper tasks, no TensorFlow)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+
+from launcher import __version__
+from launcher.arguments import SUBCOMMANDS, run_parser, sub_parsers
+from launcher.exit_codes import TABLE
+from tests.conftest import HELPERS, REPO, run_launch, write_spec
+
+TASK = str(HELPERS / "task.py")
+
+
+@pytest.mark.parametrize("words", [[], *([name] for name in SUBCOMMANDS), ["export", "k8s"], ["slurm", "submit"]])
+def test_help_on_every_command_exits_0_and_describes_it(tmp_path: Path, words: list[str]) -> None:
+    proc = run_launch([*words, "--help"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"usage: launch {words[0] if words else ''}".rstrip()) and not proc.stderr
+    parser = sub_parsers()[words[0]] if words else run_parser()
+    assert " ".join(str(parser.description).split())[:40] in " ".join(proc.stdout.split())
+
+
+def test_the_main_help_lists_subcommands_and_the_exit_code_table(tmp_path: Path) -> None:
+    out = run_launch(["--help"], tmp_path).stdout
+    assert all(f"launch {name}" in out for name in SUBCOMMANDS)
+    assert all(f"{code:>3}  {meaning[:30]}" in out for code, meaning in TABLE)
+
+
+def test_version(tmp_path: Path) -> None:
+    proc = run_launch(["--version"], tmp_path)
+    assert proc.returncode == 0 and proc.stdout.strip() == f"launch (tflaunch) {__version__}"
+
+
+def test_schema_written_to_a_file_is_the_one_shipped_for_editors(tmp_path: Path) -> None:
+    proc = run_launch(["schema", "-o", str(tmp_path / "s.json")], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    shipped = json.loads((REPO / "schema.json").read_text())
+    assert json.loads((tmp_path / "s.json").read_text()) == shipped, (
+        "schema.json is stale: launch schema -o schema.json"
+    )
+    assert json.loads((REPO / "cluster.example.json").read_text())["$schema"] == "./schema.json"
+
+
+def test_conflicting_sources_are_a_usage_error(tmp_path: Path) -> None:
+    proc = run_launch(["--local", "2", "-H", "localhost:2"], tmp_path)
+    assert proc.returncode == 2 and "Give one of --local and -H" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_host_list_runs_without_a_spec_file(work: Path) -> None:
+    out = work / "out"
+    out.mkdir()
+    args = ["-H", "localhost:2", "--run-root", str(work / "runs"), "--", "python3", TASK, "record", str(out)]
+    proc = run_launch(args, work)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.stem for p in out.glob("*.json")) == ["worker-0", "worker-1"]
+    assert (work / "runs" / "hosts" / "summary.json").exists()
+
+
+def test_show_echoes_only_the_tasks_named_and_logs_all(work: Path) -> None:
+    args = ["--local", "2", "--run-root", str(work / "runs"), "--plain", "--show", "worker:1", "--"]
+    proc = run_launch([*args, "python3", "-c", "import os; print('hello from', os.environ['TFLAUNCH_TASK'])"], work)
+    assert proc.returncode == 0, proc.stderr
+    assert "[worker:1] hello from" in proc.stdout and "[worker:0]" not in proc.stdout
+    assert "hello from" in (work / "runs" / "local" / "attempt-0" / "worker-0.log").read_text()
+
+
+def test_show_refuses_a_task_that_does_not_exist(tmp_path: Path) -> None:
+    proc = run_launch(["--local", "2", "--show", "worker:7", "--", "true"], tmp_path)
+    assert proc.returncode == 2 and "no task worker:7" in proc.stderr
+
+
+def test_a_rerun_says_it_resumes_and_fresh_starts_over(work: Path) -> None:
+    spec = write_spec(
+        work, {"name": "f", "run_root": str(work / "runs"), "hosts": [{"address": "localhost", "workers": 1}]}
+    )
+    run_dir = work / "runs" / "f"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    (run_dir / "checkpoints" / "ckpt-1.index").write_text("old")
+    again = run_launch(["--cluster", str(spec), "--plain", "--", "true"], work)
+    assert again.returncode == 0 and "resuming from the checkpoints in" in again.stderr, again.stderr
+    fresh = run_launch(["--cluster", str(spec), "--plain", "--fresh", "--", "true"], work)
+    assert fresh.returncode == 0 and "--fresh: moved run directory" in fresh.stderr, fresh.stderr
+    assert not (run_dir / "checkpoints" / "ckpt-1.index").exists()
+    (aside,) = (work / "runs").glob("f.old-*")
+    assert (aside / "checkpoints" / "ckpt-1.index").read_text() == "old"
+    assert (aside / "attempt-0").is_dir() and (run_dir / "attempt-0").is_dir()
+
+
+def test_the_python_api_returns_the_result_and_restores_signal_handlers(
+    work: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tflaunch
+
+    monkeypatch.chdir(work)
+
+    def mine(signum: int, frame: object) -> None:
+        raise AssertionError("not expected")
+
+    before = {s: signal.signal(s, mine) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        spec = {"name": "api", "run_root": str(work / "runs"), "hosts": [{"address": "localhost", "workers": 2}]}
+        result = tflaunch.launch(spec, command=[sys.executable, "-c", "pass"], echo=False)
+        assert result.succeeded and result.exit_code == 0 and result.run_dir == work / "runs" / "api"
+        assert result.summary["state"] == "succeeded" and result.restarts == 0
+        failed = tflaunch.launch(spec, command=[sys.executable, "-c", "raise SystemExit(3)"], echo=False)
+        assert failed.state == "failed" and failed.exit_code == 1
+        assert all(signal.getsignal(s) is mine for s in before)
+        from launcher.errors import SpecError
+
+        with pytest.raises(SpecError, match="did you mean"):
+            tflaunch.launch({**spec, "nmae": "x"})
+        assert all(signal.getsignal(s) is mine for s in before)
+    finally:
+        for signum, handler in before.items():
+            signal.signal(signum, handler)

@@ -1,0 +1,101 @@
+"""The quick host-list forms (-H, --hostfile), the spec they make, and --fresh moving old runs aside."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from launcher.errors import UsageError
+from launcher.fresh import start_over
+from launcher.request import HOST_LIST_PORT, LaunchRequest, parse_host_list, read_hostfile, request_spec
+from tests.conftest import REPO
+
+
+def test_a_host_list_gives_each_host_its_workers() -> None:
+    assert parse_host_list("a:2,b:3,c") == (("a", 2), ("b", 3), ("c", 1))
+    assert parse_host_list("[::1]:2,10.0.0.5:1") == (("::1", 2), ("10.0.0.5", 1))
+
+
+@pytest.mark.parametrize("text", ["a:0", "a:x", "a:2,,b", "a,a:2", ""])
+def test_a_bad_host_list_names_the_entry(text: str) -> None:
+    with pytest.raises(UsageError, match="HOST|more than once"):
+        parse_host_list(text)
+
+
+def test_a_hostfile_in_the_usual_forms(tmp_path: Path) -> None:
+    path = tmp_path / "hosts"
+    path.write_text("# fleet\nnode1 slots=4\nnode2:2\n\nnode3   # one worker\n")
+    assert read_hostfile(str(path)) == (("node1", 4), ("node2", 2), ("node3", 1))
+
+
+@pytest.mark.parametrize("line", ["node1 slots=x", "node1:2 slots=2", "node1 extra", "node1 slots=0"])
+def test_a_bad_hostfile_line_is_named_by_number(tmp_path: Path, line: str) -> None:
+    path = tmp_path / "hosts"
+    path.write_text(f"node0\n{line}\n")
+    with pytest.raises(UsageError, match=r"hosts:2: got"):
+        read_hostfile(str(path))
+
+
+def test_a_missing_or_empty_hostfile(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="Cannot read --hostfile"):
+        read_hostfile(str(tmp_path / "none"))
+    (tmp_path / "empty").write_text("# nothing\n")
+    with pytest.raises(UsageError, match="lists no hosts"):
+        read_hostfile(str(tmp_path / "empty"))
+
+
+def test_a_host_list_makes_a_spec_with_those_hosts(tmp_path: Path) -> None:
+    spec = request_spec(LaunchRequest(hosts=(("localhost", 2), ("127.0.0.2", 1)), run_root=str(tmp_path)))
+    assert spec.name == "hosts"
+    assert [(h.address, h.worker_count) for h in spec.hosts] == [("localhost", 2), ("127.0.0.2", 1)]
+    assert spec.hosts[0].ports is None and spec.hosts[1].ports == [HOST_LIST_PORT]
+
+
+def test_a_spec_given_as_a_dict_is_validated_like_a_file(tmp_path: Path) -> None:
+    data = json.loads((REPO / "cluster.example.json").read_text())
+    spec = request_spec(LaunchRequest(cluster=data, run_root=str(tmp_path), command=("python3", "-c", "pass")))
+    assert spec.training.kind == "command" and spec.run_root == str(tmp_path)
+
+
+def _run(tmp_path: Path, checkpoint_dir: str | None = None) -> tuple[LaunchRequest, Path]:
+    data: dict = {"name": "r", "run_root": str(tmp_path / "runs"), "hosts": [{"address": "localhost", "workers": 1}]}
+    if checkpoint_dir is not None:
+        data["checkpoint_dir"] = checkpoint_dir
+    return LaunchRequest(cluster=data), tmp_path / "runs" / "r"
+
+
+def test_fresh_moves_the_run_and_its_checkpoints_aside_and_deletes_nothing(tmp_path: Path) -> None:
+    request, run_dir = _run(tmp_path)
+    (run_dir / "checkpoints").mkdir(parents=True)
+    (run_dir / "checkpoints" / "ckpt-40.index").write_text("x")
+    moved = start_over(request_spec(request), run_dir, str(tmp_path))
+    assert not run_dir.exists() and len(moved) == 1
+    (aside,) = [p for p in (tmp_path / "runs").iterdir() if p.name.startswith("r.old-")]
+    assert (aside / "checkpoints" / "ckpt-40.index").read_text() == "x"
+    run_dir.mkdir()
+    start_over(request_spec(request), run_dir, str(tmp_path))  # a second fresh start in the same second
+    assert len([p for p in (tmp_path / "runs").iterdir() if p.name.startswith("r.old-")]) == 2
+
+
+def test_fresh_moves_checkpoints_kept_outside_the_run(tmp_path: Path) -> None:
+    shared = tmp_path / "shared" / "ckpt"
+    shared.mkdir(parents=True)
+    (shared / "checkpoint").write_text("x")
+    request, run_dir = _run(tmp_path, str(shared))
+    moved = start_over(request_spec(request), run_dir, str(tmp_path))
+    assert moved and not shared.exists()
+    assert [p.name.startswith("ckpt.old-") for p in (tmp_path / "shared").iterdir()] == [True]
+
+
+def test_fresh_refuses_what_it_cannot_move(tmp_path: Path) -> None:
+    request, run_dir = _run(tmp_path, "gs://bucket/run")
+    with pytest.raises(UsageError, match="object store"):
+        start_over(request_spec(request), run_dir, str(tmp_path))
+
+
+def test_nothing_to_move_is_not_an_error(tmp_path: Path) -> None:
+    request, run_dir = _run(tmp_path)
+    assert start_over(request_spec(request), run_dir, os.fspath(tmp_path)) == []

@@ -1,0 +1,93 @@
+"""`tflaunch.launch(...)`: run a cluster spec from Python (a notebook, a pipeline step) and get its result.
+
+The same launch as the `launch` command: preflight, supervise, restart, summary.json. Bad input
+raises `launcher.errors.LaunchError` (a SpecError lists every problem); a failed run is a result,
+not an exception. The signal handlers a launch installs (SIGINT, SIGTERM, SIGHUP stop the gang)
+are put back as they were when it returns, whatever happens. Never imports TensorFlow.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from launcher import exit_codes
+from worker.contract import RunLayout
+
+__all__ = ["LaunchResult", "launch"]
+
+
+@dataclass(frozen=True)
+class LaunchResult:
+    """How a run ended: its state (`succeeded`, `failed`, `interrupted`, `preempted`), the exit code
+    `launch` would have used, and where its files are."""
+
+    state: str
+    exit_code: int
+    run_dir: Path
+    final_step: int | None
+    restarts: int
+    message: str
+    summary: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def succeeded(self) -> bool:
+        return self.state == "succeeded"
+
+
+def launch(
+    spec: str | os.PathLike[str] | Mapping[str, Any],
+    *,
+    name: str | None = None,
+    run_root: str | None = None,
+    command: Sequence[str] = (),
+    fresh: bool = False,
+    echo: bool = True,
+) -> LaunchResult:
+    """Run `spec` (a cluster.json path or the spec as a dict) to its end.
+
+    `command`: run it as every task instead of the spec's training (like `launch -- CMD`);
+    `fresh`: move the run's old files aside instead of resuming; `echo`: print the tasks' output
+    prefixed with their names (it is always logged in the run directory)."""
+    from launcher.console import Console
+    from launcher.errors import InterruptedLaunchError
+    from launcher.fresh import start_over
+    from launcher.gang import LaunchState
+    from launcher.report import failure_text, success_text
+    from launcher.request import LaunchRequest, request_spec
+    from launcher.run import launch as run_launch
+    from launcher.run import run_dir_of
+
+    cluster = os.fspath(spec) if isinstance(spec, (str, os.PathLike)) else spec
+    request = LaunchRequest(cluster=cluster, name=name, run_root=run_root, command=tuple(command))
+    parsed = request_spec(request)
+    console = Console(quiet=not echo, live=False, out=sys.stdout, err=sys.stdout)
+    if fresh:
+        for line in start_over(parsed, run_dir_of(parsed), os.getcwd()):
+            console.notice(f"--fresh: moved {line}")
+    try:
+        result = run_launch(parsed, console)
+    except InterruptedLaunchError as error:
+        return _result(run_dir_of(parsed), "interrupted", error.exit_code, str(error))
+    if result.state is LaunchState.SUCCEEDED:
+        console.notice(success_text(result))
+        code = exit_codes.SUCCEEDED
+    else:
+        console.notice(failure_text(result))
+        code = exit_codes.PREEMPTED if result.state is LaunchState.PREEMPTED else exit_codes.FAILED
+    return _result(Path(result.run_dir), result.state.value, code, result.message)
+
+
+def _result(run_dir: Path, state: str, code: int, message: str) -> LaunchResult:
+    try:
+        summary = json.loads(Path(RunLayout(str(run_dir)).summary_file).read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # stopped before a summary was written
+        summary = {}
+    restarts = summary.get("restarts") if isinstance(summary.get("restarts"), int) else 0
+    step = summary.get("final_step") if isinstance(summary.get("final_step"), int) else None
+    return LaunchResult(state, code, run_dir, step, restarts, message, summary)
