@@ -15,6 +15,7 @@ from pathlib import Path
 
 from launcher.errors import UsageError
 from launcher.plan import checkpoint_dir_of
+from launcher.run_lock import refuse_if_running
 from launcher.spec import ClusterSpec, is_url
 from worker.contract import RunLayout
 
@@ -58,6 +59,7 @@ def start_over(spec: ClusterSpec, run_dir: Path, launcher_cwd: str) -> list[str]
             f"--fresh moves old checkpoints aside on this machine, and {checkpoints} is not here: rename it on the "
             "hosts' shared storage, or give the run another --name. Nothing was started."
         )
+    refuse_if_running(str(run_dir))
     moved = []
     try:
         if outside and has_checkpoints(checkpoints):

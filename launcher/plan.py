@@ -21,6 +21,7 @@ from worker.contract import (
     RESULT_FILE_VAR,
     TASK_VAR,
     TF_CONFIG,
+    UMASK_VAR,
     RunLayout,
     TaskEnv,
     task_stem,
@@ -207,6 +208,7 @@ def _host_env(spec: ClusterSpec, host: HostSpec, run_env: Mapping[str, str]) -> 
     env = {**spec.env, **host.env}
     env.update(runtime_env(spec))
     env.update(run_env)
+    env[UMASK_VAR] = spec.umask
     return env
 
 

@@ -25,7 +25,8 @@ def make_private_dir(path: str | Path) -> None:
 
 
 def open_private(path: str | Path, mode: str, **kwargs: Any) -> IO[Any]:
-    """open() whose newly created file is 0600 (the umask can only make it stricter)."""
-    flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if "a" in mode else os.O_TRUNC)
+    """open() whose newly created file is 0600 (the umask can only make it stricter), never through
+    a symlink planted at `path` (ELOOP instead)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | (os.O_APPEND if "a" in mode else os.O_TRUNC)
     fd = os.open(path, flags, FILE_MODE)
     return os.fdopen(fd, mode, **({"buffering": 0} if "b" in mode else {}) | kwargs)

@@ -27,6 +27,7 @@ from launcher.policy import RestartPolicy
 from launcher.ports import check_local_ports, choose_free_ports, port_is_free
 from launcher.private_files import make_private_dir
 from launcher.report import write_summary
+from launcher.run_lock import check_run_dir, lock_run, refuse_if_running
 from launcher.slurm.allocation import Allocation
 from launcher.spec import BuiltinTraining, ClusterSpec, FunctionTraining, is_url
 from launcher.supervisor import Supervisor
@@ -156,6 +157,9 @@ def launch(
 
     Raises PreflightError (nothing written, nothing started), RunDirError (the run directory cannot
     be written; nothing started) or InterruptedLaunchError (every task stopped, summary written)."""
+    run_dir = str(run_dir_of(spec))
+    check_run_dir(run_dir)  # another user's, or writable by others: refused before anything is read from it
+    refuse_if_running(run_dir)  # before the preflight: a second launch of a running run says so at once
     planner = make_planner(spec, faults)
     first_plan = planner(0)  # validates local ports before anything starts (raises PortInUseError)
     transport = make_transport(spec, allocation)
@@ -167,15 +171,22 @@ def launch(
     if not report.ok:
         transport.close()
         raise PreflightError(report.problems)
+    lock = None
     try:
         make_private_dir(first_plan.run_dir)  # logs hold whatever tasks print: for the owner only
+        check_run_dir(first_plan.run_dir)
+        lock = lock_run(first_plan.run_dir)
         write_launch_record(spec, report, first_plan.run_dir)  # for a post-mortem (`launch bundle`)
         _make_checkpoint_dir(spec, first_plan)
     except OSError as error:  # a full disk, no permission: before any task, so say so and start none
         transport.close()
+        if lock is not None:
+            lock.release()
         raise RunDirError(error.filename or first_plan.run_dir, error.strerror or str(error)) from error
     except BaseException:
         transport.close()
+        if lock is not None:
+            lock.release()
         raise
     supervisor = Supervisor(
         planner=planner,
@@ -200,3 +211,4 @@ def launch(
                 console.notice(f"summary: {write_summary(supervisor.result)}")
         finally:
             _restore_signals(previous)
+            lock.release()

@@ -611,6 +611,12 @@ class ClusterSpec(StrictModel):
         min_length=1,
         description="Local directory under which <run_root>/<name> holds logs, results and the summary.",
     )
+    umask: str = Field(
+        "077",
+        pattern=r"^0?[0-7]{3}$",
+        description="umask of every task (octal): 077, the default, makes what tasks write (checkpoints, exports, "
+        "TensorBoard) readable by their user only; 027 lets the group read it.",
+    )
     checkpoint_dir: str | None = Field(
         None,
         min_length=1,

@@ -35,6 +35,7 @@ TRAINING_VAR = "TFLAUNCH_TRAINING"
 PREEMPTION_EXIT_CODE_VAR = "TFLAUNCH_PREEMPTION_EXIT_CODE"
 FAULT_VAR = "TFLAUNCH_FAULT"  # --inject rehearsals, first attempt only
 EVENT_FD_VAR = "TFLAUNCH_EVENT_FD"  # set by the host's agent, not by the plan
+UMASK_VAR = "TFLAUNCH_UMASK"  # octal; the host's agent starts every task (and spare) with it
 # Set on the pods of a job exported for Kubernetes (`launch export k8s`); `python -m worker.pod`
 # turns them, with the pod's index, into TF_CONFIG and the variables above.
 POD_LAYOUT_VAR = "TFLAUNCH_POD_LAYOUT"  # JSON: the exported job's shape (worker.pod.PodLayout)
@@ -96,6 +97,11 @@ class RunLayout:
     @property
     def status_file(self) -> str:
         return posixpath.join(self.run_dir, "status.json")
+
+    @property
+    def lock_file(self) -> str:
+        """Held (flock) by the launcher running this run; holds its pid."""
+        return posixpath.join(self.run_dir, "launch.lock")
 
     @property
     def metrics_file(self) -> str:

@@ -7,6 +7,8 @@ import os
 import time
 import traceback
 
+from worker.files import write_atomic
+
 
 def write_error_file(path: str, task: str, error: BaseException) -> None:
     """Record type, message, traceback and time of an uncaught exception (best effort)."""
@@ -20,9 +22,6 @@ def write_error_file(path: str, task: str, error: BaseException) -> None:
     }
     try:
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        tmp = f"{path}.tmp"
-        with open(tmp, "w", encoding="utf-8") as handle:
-            json.dump(data, handle, indent=2)
-        os.replace(tmp, path)
+        write_atomic(path, json.dumps(data, indent=2))
     except OSError:  # the error itself still reaches the log through stderr
         pass

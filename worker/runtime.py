@@ -19,6 +19,7 @@ from worker.cluster import ClusterInfo, read_cluster_info
 from worker.contract import DONE, IMPORTED, JOINED, PREEMPTED, STARTING, STEP, USAGE_EXIT_CODE, TaskEnv
 from worker.errors import write_error_file
 from worker.events import report
+from worker.files import write_atomic
 from worker.targets import WorkerUsageError, load_target
 from worker.training_spec import BuiltinTraining, FitTraining, FunctionTraining, TrainingSettingsError, parse_training
 
@@ -52,10 +53,7 @@ def build_strategy(devices_per_worker: int = 1, collective: str = "auto") -> Any
 
 def write_result(path: str, result: dict[str, Any]) -> None:
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as handle:
-        json.dump(result, handle, indent=2, default=str)
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(result, indent=2, default=str))
 
 
 def run(settings: TaskEnv) -> dict[str, Any]:

@@ -41,6 +41,7 @@ from worker.contract import (
     RESULT_FILE_VAR,
     STARTED,
     STOPPED,
+    UMASK_VAR,
     WARM,
 )
 
@@ -69,12 +70,23 @@ def _libc_prctl() -> Any:
 _PRCTL = _libc_prctl()
 
 
-def _own_group_dying_with(agent_pid: int) -> Callable[[], None]:
+def _umask_of(env: dict[str, str]) -> int | None:
+    try:
+        return int(env[UMASK_VAR], 8)
+    except (KeyError, ValueError):  # not set (an older launcher): the agent's own umask stays
+        return None
+
+
+def _own_group_dying_with(agent_pid: int, env: dict[str, str]) -> Callable[[], None]:
     """In the child before exec: lead a process group of its own (so a stop reaches all of the task
-    and nothing else), and get SIGKILL should the agent itself die without cleaning up (killed)."""
+    and nothing else), take the run's umask (files only their owner reads, by default), and get
+    SIGKILL should the agent itself die without cleaning up (killed)."""
+    umask = _umask_of(env)
 
     def setup() -> None:
         os.setpgrp()
+        if umask is not None:
+            os.umask(umask)
         if _PRCTL is not None:
             _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL)
             if os.getppid() != agent_pid:  # the agent died before the request took effect
@@ -190,7 +202,7 @@ class Standby:
                 cwd=cwd,
                 pass_fds=(orders_r, ready_w, ev_w),
                 close_fds=True,
-                preexec_fn=_own_group_dying_with(os.getpid()),
+                preexec_fn=_own_group_dying_with(os.getpid(), self.env),
             )
         except OSError as error:
             self.error = f"cannot start {self.python!r}: {error.strerror}"
@@ -317,7 +329,7 @@ class Tasks:
                 cwd=cwd,
                 pass_fds=(ev_w,),
                 close_fds=True,
-                preexec_fn=_own_group_dying_with(os.getpid()),
+                preexec_fn=_own_group_dying_with(os.getpid(), env),
             )
         except OSError as error:
             _close(out_r, ev_r)

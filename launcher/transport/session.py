@@ -29,6 +29,7 @@ from launcher.private_files import make_private_dir, open_private
 from launcher.transport.base import EventSink, ExitStatus, OutputLine, TaskExited, WorkerReport
 from launcher.transport.channel import Channel
 from worker.contract import ALIVE, ERROR_FILE_VAR, EXIT, RESULT_FILE_VAR, STARTED
+from worker.files import write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -82,10 +83,7 @@ def write_mirrored(launch: TaskLaunch, files: dict[str, Any]) -> None:
         if path is None or not isinstance(text, str):
             continue
         make_private_dir(os.path.dirname(path))
-        tmp = f"{path}.tmp-{os.getpid()}"
-        with open_private(tmp, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
+        write_atomic(path, text)
 
 
 class AgentTask:

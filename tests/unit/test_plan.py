@@ -11,7 +11,7 @@ import pytest
 
 from launcher.plan import PlanInputs, build_plan, task_slots
 from launcher.spec import parse_spec
-from worker.contract import ENV_PREFIX, TaskEnv
+from worker.contract import ENV_PREFIX, UMASK_VAR, TaskEnv
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
@@ -119,7 +119,9 @@ def test_each_tasks_contract_variables_are_those_task_env_derives() -> None:
             preemption_exit_code=spec.restart.preemption_exit_code,
             fault=inputs.faults.get(task.name),
         ).to_env()
-        assert [(k, v) for k, v in task.env.items() if k.startswith(ENV_PREFIX)] == list(expected.items()), task.name
+        ours = [(k, v) for k, v in task.env.items() if k.startswith(ENV_PREFIX) and k != UMASK_VAR]
+        assert ours == list(expected.items()), task.name
+        assert task.env[UMASK_VAR] == "077"  # read by the host's agent, not by the task
 
 
 def test_user_command_replaces_bare_python_with_the_hosts_python() -> None:

@@ -1,0 +1,104 @@
+"""One launcher per run directory, and a run directory that only its owner can change.
+
+An existing run directory must belong to the launcher's user and be writable by nobody else
+(otherwise another local user could plant files or symlinks where the launcher writes). While a
+launch runs it holds an flock on `launch.lock` with its pid in it; a second launch of the same run,
+or a `--fresh` that would move it, is refused naming that pid. The lock dies with the process,
+so a killed launcher never leaves a stale one. Never starts a process.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import stat
+
+from launcher.errors import RunDirError, UsageError
+from worker.contract import RunLayout
+
+__all__ = ["RunLock", "check_run_dir", "holder_of", "lock_run", "refuse_if_running"]
+
+
+def check_run_dir(run_dir: str) -> None:
+    """Refuse an existing run directory that is not ours alone; a missing one is fine (we make it 0700)."""
+    try:
+        info = os.stat(run_dir)
+    except (FileNotFoundError, NotADirectoryError):  # made later; a file in the way is reported then
+        return
+    if not stat.S_ISDIR(info.st_mode):
+        raise RunDirError(run_dir, "it exists and is not a directory")
+    if info.st_uid != os.geteuid():
+        raise UsageError(
+            f"{run_dir} belongs to uid {info.st_uid}, not to you (uid {os.geteuid()}): another user could have "
+            "planted files there. Use another --name or --run-root. Nothing was started."
+        )
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise UsageError(
+            f"{run_dir} is writable by others (mode {stat.S_IMODE(info.st_mode):04o}): another user could plant files "
+            f"or symlinks where the launcher writes. Make it yours alone (chmod 700 {run_dir}) or use another --name. "
+            "Nothing was started."
+        )
+
+
+def holder_of(run_dir: str) -> int | None:
+    """The pid of the launcher running this run now, or None."""
+    try:
+        fd = os.open(RunLayout(run_dir).lock_file, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:  # no lock file (never launched here) or not a regular file we can open
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError as error:
+        if error.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+            raise
+        text = os.read(fd, 32).decode("ascii", "replace").strip()
+        return int(text) if text.isdigit() else -1
+    finally:
+        os.close(fd)
+    return None
+
+
+def _running(run_dir: str, pid: str) -> UsageError:
+    return UsageError(
+        f"{run_dir} is being run by another launcher (pid {pid}): wait for it, stop it with "
+        f"'launch stop {run_dir}', or use another --name. Nothing was started."
+    )
+
+
+def refuse_if_running(run_dir: str) -> None:
+    holder = holder_of(run_dir)
+    if holder is not None:
+        raise _running(run_dir, str(holder) if holder > 0 else "?")
+
+
+class RunLock:
+    """The held lock; `release()` (or the process's end) frees it."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd: int | None = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def lock_run(run_dir: str) -> RunLock:
+    """Take the run's lock (the run directory exists and passed `check_run_dir`)."""
+    path = RunLayout(run_dir).lock_file
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as error:
+        raise RunDirError(path, error.strerror or str(error)) from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as error:
+        text = os.read(fd, 32).decode("ascii", "replace").strip()
+        os.close(fd)
+        if error.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+            raise RunDirError(path, error.strerror or str(error)) from None
+        raise _running(run_dir, text or "?") from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return RunLock(fd)

@@ -1,0 +1,99 @@
+"""A shared machine: a run directory nobody else can hijack, one launcher per run, private files."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import signal
+import stat
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from launcher.private_files import open_private
+from tests.conftest import launch_cmd, run_launch, write_spec
+from worker.files import write_atomic
+
+NOBODY = pwd.getpwnam("nobody").pw_uid
+as_root = pytest.mark.skipif(os.geteuid() != 0, reason="handing a directory to another user needs root")
+
+
+def spec(work: Path, name: str = "r") -> Path:
+    data = {"name": name, "run_root": str(work / "runs"), "hosts": [{"address": "localhost", "workers": 1}]}
+    return write_spec(work, data)
+
+
+def test_an_atomic_write_replaces_a_planted_symlink_and_never_follows_it(tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    target = tmp_path / "summary.json"
+    target.symlink_to(victim)
+    for stale in ("summary.json.tmp", ".summary.json.tmp"):  # the fixed names of old
+        (tmp_path / stale).symlink_to(victim)
+    write_atomic(target, "{}")
+    assert victim.read_text() == "keep" and not target.is_symlink() and target.read_text() == "{}"
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600
+
+
+def test_a_log_is_never_opened_through_a_symlink(tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    (tmp_path / "worker-0.log").symlink_to(victim)
+    with pytest.raises(OSError):
+        open_private(tmp_path / "worker-0.log", "ab")
+    assert victim.read_text() == "keep"
+
+
+@as_root
+def test_a_run_directory_of_another_user_is_refused(work: Path) -> None:
+    run_dir = work / "runs" / "r"
+    run_dir.mkdir(parents=True)
+    os.chown(run_dir, NOBODY, NOBODY)
+    proc = run_launch(["--cluster", str(spec(work)), "--", "true"], work)
+    assert proc.returncode == 2 and f"belongs to uid {NOBODY}" in proc.stderr, proc.stderr
+    assert list(run_dir.iterdir()) == [], "something was written into another user's directory"
+
+
+def test_a_run_directory_others_can_write_is_refused(work: Path) -> None:
+    run_dir = work / "runs" / "r"
+    run_dir.mkdir(parents=True)
+    run_dir.chmod(0o777)
+    proc = run_launch(["--cluster", str(spec(work)), "--", "true"], work)
+    assert proc.returncode == 2 and "writable by others (mode 0777)" in proc.stderr, proc.stderr
+    assert list(run_dir.iterdir()) == []
+
+
+def test_a_second_launch_of_a_running_run_is_refused_naming_the_first(work: Path) -> None:
+    path = spec(work)
+    first = subprocess.Popen(
+        launch_cmd("--cluster", str(path), "--plain", "--", "python3", "-c", "import time; time.sleep(60)"),
+        cwd=work,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        lock = work / "runs" / "r" / "launch.lock"
+        deadline = time.monotonic() + 30
+        while not (lock.exists() and lock.read_text().strip()):
+            assert time.monotonic() < deadline and first.poll() is None
+            time.sleep(0.05)
+        second = run_launch(["--cluster", str(path), "--", "true"], work)
+        assert second.returncode == 2 and f"another launcher (pid {first.pid})" in second.stderr, second.stderr
+        fresh = run_launch(["--cluster", str(path), "--fresh", "--", "true"], work)
+        assert fresh.returncode == 2 and f"pid {first.pid}" in fresh.stderr and (work / "runs" / "r").is_dir()
+        assert not list((work / "runs" / "r").glob("attempt-1")), "the refused launch started an attempt"
+    finally:
+        first.send_signal(signal.SIGINT)
+        assert first.wait(30) == 130
+    again = run_launch(["--cluster", str(path), "--", "true"], work)
+    assert again.returncode == 0, again.stderr  # the lock went with the first launcher
+
+
+def test_tasks_write_files_only_their_user_can_read(work: Path) -> None:
+    code = "open('made-by-task', 'w').write('x'); import os; os.mkdir('dir-by-task')"
+    proc = run_launch(["--cluster", str(spec(work)), "--", "python3", "-c", code], work)
+    assert proc.returncode == 0, proc.stderr
+    assert stat.S_IMODE((work / "made-by-task").stat().st_mode) == 0o600
+    assert stat.S_IMODE((work / "dir-by-task").stat().st_mode) == 0o700

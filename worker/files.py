@@ -1,0 +1,43 @@
+"""Writing a file so that no reader ever sees half of it and no planted name can redirect it.
+
+`write_atomic` writes a random temporary name in the same directory (O_CREAT|O_EXCL|O_NOFOLLOW:
+never an existing file, never through a symlink), syncs it and renames it over the target (a
+rename replaces a symlink at the target, it does not follow it). Stdlib only: the worker runtime,
+the launcher and the bundle all write through it.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+
+__all__ = ["FILE_MODE", "write_atomic"]
+
+FILE_MODE = 0o600
+_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def write_atomic(path: str | os.PathLike[str], data: bytes | str, mode: int = FILE_MODE) -> None:
+    """Replace `path` with `data` in one step; the file is created with `mode` (0600 by default)."""
+    target = os.fspath(path)
+    directory, name = os.path.split(os.path.abspath(target))
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    while True:
+        temporary = os.path.join(directory, f".{name}.{secrets.token_hex(8)}.tmp")
+        try:
+            fd = os.open(temporary, _FLAGS, mode)
+            break
+        except FileExistsError:  # 64 random bits already taken: draw again
+            continue
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(payload)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, target)
+    except BaseException:
+        try:
+            os.unlink(temporary)
+        except FileNotFoundError:  # renamed already, or never written
+            pass
+        raise
