@@ -24,6 +24,7 @@ def leave_together(strategy: Any, preemption: Any) -> None:
     stop = getattr(preemption, "_stop_cluster_wise_termination_watcher_thread", None)
     if stop is not None:  # TensorFlow's own clean-up, run now instead of at garbage collection
         stop()
+
     # One scalar all-reduce (in a tf.function: run eagerly, the strategy warns about overhead); it
     # completes only once every worker has stopped its watcher.
     @tf.function
