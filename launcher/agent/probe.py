@@ -112,7 +112,7 @@ def _tensorflow_version() -> str | None:
 def _worker_importable() -> bool:
     import importlib.util
 
-    if _worker_in(_site_dirs() + [p or os.getcwd() for p in sys.path]):
+    if _worker_in(_site_dirs() + [p for p in sys.path if p]):  # the runtime starts with -P: never the cwd
         return True
     _run_site()
     try:

@@ -12,6 +12,10 @@ sys.argv and sys.path[0], the script run with runpy as `__main__`. Only the prel
 is lowered: the task runs on the main thread, whose priority was never touched (an unprivileged
 process could not raise it back).
 
+Nothing in the working directory (the task's, a user's project) is imported by the spare itself:
+`-c` puts that directory first on sys.path and the bootstrap takes it off before any import, and
+what runpy would import late is loaded ahead. Only the task, once started, sees its own sys.path.
+
 It must never build a TF op or touch a device before its order: TensorFlow must first see the
 order's TF_CONFIG and CUDA_VISIBLE_DEVICES (importing TensorFlow does neither). A spare runs one
 task at most: a process that ever built a strategy is never reused. Standard library only up to
@@ -35,6 +39,10 @@ SPARE_BOOTSTRAP = (
     "g={'__name__':'tflaunch_spare','ORDERS':f};exec(compile(src,'tflaunch_spare','exec'),g)"
 )
 PRELOAD_NICE = 19  # where SCHED_IDLE is not to be had: the lowest nice value instead
+
+# runpy.run_path imports pkgutil only when called, when the task's directory already leads sys.path
+# (a pkgutil.py beside the script would stand in for it): load it while nothing there can be found.
+__import__("pkgutil")
 
 
 def lower_this_thread() -> str:
