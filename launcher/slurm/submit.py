@@ -5,12 +5,17 @@ run directory, so a requeued job runs exactly what was submitted, and no environ
 spec reaches the script or a command line. Then it waits until the job starts, at most the spec's
 `restart.start_timeout_s` (a job that cannot get its resources is cancelled with Slurm's reason),
 and with `--wait` follows the job's output until it ends.
+
+The `#SBATCH` lines are read by sbatch's own parser, not by a shell (`sbatch_word`), and the
+`--output` path by Slurm's file-name patterns (`%j`): each value is written so that Slurm reads
+back exactly the spec's value, or refused with the spec field it comes from.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -18,7 +23,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from launcher.errors import LaunchError, UsageError
+from launcher.errors import LaunchError, SpecError, SpecProblem, UsageError
 from launcher.private_files import make_private_dir, open_private
 from launcher.spec import ClusterSpec, SlurmSpec
 
@@ -36,28 +41,109 @@ def tasks_per_node(slurm: SlurmSpec) -> int:
     return slurm.gpus_per_node or 1 if slurm.worker_per_gpu else 1
 
 
-def batch_script(spec: ClusterSpec, spec_copy: Path, run_dir: Path) -> str:
-    """The sbatch script for `spec`; it runs `launch --slurm` on the copy of the spec."""
+_PLAIN_WORD = re.compile(r"[A-Za-z0-9_@%+,./=-][A-Za-z0-9_@%+,./=:-]*")
+_SEPARATORS = ("hetjob", "packjob")  # a word sbatch takes as a job component separator
+
+
+def unwritable(value: str) -> str | None:
+    """Why `value` cannot be one word of an `#SBATCH` line, or None when it can."""
+    if "\n" in value:
+        return "a newline, which ends the #SBATCH line"
+    if "\0" in value:
+        return "a NUL byte, which ends the string sbatch reads"
+    if not value:
+        return "nothing: an empty word ends the #SBATCH line"
+    return None
+
+
+def sbatch_word(value: str) -> str:
+    """`value` as one word of an `#SBATCH` line, which sbatch reads back unchanged.
+
+    sbatch splits these lines itself (`get_argument` in src/sbatch/opt.c, Slurm 22.05), not a
+    shell: a word ends at unquoted white space, an unquoted `#` starts a comment, `"` and `'`
+    quote, and a backslash takes the next character as it is, inside quotes too. So shell
+    quoting does not fit (`'a\\'` leaves its quote open and sbatch stops). Inside double quotes
+    with every backslash and double quote escaped, any character but a newline or NUL
+    (`unwritable`) reads back as written; plain words are left bare for the reader."""
+    why = unwritable(value)
+    if why is not None:
+        raise ValueError(f"{value!r} holds {why}")
+    if _PLAIN_WORD.fullmatch(value) and value.lower() not in _SEPARATORS:
+        return value
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def output_pattern(run_dir: Path) -> str:
+    """The --output file name pattern for `run_dir`/slurm-JOBID.out: a `%` of the path doubled, as
+    Slurm reads `%%`. (A path with a backslash has no such pattern: `_problems` refuses it.)"""
+    return str(run_dir).replace("%", "%%") + "/slurm-%j.out"
+
+
+def _options(spec: ClusterSpec, run_dir: Path, workdir: str) -> list[tuple[str, str]]:
+    """Each sbatch option of the script with the JSON path of the spec field it comes from."""
     slurm = spec.slurm or SlurmSpec()
     options = [
-        f"--job-name={spec.name}",
-        f"--nodes={slurm.nodes}",
-        f"--ntasks-per-node={tasks_per_node(slurm)}",
-        f"--output={run_dir}/slurm-%j.out",
-        "--open-mode=append",  # a requeued job adds to the same file
-        f"--chdir={spec.workdir or os.getcwd()}",
-        "--requeue" if slurm.requeue else "--no-requeue",
+        ("$.name", f"--job-name={spec.name}"),
+        ("$.slurm.nodes", f"--nodes={slurm.nodes}"),
+        ("$.slurm.tasks_per_node", f"--ntasks-per-node={tasks_per_node(slurm)}"),
+        ("$.run_root", f"--output={output_pattern(run_dir)}"),
+        ("$.run_root", "--open-mode=append"),  # a requeued job adds to the same file
+        ("$.workdir", f"--chdir={workdir}"),
+        ("$.slurm.requeue", "--requeue" if slurm.requeue else "--no-requeue"),
     ]
-    if slurm.signal_before_end_s:
-        options.append(f"--signal=TERM@{slurm.signal_before_end_s}")  # to the steps: the workers save
-    for flag, value in (("partition", slurm.partition), ("account", slurm.account), ("time", slurm.time_limit)):
+    if slurm.signal_before_end_s:  # to the steps: the workers save
+        options.append(("$.slurm.signal_before_end_s", f"--signal=TERM@{slurm.signal_before_end_s}"))
+    for key, flag in (("partition", "partition"), ("account", "account"), ("time_limit", "time")):
+        value = getattr(slurm, key)
         if value is not None:
-            options.append(f"--{flag}={value}")
+            options.append((f"$.slurm.{key}", f"--{flag}={value}"))
     if slurm.gpus_per_node:
-        options.append(f"--gpus-per-node={slurm.gpus_per_node}")
-    options += slurm.sbatch_options
-    command = [spec.python or sys.executable, "-m", "launcher", "--cluster", str(spec_copy), "--slurm", "--plain"]
-    lines = ["#!/bin/bash", *(f"#SBATCH {shlex.quote(option)}" for option in options), ""]
+        options.append(("$.slurm.gpus_per_node", f"--gpus-per-node={slurm.gpus_per_node}"))
+    options += [(f"$.slurm.sbatch_options[{i}]", option) for i, option in enumerate(slurm.sbatch_options)]
+    return options
+
+
+_FIXES = {
+    "$.run_root": "choose a run_root without one (an absolute one when the working directory has it)",
+    "$.workdir": "set workdir to a directory without one",
+}
+
+
+def _problems(options: list[tuple[str, str]], run_dir: Path) -> list[SpecProblem]:
+    problems = []
+    for path, option in options:
+        why = unwritable(option)
+        if why is not None:
+            fix = _FIXES.get(path, "remove it")
+            problems.append(SpecProblem(path, f"sbatch cannot be given {_shown(option)}: it holds {why}; {fix}"))
+    if "\\" in str(run_dir):
+        problems.append(
+            SpecProblem(
+                "$.run_root",
+                f"the run directory {_shown(str(run_dir))} has a backslash: Slurm drops every backslash of an "
+                f"--output path that has one (and expands no %j there); {_FIXES['$.run_root']}",
+            )
+        )
+    return problems
+
+
+def _shown(text: str) -> str:
+    text = json.dumps(text)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def batch_script(spec: ClusterSpec, spec_copy: Path, run_dir: Path) -> str:
+    """The sbatch script for `spec`; it runs `launch --slurm` on the copy of the spec.
+
+    Raises SpecError (naming the field) when a value cannot reach sbatch as it is."""
+    workdir = spec.workdir or os.getcwd()
+    options = _options(spec, run_dir, workdir)
+    problems = _problems(options, run_dir)
+    if problems:
+        raise SpecError("launch slurm submit", problems)
+    # -P: the launcher starts in the job's working directory, whose files must not stand in for its modules
+    command = [spec.python or sys.executable, "-P", "-m", "launcher", "--cluster", str(spec_copy), "--slurm", "--plain"]
+    lines = ["#!/bin/bash", *(f"#SBATCH {sbatch_word(option)}" for _, option in options), ""]
     lines += [
         "# Written by `launch slurm submit`; the spec it runs is the copy beside this script.",
         "# SLURM_RESTART_COUNT counts requeues; the attempts of earlier runs stay in the run directory.",
@@ -69,15 +155,16 @@ def batch_script(spec: ClusterSpec, spec_copy: Path, run_dir: Path) -> str:
 
 def write_job(spec: ClusterSpec, run_dir: Path) -> Path:
     """The spec copy and the script in the run directory (private: the spec may hold secrets)."""
-    make_private_dir(run_dir)
     spec_copy = run_dir / "submitted-spec.json"
+    text = batch_script(spec, spec_copy, run_dir)  # first: a value sbatch cannot take leaves nothing behind
+    make_private_dir(run_dir)
     data = spec.model_dump(mode="json", exclude_unset=True, exclude={"hosts"})
     data["run_root"] = str(run_dir.parent)  # the job may start elsewhere: the same run directory
     with open_private(spec_copy, "w", encoding="utf-8") as handle:
         json.dump(data, handle, indent=2)
     script = run_dir / "submit.sbatch"
     with open_private(script, "w", encoding="utf-8") as handle:
-        handle.write(batch_script(spec, spec_copy, run_dir))
+        handle.write(text)
     return script
 
 
