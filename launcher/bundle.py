@@ -25,9 +25,11 @@ from typing import TYPE_CHECKING, Any
 
 from launcher import __version__
 from launcher.errors import UsageError
-from launcher.masking import mask_env, mask_value
+from launcher.masking import Redactor, redact, redacted
 from launcher.private_files import open_private
+from launcher.request import redactor_of
 from worker.contract import RunLayout
+from worker.files import write_atomic
 
 if TYPE_CHECKING:
     from launcher.preflight import PreflightReport
@@ -37,6 +39,7 @@ if TYPE_CHECKING:
 _TOP_LEVEL = ("summary.json", "status.json", "spec.json", "preflight.json", "metrics.jsonl", "eval.jsonl")
 _SLURM = ("submit.sbatch", "slurm-*.out")
 _SPEC_COPIES = ("spec.json", "submitted-spec.json")  # specs written by launch: masked again on the way in
+MAX_PACKED_BYTES = 8 * 2**20  # per file: a bundle is for reading, and the end of a log holds the failure
 _RUN_MARKERS = ("summary.json", "status.json", "submit.sbatch")
 
 
@@ -52,25 +55,17 @@ class BundleResult:
     left_out: list[str]
 
 
-def masked_spec(data: Any, key: str = "") -> Any:
-    """A spec (as JSON data) with the values of secret-looking environment names and URL passwords masked."""
-    if isinstance(data, dict):
-        if key == "env" and all(isinstance(v, str) for v in data.values()):
-            return mask_env(data)
-        return {k: masked_spec(v, k) for k, v in data.items()}
-    if isinstance(data, list):
-        return [masked_spec(item, key) for item in data]
-    if isinstance(data, str):
-        return mask_value("", data)
-    return data
+def masked_spec(data: Any, declared: list[str] | None = None) -> Any:
+    """A spec (as JSON data) with the values of secret names (known, or declared in its `secrets`),
+    the current launch's secret values and every secret-looking value masked."""
+    if declared is None:
+        names = data.get("secrets") if isinstance(data, dict) else None
+        declared = [n for n in names if isinstance(n, str)] if isinstance(names, list) else []
+    return Redactor(declared=declared).data(redacted(data))
 
 
 def _write_json(path: str, data: Any) -> None:
-    tmp = f"{path}.tmp"
-    with open_private(tmp, "w", encoding="utf-8") as handle:
-        json.dump(data, handle, indent=2, default=str)
-        handle.write("\n")
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(data, indent=2, default=str) + "\n")
 
 
 def write_launch_record(spec: ClusterSpec, report: PreflightReport, run_dir: str) -> None:
@@ -78,7 +73,7 @@ def write_launch_record(spec: ClusterSpec, report: PreflightReport, run_dir: str
 
     The run directory exists already: the launch made it, private, just before."""
     layout = RunLayout(run_dir)
-    _write_json(layout.spec_file, masked_spec(spec.model_dump(mode="json")))
+    _write_json(layout.spec_file, masked_spec(redactor_of(spec).data(spec.model_dump(mode="json"))))
     found = {"time": time.time(), "passed": report.ok, "lines": report.lines, "problems": report.problems}
     _write_json(layout.preflight_file, {**found, "hosts": report.hosts})
 
@@ -193,7 +188,7 @@ def make_bundle(run_dir: str, output: str | None = None) -> BundleResult:
                     if relative in _SPEC_COPIES:
                         _add_masked_spec(archive, path, f"{root}/{relative}")
                     else:
-                        archive.add(path, f"{root}/{relative}", recursive=False)
+                        _add_redacted(archive, path, f"{root}/{relative}", left_out)
                     packed.append(relative)
                 except ValueError:  # cut short or foreign: its raw text might hold secrets
                     left_out.append(f"{relative} (not valid JSON; left out so that no secret slips through)")
@@ -214,6 +209,23 @@ def make_bundle(run_dir: str, output: str | None = None) -> BundleResult:
             os.remove(tmp)
         raise BundleError(f"{output}: cannot write the archive ({error.strerror or error}).") from None
     return BundleResult(output, os.path.getsize(output), len(packed) + 1, left_out)
+
+
+def _add_redacted(archive: tarfile.TarFile, path: str, name: str, notes: list[str]) -> None:
+    """A text file of the run (a log, the summary), secrets masked again on the way in; of a file
+    over MAX_PACKED_BYTES only the tail is packed, where the end of a run is."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise OSError(0, "not a regular file")
+        size = os.fstat(handle.fileno()).st_size
+        if size > MAX_PACKED_BYTES:
+            handle.seek(size - MAX_PACKED_BYTES)
+            handle.readline()  # from the first whole line
+            notes.append(f"{os.path.basename(name)}: only its last {MAX_PACKED_BYTES // 2**20} MiB (of {size} bytes)")
+        text = handle.read().decode("utf-8", "surrogateescape")
+    data = redact(text).encode("utf-8", "surrogateescape")
+    _add_bytes(archive, name, data, os.path.getmtime(path))
 
 
 def _add_masked_spec(archive: tarfile.TarFile, path: str, name: str) -> None:

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 
 from launcher import exit_codes
 from launcher.errors import PreflightError
-from launcher.masking import mask_env
-from worker.contract import TF_CONFIG
+from launcher.masking import redact, redacted
+from worker.contract import ARGV_VAR, TF_CONFIG
 
 if TYPE_CHECKING:
     from launcher.faults import Fault
@@ -64,20 +64,19 @@ def raise_fd_limit() -> None:
 
 def dry_run(plan: LaunchPlan, as_json: bool) -> int:
     if as_json:
-        data = plan.to_json()
-        for task in data["tasks"]:
-            task["env"] = mask_env(task["env"])
-        print(json.dumps(data, indent=2))
+        print(json.dumps(redacted(plan.to_json()), indent=2))
         return exit_codes.SUCCEEDED
+    shown = redact
     print(f"run {plan.run_name}: {len(plan.tasks)} task(s), run dir {plan.run_dir}, checkpoints {plan.checkpoint_dir}")
     for task in plan.tasks:
         print(f"\n[{task.label}] on {task.host} ({'local' if task.is_local else 'ssh'}), port {task.port}")
         print(f"  TF_CONFIG={json.dumps(task.tf_config, sort_keys=True)}")
-        for key, value in sorted(mask_env(task.env).items()):
+        for key, value in sorted(redacted(task.env).items()):
             if key != TF_CONFIG:
                 print(f"  {key}={value}")
-        print(f"  cwd: {task.cwd}")
-        print(f"  command: {' '.join(task.argv)}")
+        print(f"  cwd: {shown(task.cwd)}")
+        argv = [task.argv[0], *json.loads(task.env[ARGV_VAR])] if ARGV_VAR in task.env else task.argv
+        print(f"  command: {' '.join(shown(arg) for arg in argv)}")
         print(f"  log: {task.log_path}")
     return exit_codes.SUCCEEDED
 

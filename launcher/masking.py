@@ -1,35 +1,198 @@
-"""Hide secrets wherever they are shown: values of secret-looking names, passwords inside URLs,
-and terminal control sequences that a task's output could use to rewrite the operator's screen."""
+"""Hide secrets wherever the launcher shows or writes something, and keep the screen text only.
+
+A value is secret when its name says so (name tokens split on `_`, `-`, `.` and case changes, such
+as PASSWORD, PASS, PWD, TOKEN, SECRET, KEY, PAT, JWT, WEBHOOK..., minus an allow-list of known
+non-secrets such as TOKENIZERS_PARALLELISM), when the spec declares its name in `secrets`, or when
+the value looks like one (a PEM private key, GitHub/Hugging Face/OpenAI/Slack tokens, AWS access key
+ids, JWTs, `AccountKey=`, `Bearer ...`, Slack webhooks, a password inside a URL).
+`Redactor` holds the literal secret values of one spec and masks them, and every pattern above, in
+any text: the dry run, spec.json, summary and status, the failure report, validation errors and the
+bundle all go through it. `printable` strips terminal control sequences from what reaches a screen.
+"""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
-_SECRET = re.compile(
-    r"(SECRET|TOKEN|PASSW|PASSPHRASE|CREDENTIAL|AUTH|PRIVATE|API_?KEY|ACCESS_?KEY|_KEY$)", re.IGNORECASE
-)
+__all__ = [
+    "MASK",
+    "Redactor",
+    "is_secret",
+    "looks_secret",
+    "mask_env",
+    "mask_value",
+    "printable",
+    "redact",
+    "redacted",
+    "secret_arguments",
+    "set_secrets",
+]
+
 MASK = "****"
-_URL_PASSWORD = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*://[^/\s:@]*:)([^@\s/]+)@")
+_SECRET_WORDS = frozenset(
+    "SECRET SECRETS TOKEN TOKENS PASSWORD PASSWORDS PASSWD PASS PWD PW PASSPHRASE CREDENTIAL CREDENTIALS CREDS "
+    "AUTH AUTHORIZATION PRIVATE KEY KEYS APIKEY ACCESSKEY SECRETKEY PAT JWT WEBHOOK SIGNATURE SAS COOKIE "
+    "SESSIONID DSN CONNECTIONSTRING".split()
+)
+# Names whose words look secret but whose values are not (paths, switches, counts).
+_NOT_SECRET = frozenset(
+    {
+        "TOKENIZERS_PARALLELISM",
+        "SSH_AUTH_SOCK",
+        "GOOGLE_APPLICATION_CREDENTIALS",
+        "AWS_SHARED_CREDENTIALS_FILE",
+        "PASSWORD_STORE_DIR",
+        "KEYRING_BACKEND",
+        "PYTHONHASHSEED",
+    }
+)
+_WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
+_VALUE_PATTERNS = re.compile(
+    "|".join(
+        (
+            r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|$)",
+            r"\bgh[pousr]_[A-Za-z0-9]{20,}",
+            r"\bgithub_pat_[A-Za-z0-9_]{20,}",
+            r"\bsk-(?:proj-|ant-)?[A-Za-z0-9_\-]{20,}",
+            r"\bhf_[A-Za-z0-9]{20,}",
+            r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b",
+            r"\bxox[abposr]-[A-Za-z0-9\-]{10,}",
+            r"\beyJ[A-Za-z0-9_\-]{5,}\.eyJ[A-Za-z0-9_\-]{5,}\.[A-Za-z0-9_\-]+",
+            r"(?<=AccountKey=)[^;\s\"']+",
+            r"(?<=SharedAccessKey=)[^;\s\"']+",
+            r"(?<=[Bb]earer )[A-Za-z0-9_\-.~+/=]{8,}",
+            r"https://hooks\.slack\.com/services/[A-Za-z0-9/_\-]+",
+        )
+    )
+)
+_FLAG = re.compile(r"^--?([A-Za-z][A-Za-z0-9_.\-]*)(?:=(.*))?$", re.S)
 # CSI (ESC [ ... final), OSC (ESC ] ... BEL or ESC \), other two-byte ESC sequences, then any
 # remaining C0/C1 control character except tab.
 _CONTROL = re.compile(
     r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]?|[\x00-\x08\x0a-\x1f\x7f-\x9f]"
 )
+_MIN_LITERAL = 4  # shorter values would mask ordinary text
 
 
-def is_secret(name: str) -> bool:
-    return bool(_SECRET.search(name))
+def _words(name: str) -> list[str]:
+    return [word.upper() for word in _WORDS.findall(name)]
 
 
-def mask_value(name: str, value: str) -> str:
-    """The whole value for a secret-looking name; otherwise only a password inside a URL."""
-    if is_secret(name):
+def is_secret(name: str, declared: Iterable[str] = ()) -> bool:
+    """Whether an environment variable or flag called `name` holds a secret, by its words."""
+    if name in declared:
+        return True
+    if name.upper() in _NOT_SECRET:
+        return False
+    words = _words(name)
+    joined = {a + b for a, b in zip(words, words[1:], strict=False)}  # API_KEY -> APIKEY, CONNECTION_STRING
+    return bool(_SECRET_WORDS.intersection(words) or _SECRET_WORDS.intersection(joined))
+
+
+def looks_secret(value: str) -> bool:
+    """Whether a value is a secret by its form, whatever it is called."""
+    return bool(_VALUE_PATTERNS.search(value) or _URL_PASSWORD.search(value))
+
+
+_URL_PASSWORD = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*://[^/\s:@]*:)([^@\s/]+)@")
+
+
+def _patterns(text: str) -> str:
+    return _URL_PASSWORD.sub(rf"\g<1>{MASK}@", _VALUE_PATTERNS.sub(MASK, text))
+
+
+def mask_value(name: str, value: str, declared: Iterable[str] = ()) -> str:
+    """The whole value for a secret name; otherwise the secret-looking parts of it."""
+    if is_secret(name, declared):
         return MASK
-    return _URL_PASSWORD.sub(rf"\g<1>{MASK}@", value)
+    return _patterns(value)
 
 
-def mask_env(env: dict[str, str]) -> dict[str, str]:
-    return {key: mask_value(key, value) for key, value in env.items()}
+def mask_env(env: Mapping[str, str], declared: Iterable[str] = ()) -> dict[str, str]:
+    return {key: mask_value(key, value, declared) for key, value in env.items()}
+
+
+def secret_arguments(argv: Sequence[str], declared: Iterable[str] = ()) -> list[str]:
+    """The values in a command line that are secrets: `--token=X`, `--api-key X`, or secret-looking."""
+    found: list[str] = []
+    for index, arg in enumerate(argv):
+        match = _FLAG.match(arg)
+        if match and is_secret(match[1].replace("-", "_"), declared):
+            value = match[2] if match[2] is not None else (argv[index + 1] if index + 1 < len(argv) else "")
+            if value and not value.startswith("-"):
+                found.append(value)
+        elif looks_secret(arg):
+            found.append(arg)
+    return found
+
+
+class Redactor:
+    """Masks the literal secret values of one spec, and every secret-looking pattern, in any text."""
+
+    def __init__(self, literals: Iterable[str] = (), declared: Iterable[str] = ()) -> None:
+        self.declared = frozenset(declared)
+        kept = sorted({v for v in literals if len(v) >= _MIN_LITERAL}, key=len, reverse=True)
+        self._literals = re.compile("|".join(re.escape(v) for v in kept)) if kept else None
+
+    @classmethod
+    def for_values(
+        cls, envs: Iterable[Mapping[str, str]], argvs: Iterable[Sequence[str]], declared: Iterable[str] = ()
+    ) -> Redactor:
+        declared = frozenset(declared)
+        literals: list[str] = []
+        for env in envs:
+            for key, value in env.items():
+                if is_secret(key, declared):
+                    literals.append(value)
+                    literals.extend(line for line in value.splitlines() if len(line) >= 16)  # PEM bodies
+        for argv in argvs:
+            literals.extend(secret_arguments(argv, declared))
+        return cls(literals, declared)
+
+    def text(self, text: str) -> str:
+        if self._literals is not None:
+            text = self._literals.sub(MASK, text)
+        return _patterns(text)
+
+    def env(self, env: Mapping[str, str]) -> dict[str, str]:
+        return {key: MASK if is_secret(key, self.declared) else self.text(value) for key, value in env.items()}
+
+    def argv(self, argv: Sequence[str]) -> list[str]:
+        return [self.text(arg) for arg in argv]
+
+    def data(self, data: Any, key: str = "") -> Any:
+        """JSON-like data with every string redacted, and the values of secret names in any mapping masked."""
+        if isinstance(data, dict):
+            return {
+                k: MASK if isinstance(v, str) and is_secret(str(k), self.declared) else self.data(v, str(k))
+                for k, v in data.items()
+            }
+        if isinstance(data, list):
+            return [self.data(item, key) for item in data]
+        if isinstance(data, str):
+            return self.text(data)
+        return data
+
+
+_current = Redactor()
+
+
+def set_secrets(redactor: Redactor) -> None:
+    """The launch's secrets, for everything it shows or writes from now on (one launch per process)."""
+    global _current
+    _current = redactor
+
+
+def redact(text: str) -> str:
+    """`text` with the current launch's secrets and every secret-looking pattern masked."""
+    return _current.text(text)
+
+
+def redacted(data: Any) -> Any:
+    """JSON-like data redacted by the current launch's secrets (see `Redactor.data`)."""
+    return _current.data(data)
 
 
 def printable(line: str) -> str:

@@ -14,8 +14,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from launcher.agent.cluster import address
+from launcher.masking import secret_arguments
 from launcher.spec import ClusterSpec, CommandTraining, HostSpec, is_url
 from worker.contract import (
+    ARGV_TRAMPOLINE,
+    ARGV_VAR,
     ERROR_FILE_VAR,
     FAULT_VAR,
     RESULT_FILE_VAR,
@@ -260,11 +263,15 @@ def _host_share(spec: ClusterSpec, host: HostSpec, inputs: PlanInputs, run_env: 
     is_local = host.is_local
     python = host_python(spec, host, inputs.launcher_python)
     cwd = host.workdir or spec.workdir or (inputs.launcher_cwd if is_local else ".")
+    env = _host_env(spec, host, run_env)
     if isinstance(spec.training, CommandTraining):
         argv = with_python(spec.training.argv, python)
+        if secret_arguments(argv[1:], spec.secrets):  # only a python command can get here (request_spec)
+            env[ARGV_VAR] = json.dumps(argv[1:])
+            argv = [argv[0], "-c", ARGV_TRAMPOLINE]
     else:
         argv = [python, "-P", "-m", WORKER_MODULE]  # -P: no file in the workdir can stand in for the runtime
-    return _HostShare(is_local, python, cwd, tuple(argv), _host_env(spec, host, run_env))
+    return _HostShare(is_local, python, cwd, tuple(argv), env)
 
 
 def build_plan(spec: ClusterSpec, inputs: PlanInputs) -> LaunchPlan:

@@ -9,6 +9,7 @@ anything. A host list is the quick form of a spec's `hosts` for a run without a 
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from launcher.errors import UsageError
+from launcher.masking import Redactor, secret_arguments, set_secrets
 
 if TYPE_CHECKING:  # pydantic: imported by the paths that validate
     from launcher.spec import ClusterSpec, HostsFrom
@@ -145,7 +147,37 @@ def request_spec(request: LaunchRequest, hosts_from: HostsFrom | None = None) ->
     if updates:  # re-validate: overrides obey the same rules as the file
         merged = {**spec.model_dump(mode="json", exclude_unset=True), **updates}
         spec = parse_spec(merged, request.described, hosts_from)
+    set_secrets(redactor_of(spec))
+    _refuse_visible_secrets(spec, request.described)
     return spec
+
+
+def _refuse_visible_secrets(spec: ClusterSpec, source: str) -> None:
+    """A secret in a command's arguments can be kept off the process's command line (world-readable
+    in /proc) only when the command is a python: its arguments then travel in its environment."""
+    from launcher.errors import SpecError, SpecProblem
+
+    argv = getattr(spec.training, "argv", None) or []
+    if not argv or os.path.basename(argv[0]).startswith("python") and argv[1:2] != ["-c"]:
+        return
+    hidden = set(secret_arguments(argv[1:], spec.secrets))
+    problems = [
+        SpecProblem(
+            f"$.training.argv[{index}]",
+            "holds a secret, and only a python command's arguments can be kept off the process list: pass it in "
+            "env (its value is masked everywhere) and read it there",
+        )
+        for index, arg in enumerate(argv)
+        if index > 0 and (arg in hidden or any(value in arg for value in hidden))
+    ]
+    if problems:
+        raise SpecError(source, problems)
+
+
+def redactor_of(spec: ClusterSpec) -> Redactor:
+    """The secrets of a spec: its env's and hosts' env's secret values, and its command's."""
+    argv = getattr(spec.training, "argv", None) or []
+    return Redactor.for_values([spec.env, *(host.env for host in spec.hosts)], [argv], spec.secrets)
 
 
 _THIS_MACHINE = ("localhost", "127.0.0.1", "::1")

@@ -636,6 +636,12 @@ class ClusterSpec(StrictModel):
         "remote ones).",
     )
     env: dict[str, str] = Field(default_factory=dict, description="Environment variables for every task.")
+    secrets: list[Annotated[str, Field(min_length=1, max_length=256)]] = Field(
+        default_factory=list,
+        description="Names of environment variables (or command-line flags, without dashes) whose values are "
+        "secret, beyond those the launcher recognises by name (PASSWORD, TOKEN, KEY, ...) or form (private keys, "
+        "known token formats): masked wherever the launcher shows or writes them.",
+    )
     training: TrainingSpec = Field(default_factory=lambda: BuiltinTraining(), description="What every task runs.")
     restart: RestartSpec = Field(default_factory=lambda: RestartSpec(), description="Supervision settings.")
     slurm: SlurmSpec | None = Field(None, description="Settings for running on Slurm instead of a host list.")

@@ -35,6 +35,15 @@ TRAINING_VAR = "TFLAUNCH_TRAINING"
 PREEMPTION_EXIT_CODE_VAR = "TFLAUNCH_PREEMPTION_EXIT_CODE"
 FAULT_VAR = "TFLAUNCH_FAULT"  # --inject rehearsals, first attempt only
 EVENT_FD_VAR = "TFLAUNCH_EVENT_FD"  # set by the host's agent, not by the plan
+ARGV_VAR = "TFLAUNCH_ARGV"  # JSON: a python command's arguments, when they hold a secret (see ARGV_TRAMPOLINE)
+# Runs `python ARGS...` with ARGS taken from ARGV_VAR, so that a secret among them is never on the
+# process's command line (world-readable in /proc); the script sees the same sys.argv and sys.path[0].
+ARGV_TRAMPOLINE = (
+    "import json, os, runpy, sys; a = json.loads(os.environ.pop('TFLAUNCH_ARGV'))\n"
+    "if a[0] == '-m': sys.argv = a[1:]; runpy.run_module(a[1], run_name='__main__', alter_sys=True)\n"
+    "else: sys.argv = a; sys.path[0] = os.path.dirname(os.path.abspath(a[0]))"
+    "; runpy.run_path(a[0], run_name='__main__')"
+)
 UMASK_VAR = "TFLAUNCH_UMASK"  # octal; the host's agent starts every task (and spare) with it
 # Set on the pods of a job exported for Kubernetes (`launch export k8s`); `python -m worker.pod`
 # turns them, with the pod's index, into TF_CONFIG and the variables above.

@@ -19,11 +19,12 @@ import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from launcher.agent import frames
 from launcher.agent.tasks import kill_group
 from launcher.errors import HostError
+from launcher.masking import redact
 from launcher.plan import TaskLaunch
 from launcher.private_files import make_private_dir, open_private
 from launcher.transport.base import EventSink, ExitStatus, OutputLine, TaskExited, WorkerReport
@@ -83,7 +84,37 @@ def write_mirrored(launch: TaskLaunch, files: dict[str, Any]) -> None:
         if path is None or not isinstance(text, str):
             continue
         make_private_dir(os.path.dirname(path))
-        write_atomic(path, text)
+        write_atomic(path, redact(text))
+
+
+class RedactedLog:
+    """A task's log file, written line by line through the launch's redaction (its secrets never
+    reach the disk); a line longer than MAX_LINE_BYTES is written in pieces as it comes."""
+
+    def __init__(self, handle: IO[bytes]) -> None:
+        self._handle = handle
+        self._partial = b""
+
+    def write(self, data: bytes) -> None:
+        *lines, self._partial = (self._partial + data).split(b"\n")
+        if len(self._partial) > MAX_LINE_BYTES:
+            lines.append(self._partial)
+            self._partial = b""
+            self._handle.write(self._redacted(lines, last_is_whole=False))
+        elif lines:
+            self._handle.write(self._redacted(lines, last_is_whole=True))
+        self._handle.flush()
+
+    @staticmethod
+    def _redacted(lines: list[bytes], last_is_whole: bool) -> bytes:
+        text = "\n".join(line.decode("utf-8", "surrogateescape") for line in lines)
+        return (redact(text) + ("\n" if last_is_whole else "")).encode("utf-8", "surrogateescape")
+
+    def close(self) -> None:
+        if self._partial:
+            self._handle.write(self._redacted([self._partial], last_is_whole=False))
+            self._partial = b""
+        self._handle.close()
 
 
 class AgentTask:
@@ -100,14 +131,13 @@ class AgentTask:
         self._exited = False
         self._ending = threading.Lock()
         make_private_dir(Path(launch.log_path).parent)
-        self._log = open_private(launch.log_path, "ab")
-        self._lines = Lines(lambda line: sink(OutputLine(launch.name, line)))
+        self._log = RedactedLog(open_private(launch.log_path, "ab"))
+        self._lines = Lines(lambda line: sink(OutputLine(launch.name, redact(line))))
 
     def output(self, data: bytes) -> None:
         if self._exited:  # a frame that raced the host's loss
             return
         self._log.write(data)
-        self._log.flush()
         self._lines.feed(data)
 
     def event(self, data: dict[str, Any]) -> None:

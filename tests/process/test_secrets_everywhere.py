@@ -1,0 +1,100 @@
+"""A run with a dozen kinds of secrets in env and argv, failing on purpose: no secret value in any file
+of the run directory, in the bundle, on the console, or on a process command line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tarfile
+import time
+from pathlib import Path
+
+import psutil
+
+from tests.conftest import launch_cmd, run_launch, write_spec
+from tests.unit.test_secrets import SECRETS
+
+ARG_SECRET = "hf_" + "ZYXWVUTSRQPONMLKJIHGFEDCBA98"
+SCRIPT = """
+import json, os, sys, time
+secrets = json.loads(os.environ["SECRET_NAMES"])
+for name in secrets:
+    print(f"{name}={os.environ[name]}", flush=True)
+print("argv", sys.argv[1:], flush=True)
+open(sys.argv[-1], "w").write(str(os.getpid()))
+time.sleep(float(os.environ["HOLD_S"]))
+raise RuntimeError("cannot log in with " + os.environ["DB_PASS"] + " or " + sys.argv[1].split("=", 1)[1])
+"""
+
+
+def every_value() -> list[str]:
+    return [*SECRETS.values(), ARG_SECRET]
+
+
+def test_no_secret_reaches_a_file_the_console_or_a_command_line(work: Path) -> None:
+    (work / "leak.py").write_text(SCRIPT)
+    env = {**SECRETS, "SECRET_NAMES": json.dumps(sorted(SECRETS)), "HOLD_S": "3", "MY_THING": "declared-value-9"}
+    spec = write_spec(
+        work,
+        {
+            "name": "s",
+            "run_root": str(work / "runs"),
+            "hosts": [{"address": "localhost", "workers": 1}],
+            "env": env,
+            "secrets": ["MY_THING"],
+            "restart": {"max_restarts": 0, "grace_period_s": 2},
+        },
+    )
+    pid_file = work / "task.pid"
+    argv = ["python3", "leak.py", f"--token={ARG_SECRET}", str(pid_file)]
+    proc = subprocess.Popen(
+        launch_cmd("--cluster", str(spec), "--plain", "--", *argv),
+        cwd=work,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    deadline = time.monotonic() + 30
+    while not (pid_file.exists() and pid_file.read_text()):
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.05)
+    started = [p for p in psutil.process_iter() if p.pid != proc.pid and _mentions(p, str(work))]  # not launch itself
+    cmdlines = [" ".join(p.cmdline()) for p in started]
+    cmdlines.append(" ".join(psutil.Process(int(pid_file.read_text())).cmdline()))
+    console = proc.communicate(timeout=60)[0]
+    assert proc.returncode == 1, console
+    assert "RuntimeError: cannot log in with ****" in console, console
+    dry = run_launch(["--cluster", str(spec), "--dry-run", "--", *argv], work)
+    dry_json = run_launch(["--cluster", str(spec), "--dry-run", "--json", "--", *argv], work)
+    bundle = run_launch(["bundle", str(work / "runs" / "s"), "-o", str(work / "b.tar.gz")], work)
+    assert bundle.returncode == 0, bundle.stderr
+    with tarfile.open(work / "b.tar.gz") as archive:
+        packed = "".join(archive.extractfile(m).read().decode() for m in archive.getmembers() if m.isfile())
+    status = run_launch(["status", str(work / "runs" / "s")], work)
+    files = {str(p): p.read_text(errors="replace") for p in (work / "runs").rglob("*") if p.is_file()}
+    shown = {
+        "console": console,
+        "dry-run": dry.stdout + dry.stderr,
+        "dry-run --json": dry_json.stdout,
+        "bundle": packed,
+        "status": status.stdout + status.stderr,
+        "command lines": "\n".join(cmdlines),
+        **files,
+    }
+    leaks = [(where, value[:12]) for where, text in shown.items() for value in every_value() if value in text]
+    assert not leaks, leaks
+    assert "declared-value-9" not in console + "".join(files.values())
+    assert "MY_THING=****" in dry.stdout
+
+
+def _mentions(process: psutil.Process, marker: str) -> bool:
+    try:
+        return any(marker in part for part in process.cmdline()) or process.cwd().startswith(marker)
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):  # gone meanwhile, or not ours
+        return False
+
+
+def test_a_secret_in_a_non_python_command_is_refused(tmp_path: Path) -> None:
+    proc = run_launch(["--local", "1", "--", "bash", "-c", f"echo {ARG_SECRET}"], tmp_path)
+    assert proc.returncode == 2 and "$.training.argv[2]: holds a secret" in proc.stderr
+    assert ARG_SECRET not in proc.stderr

@@ -1,0 +1,66 @@
+"""Secret-looking is decided by name words, by value forms and by what the spec declares."""
+
+from __future__ import annotations
+
+import pytest
+
+from launcher.masking import MASK, Redactor, is_secret, looks_secret, mask_env, secret_arguments
+
+PEM = "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7\n-----END PRIVATE KEY-----\n"
+SECRETS = {
+    "DB_PASS": "hunter2-db",
+    "SNOWFLAKE_PWD": "snowy-pwd-1",
+    "GITHUB_PAT": "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8",
+    "JWT": "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+    "ENCRYPTION_KEY_B64": "c2VjcmV0LWtleS1iNjQ=",
+    "GCP_SA_JSON": '{"type": "service_account", "private_key": "' + PEM.replace("\n", "\\n") + '"}',
+    "AZURE_STORAGE_CONNECTION_STRING": "DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=Zm9vYmFyYmF6cXV4==;",
+    "SLACK_URL": "https://hooks.slack.com/services/T000/B000/XXXXXXXXXXXXXXXX",
+    "HF_TOKEN": "hf_" + "abcdefghijklmnopqrstuvwxyz12",
+    "OPENAI_API_KEY": "sk-" + "proj-ABCDEFGHIJKLMNOPQRSTUVWX",
+    "AWS_ACCESS_KEY_ID": "AKIA" + "ABCDEFGHIJKLMNOP",
+    "dbPassword": "camel-case-pw",
+}
+
+
+@pytest.mark.parametrize("name", sorted(SECRETS))
+def test_each_kind_is_masked_in_env(name: str) -> None:
+    assert MASK in mask_env({name: SECRETS[name]})[name]
+    assert SECRETS[name] not in Redactor.for_values([SECRETS], []).text(f"log line with {SECRETS[name]} in it")
+
+
+@pytest.mark.parametrize(
+    "name", ["TOKENIZERS_PARALLELISM", "KERAS_BACKEND", "TF_CPP_MIN_LOG_LEVEL", "SSH_AUTH_SOCK", "PASSTHROUGH"]
+)
+def test_known_non_secrets_are_shown(name: str) -> None:
+    assert not is_secret(name)
+
+
+def test_declared_names_are_secret() -> None:
+    assert not is_secret("MY_THING") and is_secret("MY_THING", ["MY_THING"])
+    assert Redactor.for_values([{"MY_THING": "value-123"}], [], ["MY_THING"]).text("x value-123 y") == f"x {MASK} y"
+
+
+def test_values_are_secret_by_their_form() -> None:
+    for value in (PEM, SECRETS["GITHUB_PAT"], SECRETS["JWT"], "Authorization: Bearer abcdef123456", "s3://u:pw@h/b"):
+        assert looks_secret(value), value
+    assert not looks_secret("runs/example/checkpoints") and not looks_secret("gs://bucket/run")
+
+
+def test_secret_arguments_in_a_command_line() -> None:
+    argv = ["python", "train.py", "--token=hf_abcdefghijklmnopqrstuvwxyz12", "--api-key", "k-123456", "--lr", "0.1"]
+    assert secret_arguments(argv) == ["hf_abcdefghijklmnopqrstuvwxyz12", "k-123456"]
+    shown = Redactor.for_values([], [argv]).argv(argv)
+    assert shown == ["python", "train.py", f"--token={MASK}", "--api-key", MASK, "--lr", "0.1"]
+
+
+def test_a_pem_key_is_masked_whole_even_split_over_lines() -> None:
+    redactor = Redactor.for_values([{"SA": PEM}], [])
+    out = redactor.text("start\n" + PEM + "end")
+    assert "MIIEvQ" not in out and out.startswith("start\n") and out.endswith("end")
+
+
+def test_data_is_masked_by_key_and_value() -> None:
+    redactor = Redactor.for_values([{"DB_PASS": "hunter2-db"}], [])
+    data = {"env": {"DB_PASS": "hunter2-db", "OTHER": "x"}, "message": "login hunter2-db failed", "n": 3}
+    assert redactor.data(data) == {"env": {"DB_PASS": MASK, "OTHER": "x"}, "message": f"login {MASK} failed", "n": 3}
