@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from launcher import exit_codes
 from launcher.errors import PreflightError
-from launcher.masking import redact, redacted
+from launcher.masking import printable, redact, redacted
 from worker.contract import ARGV_VAR, TF_CONFIG
 
 if TYPE_CHECKING:
@@ -202,7 +202,7 @@ def slurm_submit(spec: ClusterSpec, print_only: bool, wait: bool) -> int:
     say(f"job {job_id} is {fields.get('JobState', '?').lower()} on {fields.get('NodeList', '?')}")
     if not wait:
         return exit_codes.SUCCEEDED
-    return slurm.follow(job_id, output, say, lambda line: print(line, flush=True))
+    return slurm.follow(job_id, output, say, lambda line: print(printable(redact(line)), flush=True))
 
 
 def export_k8s(spec: ClusterSpec, options: ExportOptions, source: str, output: str | None) -> int:

@@ -183,6 +183,11 @@ def _check_info(hosts: list[_Host], plan: LaunchPlan, need_worker: bool, report:
             )
         if not info["workdir_ok"]:
             report.problems.append(f"{host.address}: working directory {host.workdir} does not exist")
+        if info.get("checkpoint_unsafe"):
+            report.problems.append(
+                f"{host.address}: checkpoint_dir {plan.checkpoint_dir} {info['checkpoint_unsafe']}: a checkpoint "
+                "planted there would be restored; use a directory of your own (chmod o-w, or another checkpoint_dir)"
+            )
         if not info["checkpoint_ok"]:
             report.problems.append(
                 f"{host.address}: checkpoint_dir {plan.checkpoint_dir} is not a writable directory and "

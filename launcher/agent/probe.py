@@ -36,6 +36,20 @@ def creatable(path: str) -> bool:
     return os.path.isdir(path) and os.access(path, os.W_OK | os.X_OK)
 
 
+def foreign_owner(path: str) -> str | None:
+    """Why an existing checkpoint directory is not safe to restore from: another user's, or one
+    anybody may write to (a planted checkpoint would be restored); None when it is ours or absent."""
+    try:
+        info = os.stat(path)
+    except OSError:  # not there (yet): the run makes it, as its own
+        return None
+    if info.st_uid not in (os.geteuid(), 0):
+        return f"belongs to uid {info.st_uid}, not to the task's user (uid {os.geteuid()})"
+    if info.st_mode & 0o002:  # sticky or not: anybody may add a file there
+        return f"is writable by anybody (mode {info.st_mode & 0o7777:04o})"
+    return None
+
+
 def _make_dirs(path: str) -> None:
     missing = []
     while path and not os.path.exists(path):
@@ -133,6 +147,9 @@ def _info(request: dict[str, Any]) -> dict[str, Any]:
         # an object store is TensorFlow's to reach; a directory may be made by the run itself
         "checkpoint_url": bool(_URL.fullmatch(request.get("checkpoint_dir") or "")),
         "checkpoint_ok": bool(_URL.fullmatch(request.get("checkpoint_dir") or "")) or creatable(checkpoint_dir),
+        "checkpoint_unsafe": None
+        if _URL.fullmatch(request.get("checkpoint_dir") or "")
+        else foreign_owner(checkpoint_dir),
     }
     if request.get("need_worker"):
         answer["worker_ok"] = _worker_importable()

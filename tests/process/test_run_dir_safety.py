@@ -97,3 +97,28 @@ def test_tasks_write_files_only_their_user_can_read(work: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert stat.S_IMODE((work / "made-by-task").stat().st_mode) == 0o600
     assert stat.S_IMODE((work / "dir-by-task").stat().st_mode) == 0o700
+
+
+@pytest.mark.parametrize("owner_mode", [("nobody", 0o755), ("self", 0o777), ("self", 0o1777)])
+def test_a_checkpoint_directory_others_control_fails_the_preflight(work: Path, owner_mode: tuple[str, int]) -> None:
+    owner, mode = owner_mode
+    if owner == "nobody" and os.geteuid() != 0:
+        pytest.skip("handing a directory to another user needs root")
+    shared = work / "shared"
+    shared.mkdir()
+    shared.chmod(mode)
+    if owner == "nobody":
+        os.chown(shared, NOBODY, NOBODY)
+    data = {
+        "name": "c",
+        "run_root": str(work / "runs"),
+        "checkpoint_dir": str(shared),
+        "hosts": [{"address": "localhost", "workers": 1}],
+    }
+    proc = run_launch(["--cluster", str(write_spec(work, data)), "--check"], work)
+    assert proc.returncode == 2 and f"checkpoint_dir {shared} " in proc.stderr, proc.stderr
+    assert "a checkpoint planted there would be restored" in proc.stderr
+    shared.chmod(0o700)
+    os.chown(shared, os.geteuid(), os.getegid())
+    ok = run_launch(["--cluster", str(write_spec(work, data)), "--check"], work)
+    assert ok.returncode == 0, ok.stderr
