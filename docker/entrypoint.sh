@@ -1,58 +1,30 @@
 #!/bin/sh
-# Entry point of the tflaunch image. Roles:
-#   keys HOST...   make, once, the cluster's SSH keys in /keys (a volume): the launcher's client key,
-#                  one host key per worker host, authorized_keys, and a known_hosts that pins every
-#                  host key. A volume that already holds a complete set is left as it is.
-#   sshd           serve this container as a worker host: sshd (unprivileged, as `trainer`) on
-#                  $SSHD_PORT with the host key made for this host name, accepting only the client key.
-#   launch ARGS... make keys first when TFLAUNCH_KEYS_FOR names the worker hosts (as `keys` does),
-#                  wait until every remote host of the spec (--cluster FILE) accepts connections on
-#                  its SSH port, then run `launch ARGS...`.
+# Entry point of the tflaunch image. Every private key stays in the volume of the one container that
+# uses it; only public keys cross between containers.
+#   host-key       make, once, this host's SSH host key in /keys (its own volume).
+#   sshd           serve this container as a worker host: its host key (made first if missing), sshd
+#                  unprivileged (as `trainer`) on $SSHD_PORT, accepting only the launcher's public key
+#                  from /authorized-keys (mounted read-only), restricted to plain command sessions.
+#   keys HOST...   the launcher's side, in /keys (its own volume): make, once, the client key; publish
+#                  its public key as /authorized-keys/authorized_keys (`restrict`ed); wait for each
+#                  host's public host key in /host-keys/HOST (that host's volume, mounted read-only)
+#                  and write a known_hosts that pins them.
+#   launch ARGS... `keys` first when TFLAUNCH_KEYS_FOR names the worker hosts, wait until every
+#                  remote host of the spec (--cluster FILE) accepts connections on its SSH port, then
+#                  run `launch ARGS...`.
 #   anything else  runs as given.
 set -eu
 KEYS=${TFLAUNCH_KEYS:-/keys}
+AUTHORIZED=${TFLAUNCH_AUTHORIZED_KEYS:-/authorized-keys}
+HOST_KEYS=${TFLAUNCH_HOST_KEYS:-/host-keys}
 WAIT_S=${TFLAUNCH_WAIT_S:-120}
 SSHD_PORT=${SSHD_PORT:-2222}
-
-make_keys() {
-  [ "$#" -gt 0 ] || { echo "keys: name the worker hosts, e.g. 'keys worker-0 worker-1'" >&2; exit 2; }
-  umask 077
-  mkdir -p "$KEYS/client" "$KEYS/hosts"
-  made=""
-  if [ ! -s "$KEYS/client/id_ed25519" ]; then
-    ssh-keygen -q -t ed25519 -N '' -C tflaunch-launcher -f "$KEYS/client/id_ed25519"
-    cp "$KEYS/client/id_ed25519.pub" "$KEYS/authorized_keys"
-    made="a client key"
-  fi
-  for host in "$@"; do
-    if [ ! -s "$KEYS/hosts/$host/ssh_host_ed25519_key.pub" ]; then
-      mkdir -p "$KEYS/hosts/$host"
-      rm -f "$KEYS/hosts/$host/ssh_host_ed25519_key"
-      ssh-keygen -q -t ed25519 -N '' -C "$host" -f "$KEYS/hosts/$host/ssh_host_ed25519_key"
-      made="${made:+$made, }a host key for $host"
-    fi
-  done
-  if [ -z "$made" ] && [ -s "$KEYS/known_hosts" ]; then
-    echo "keys: $KEYS already holds keys for $*; kept (remove the volume to make new ones)"
-    return 0
-  fi
-  # known_hosts pins every host key made so far; written last and replaced whole: a known_hosts
-  # file means the set is complete
-  pinned="$KEYS/.known_hosts.partial"
-  : > "$pinned"
-  for public in "$KEYS"/hosts/*/ssh_host_ed25519_key.pub; do
-    host=$(basename "$(dirname "$public")")
-    printf '[%s]:%s %s\n' "$host" "$SSHD_PORT" "$(cut -d' ' -f1,2 "$public")" >> "$pinned"
-  done
-  mv "$pinned" "$KEYS/known_hosts"
-  echo "keys: made $made; known_hosts pins the host keys of $(ls "$KEYS/hosts" | tr '\n' ' ')"
-}
 
 wait_for_file() {
   waited=0
   until [ -s "$1" ]; do
     if [ "$waited" -ge "$WAIT_S" ]; then
-      echo "$2: $1 did not appear within ${WAIT_S}s; make the keys first (role 'keys', or TFLAUNCH_KEYS_FOR on the launcher)" >&2
+      echo "$2" >&2
       exit 1
     fi
     sleep 1
@@ -60,17 +32,65 @@ wait_for_file() {
   done
 }
 
-serve_sshd() {
-  host=${TFLAUNCH_HOST:-$(hostname)}
-  wait_for_file "$KEYS/known_hosts" sshd
-  key="$KEYS/hosts/$host/ssh_host_ed25519_key"
-  [ -s "$key" ] || { echo "sshd: no host key for '$host' in $KEYS/hosts; name it where the keys are made" >&2; exit 2; }
+make_host_key() {
   umask 077
-  mkdir -p "$HOME/.ssh"
-  cp "$KEYS/authorized_keys" "$HOME/.ssh/authorized_keys"
-  cp "$key" "$HOME/.ssh/ssh_host_ed25519_key"  # sshd refuses a host key that others can read
+  if [ ! -s "$KEYS/ssh_host_ed25519_key.pub" ]; then
+    rm -f "$KEYS/ssh_host_ed25519_key"
+    ssh-keygen -q -t ed25519 -N '' -C "${TFLAUNCH_HOST:-$(hostname)}" -f "$KEYS/ssh_host_ed25519_key"
+    echo "host-key: made the host key of ${TFLAUNCH_HOST:-$(hostname)} in $KEYS"
+  fi
+}
+
+serve_sshd() {
+  make_host_key
   touch /tmp/tflaunch-role-sshd
-  exec /usr/sbin/sshd -D -e -f /opt/tflaunch/docker/sshd_config -p "$SSHD_PORT" -h "$HOME/.ssh/ssh_host_ed25519_key"
+  exec /usr/sbin/sshd -D -e -f /opt/tflaunch/docker/sshd_config -p "$SSHD_PORT" -h "$KEYS/ssh_host_ed25519_key" \
+    -o AuthorizedKeysFile="$AUTHORIZED/authorized_keys"
+}
+
+make_keys() {
+  [ "$#" -gt 0 ] || { echo "keys: name the worker hosts, e.g. 'keys worker-0 worker-1'" >&2; exit 2; }
+  umask 077
+  mkdir -p "$KEYS/client"
+  made=""
+  if [ ! -s "$KEYS/client/id_ed25519.pub" ]; then
+    rm -f "$KEYS/client/id_ed25519"
+    ssh-keygen -q -t ed25519 -N '' -C tflaunch-launcher -f "$KEYS/client/id_ed25519"
+    made="a client key"
+  fi
+  [ -w "$AUTHORIZED" ] || { echo "keys: cannot write $AUTHORIZED: mount there, read-write, the volume the workers read the client's public key from" >&2; exit 2; }
+  # what the workers accept: the client key for plain command sessions only (no pty, no forwarding)
+  authorized="restrict $(cut -d' ' -f1,2 "$KEYS/client/id_ed25519.pub") tflaunch-launcher"
+  if [ "$(cat "$AUTHORIZED/authorized_keys" 2>/dev/null)" != "$authorized" ]; then
+    printf '%s\n' "$authorized" > "$AUTHORIZED/.authorized_keys.partial"
+    chmod 644 "$AUTHORIZED/.authorized_keys.partial"
+    mv "$AUTHORIZED/.authorized_keys.partial" "$AUTHORIZED/authorized_keys"
+  fi
+  # known_hosts pins the host key each host made in its own volume; written last and replaced
+  # whole: a known_hosts file means the set is complete
+  pinned="$KEYS/.known_hosts.partial"
+  : > "$pinned"
+  repinned=""
+  for host in "$@"; do
+    public="$HOST_KEYS/$host/ssh_host_ed25519_key.pub"
+    wait_for_file "$public" "keys: $public did not appear within ${WAIT_S}s; is the volume of $host mounted there, and is $host up?"
+    line=$(printf '[%s]:%s %s' "$host" "$SSHD_PORT" "$(cut -d' ' -f1,2 "$public")")
+    printf '%s\n' "$line" >> "$pinned"
+    if grep -qxF "$line" "$KEYS/known_hosts" 2>/dev/null; then
+      :
+    elif grep -qF "[$host]:$SSHD_PORT " "$KEYS/known_hosts" 2>/dev/null; then
+      repinned="${repinned:+$repinned, }$host (its key changed)"
+    else
+      repinned="${repinned:+$repinned, }$host"
+    fi
+  done
+  if [ -z "$made$repinned" ] && cmp -s "$pinned" "$KEYS/known_hosts"; then
+    rm -f "$pinned"
+    echo "keys: $KEYS already holds the client key and pins the host keys of $*; kept"
+    return 0
+  fi
+  mv "$pinned" "$KEYS/known_hosts"
+  echo "keys: ${made:+made $made; }pinned the host keys of ${repinned:-$*}"
 }
 
 wait_for_hosts() {
@@ -109,8 +129,9 @@ PY
 
 role=${1:-}
 case "$role" in
-  keys) shift; make_keys "$@" ;;
+  host-key) make_host_key ;;
   sshd) serve_sshd ;;
+  keys) shift; make_keys "$@" ;;
   launch)
     shift
     # shellcheck disable=SC2086 # a list of host names

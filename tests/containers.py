@@ -43,9 +43,11 @@ class Podman:
         conf.write_text(_CONTAINERS_CONF, encoding="utf-8")
         self.env = {**os.environ, "CONTAINERS_CONF": str(conf)}
 
-    def run(self, *args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, *args: str, timeout: float = 120, check: bool = True, stdin: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
         proc = subprocess.run(
-            ["podman", *args], env=self.env, capture_output=True, text=True, timeout=timeout, check=False
+            ["podman", *args], env=self.env, input=stdin, capture_output=True, text=True, timeout=timeout, check=False
         )
         if check and proc.returncode != 0:
             raise RuntimeError(f"podman {' '.join(args)} exited {proc.returncode}: {proc.stderr[-2000:]}")
@@ -110,8 +112,17 @@ def ensure_base_images(podman: Podman, log: Path) -> None:
             _append(log, build.stdout)
 
 
-def build_project_image(podman: Podman, log: Path) -> None:
-    """docker/Dockerfile as users build it, on the python base; docker format keeps HEALTHCHECK."""
+def image_digest(podman: Podman, name: str) -> str:
+    """The digest of a local image (its manifest's, as a registry would report it)."""
+    digest = podman.run("image", "inspect", "--format", "{{.Digest}}", name).stdout.strip()
+    assert digest.startswith("sha256:"), f"{name} has no digest: {digest!r}"
+    return digest
+
+
+def build_project_image(podman: Podman, log: Path) -> str:
+    """docker/Dockerfile as users build it, on the python base pinned by its digest (as the Dockerfile
+    pins its default base); docker format keeps HEALTHCHECK. Returns the base reference it was built on."""
+    base = f"{PYTHON_IMAGE}@{image_digest(podman, PYTHON_IMAGE)}"
     build = podman.run(
         "build",
         "--format",
@@ -120,13 +131,14 @@ def build_project_image(podman: Podman, log: Path) -> None:
         "-f",
         "docker/Dockerfile",
         "--build-arg",
-        f"BASE_IMAGE={PYTHON_IMAGE}",
+        f"BASE_IMAGE={base}",
         "-t",
         PROJECT_IMAGE,
         str(REPO),
         timeout=1800,
     )
     _append(log, build.stdout[-20000:])
+    return base
 
 
 def _append(log: Path, text: str) -> None:
@@ -173,6 +185,14 @@ class ComposeProject:
         ).stdout.split()
         assert len(names) == 1, f"service {service}: containers {names}"
         return names[0]
+
+    def volumes_of(self, service: str) -> dict[str, tuple[str, bool]]:
+        """The named volumes a service's container mounts: destination -> (volume, read-only)."""
+        mounts = json.loads(self.podman.run("inspect", "--format", "{{json .Mounts}}", self.container(service)).stdout)
+        prefix = f"{self.name}_"
+        return {
+            m["Destination"]: (m["Name"].removeprefix(prefix), not m["RW"]) for m in mounts if m["Type"] == "volume"
+        }
 
     def volume_path(self, volume: str) -> Path:
         found = self.podman.run("volume", "inspect", f"{self.name}_{volume}", "--format", "{{.Mountpoint}}")
