@@ -113,11 +113,31 @@ def json_child(path: str, key: str | int) -> str:
     return f"{path}.{key}" if _PLAIN_KEY.fullmatch(key) else f"{path}[{json.dumps(key)}]"
 
 
+# Control characters (C0, DEL, C1) and the Unicode line and paragraph separators. YAML readers end
+# a line at U+0085, U+2028 and U+2029 too (PyYAML, and the Go reader kubectl uses), so any of them
+# in a string could cut a line of a manifest, a log or a command and change what is read after it.
+_BAD_CHARACTER = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_CHARACTER_NAMES = {
+    "\x00": "a NUL byte",
+    "\n": "a newline",
+    "\r": "a carriage return",
+    "\t": "a tab",
+    "\x85": "a next-line character (U+0085)",
+    "\u2028": "a line separator (U+2028)",
+    "\u2029": "a paragraph separator (U+2029)",
+}
+
+
 def _bad_characters(text: str) -> str | None:
-    for char, name in (("\x00", "a NUL byte"), ("\n", "a newline"), ("\r", "a carriage return")):
-        if char in text:
-            return name
-    return None
+    """The first character of `text` that no spec string may hold, named; None when there is none.
+
+    Refused: every control character (C0, DEL, C1: NUL, tab, newline, escape, U+0085 ...) and the
+    line and paragraph separators U+2028 and U+2029."""
+    found = _BAD_CHARACTER.search(text)
+    if found is None:
+        return None
+    char = found.group()
+    return _CHARACTER_NAMES.get(char, f"the control character U+{ord(char):04X}")
 
 
 def _shown(value: Any) -> str:
@@ -128,8 +148,9 @@ def _shown(value: Any) -> str:
 def raw_problems(data: Any, path: str = "$", depth: int = 0) -> list[SpecProblem]:
     """Problems visible before validation: depth, duplicate keys, NaN, huge integers, control characters.
 
-    Newlines and NUL bytes are refused in every string and key: each one ends up as a path, an
-    argument, an environment variable, a host or a user, where they cut a line or a C string.
+    Control characters and line separators are refused in every string and key (see
+    `_bad_characters`): each string ends up as a path, an argument, an environment variable, a host,
+    a user or a line of a manifest, where they cut a line or a C string.
     """
     if depth > MAX_DEPTH:
         return [SpecProblem(path, f"nested more than {MAX_DEPTH} levels deep; no spec field goes this deep")]
@@ -158,8 +179,9 @@ def raw_problems(data: Any, path: str = "$", depth: int = 0) -> list[SpecProblem
             problems.append(
                 SpecProblem(
                     path,
-                    f"contains {bad} ({_shown(data)}); every string here becomes a path, "
-                    "argument, environment value, host or user, where that cannot appear",
+                    f"contains {bad} ({_shown(data)}); remove it: every string here becomes a path, "
+                    "argument, environment value, host, user or line of a manifest, where control "
+                    "characters and line separators cannot appear",
                 )
             )
     elif isinstance(data, JsonConstant):

@@ -31,6 +31,7 @@ from worker.contract import (
     POD_LAYOUT_VAR,
     POD_TASK_TYPE_VAR,
     TF_CONFIG,
+    UMASK_VAR,
     USAGE_EXIT_CODE,
     TaskEnv,
     with_python,
@@ -50,7 +51,8 @@ class PodLayout:
     """The shape of an exported job, the same in every pod of it.
 
     `host` is a pod's stable host name with `{type}` and `{index}` left to fill in; every task
-    listens on `port` in its own pod. `tasks` counts the tasks of each type."""
+    listens on `port` in its own pod. `tasks` counts the tasks of each type. `umask` (octal) is the
+    spec's: the task runs with it, as an agent starts it on a host."""
 
     run_name: str
     run_dir: str
@@ -60,6 +62,7 @@ class PodLayout:
     tasks: Mapping[str, int]
     training: Mapping[str, Any]
     preemption_exit_code: int
+    umask: str
 
     def address(self, task_type: str, index: int) -> str:
         return f"{self.host.format(type=task_type, index=index)}:{self.port}"
@@ -98,6 +101,7 @@ class PodLayout:
             "tasks": dict(self.tasks),
             "training": dict(self.training),
             "preemption_exit_code": self.preemption_exit_code,
+            "umask": self.umask,
         }
         return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
@@ -114,8 +118,10 @@ class PodLayout:
                 tasks={str(kind): int(count) for kind, count in data["tasks"].items()},
                 training=dict(data["training"]),
                 preemption_exit_code=int(data["preemption_exit_code"]),
+                umask=str(data["umask"]),
             )
             layout.address(TASK_TYPES[0], 0)  # a host template with other fields than {type} and {index}
+            int(layout.umask, 8)
         except (ValueError, KeyError, TypeError, AttributeError, IndexError) as error:
             raise PodLayoutError(f"{POD_LAYOUT_VAR} is not a job layout ({error!r}); export the job again") from None
         return layout
@@ -144,6 +150,7 @@ def pod_environment(env: Mapping[str, str]) -> dict[str, str]:
     attempt = int(raw_attempt) if raw_attempt.isdigit() else 0
     additions = {TF_CONFIG: json.dumps(layout.tf_config(task_type, index), sort_keys=True)}
     additions.update(layout.task_env(task_type, index, attempt).to_env())
+    additions[UMASK_VAR] = layout.umask
     return additions
 
 
@@ -200,6 +207,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"worker.pod: {error}", file=sys.stderr, flush=True)
         return USAGE_EXIT_CODE
     env = {**os.environ, **additions}
+    os.umask(int(additions[UMASK_VAR], 8))  # inherited by the task, as an agent gives it on a host
     # A bare `python` is the image's own interpreter, the one that has the project, as on a host.
     command = with_python(args, sys.executable)
     command = command or [sys.executable, "-m", "worker"]

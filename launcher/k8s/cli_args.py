@@ -1,10 +1,15 @@
-"""The command-line arguments of `launch export k8s` and the ExportOptions they make."""
+"""The command-line arguments of `launch export k8s` and the ExportOptions they make.
+
+Only parses: KEY=VALUE pairs and tolerations become typed values here (a malformed one is a
+UsageError naming the flag); whether each is one Kubernetes accepts is `ExportOptions.check`'s.
+"""
 
 from __future__ import annotations
 
 import argparse
 
 from launcher.k8s.layout import DEFAULT_PORT, FORMATS, MOUNT_PATH, ExportOptions
+from launcher.k8s.names import EFFECTS, parse_pairs, parse_toleration
 
 __all__ = ["add_export_arguments", "export_options"]
 
@@ -18,7 +23,8 @@ def add_export_arguments(parser: argparse.ArgumentParser) -> None:
         "--checkpoint-claim",
         metavar="NAME",
         help=f"a ReadWriteMany PersistentVolumeClaim mounted at {MOUNT_PATH} in every pod: the run directory and the "
-        "checkpoints (unless checkpoint_dir is an object-store URL)",
+        "checkpoints (unless checkpoint_dir is an object-store URL); without it the run directory is lost with "
+        "each pod",
     )
     parser.add_argument("--claim-size", metavar="SIZE", help="also write that claim, of this size (e.g. 100Gi)")
     parser.add_argument("--storage-class", metavar="CLASS", help="storage class of the claim written")
@@ -27,6 +33,36 @@ def add_export_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help="a Secret holding the spec's secret-looking env values under the same keys; they are referenced, never "
         "written",
+    )
+    parser.add_argument("--namespace", metavar="NS", help="namespace of every object (default: kubectl's)")
+    parser.add_argument(
+        "--label",
+        metavar="KEY=VALUE",
+        action="append",
+        default=[],
+        help="a label on every object written, repeatable (Kueue: --label kueue.x-k8s.io/queue-name=QUEUE)",
+    )
+    parser.add_argument(
+        "--node-selector",
+        metavar="KEY=VALUE",
+        action="append",
+        default=[],
+        help="a node label every pod requires, repeatable (e.g. cloud.google.com/gke-accelerator=nvidia-l4)",
+    )
+    parser.add_argument(
+        "--toleration",
+        metavar="KEY[=VALUE][:EFFECT]",
+        action="append",
+        default=[],
+        help=f"a taint every pod tolerates, repeatable; EFFECT is {', '.join(EFFECTS)} or, left out, any "
+        "(e.g. nvidia.com/gpu:NoSchedule)",
+    )
+    parser.add_argument("--cpu", metavar="CPU", help="CPU request of every pod (e.g. 8, 500m)")
+    parser.add_argument("--memory", metavar="SIZE", help="memory request of every pod (e.g. 32Gi)")
+    parser.add_argument(
+        "--network-policy",
+        action="store_true",
+        help="also write a NetworkPolicy: the TF port (which has no authentication) admits only the job's own pods",
     )
 
 
@@ -40,4 +76,11 @@ def export_options(args: argparse.Namespace) -> ExportOptions:
         claim_size=args.claim_size,
         storage_class=args.storage_class,
         secret=args.secret,
+        namespace=args.namespace,
+        labels=parse_pairs("--label", args.label),
+        node_selector=parse_pairs("--node-selector", args.node_selector),
+        tolerations=tuple(parse_toleration(text) for text in args.toleration),
+        cpu=args.cpu,
+        memory=args.memory,
+        network_policy=args.network_policy,
     )

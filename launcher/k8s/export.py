@@ -1,7 +1,9 @@
 """`launch export k8s`: one spec, rendered for the engine a Kubernetes cluster runs.
 
 Pure up to `write`: rendering reads no cluster and no environment; `write` only creates the output
-directory and its YAML files. Secret values of the spec's env never reach the output.
+directory and its YAML files. Secret values of the spec's env never reach the output, and no value
+of the spec or the command line can change its structure: each is written as an escaped YAML
+scalar (in the head comments too) and, where the kubelet expands `$(VAR)`, with every `$` doubled.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from pathlib import Path
 from launcher.errors import UsageError
 from launcher.k8s import jobset, tfjob
 from launcher.k8s.layout import Export, ExportOptions, task_groups
-from launcher.k8s.yaml_text import documents
+from launcher.k8s.yaml_text import documents, scalar
 from launcher.spec import ClusterSpec
 
 # The file of each engine's own object: one directory holds the manifests of one engine only.
@@ -24,7 +26,7 @@ def export(spec: ClusterSpec, options: ExportOptions, source: str) -> Export:
     groups = task_groups(spec, source)
     render = tfjob.render if options.format == "tfjob" else jobset.render
     result = render(spec, groups, options)
-    head = f"Written by `launch export k8s --format {options.format}` from {source}."
+    head = f"Written by `launch export k8s --format {options.format}` from {scalar(source)}."
     return Export(result.manifests, (head, *result.comments), result.warnings)
 
 

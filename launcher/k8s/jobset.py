@@ -6,13 +6,15 @@ pods are reached by stable names (`<name>-<type>-0-<index>.<name>`, through the 
 JobSet creates for the set and deletes with it).
 Exit codes are routed in two steps:
 
-- each trainer Job's podFailurePolicy turns the preemption code and the fatal codes into FailJob,
-  whose failure message names the code and the rule (`Container tensorflow for pod NS/POD failed
-  with exit code 42 matching FailJob rule at index 0`); any other failure fails the Job through
-  backoffLimit 0 (reason BackoffLimitExceeded);
+- each trainer Job's podFailurePolicy turns the preemption code, the fatal codes and a pod that
+  Kubernetes took away (condition DisruptionTarget: node drained or shut down, spot reclaim,
+  eviction, preemption by the scheduler) into FailJob, whose failure message names the code or the
+  condition and the rule (`Container tensorflow for pod NS/POD failed with exit code 42 matching
+  FailJob rule at index 0`, `Pod NS/POD has condition DisruptionTarget matching FailJob rule at
+  index 2`); any other failure fails the Job through backoffLimit 0 (reason BackoffLimitExceeded);
 - the JobSet's failurePolicy rules match that reason and message (onJobFailureMessagePatterns, new
-  in JobSet v0.10.0): a fatal code fails the set, the preemption code restarts it without counting
-  against maxRestarts, anything else restarts it, counted.
+  in JobSet v0.10.0): a fatal code fails the set, the preemption code and a disruption restart it
+  without counting against maxRestarts, anything else restarts it, counted.
 
 The evaluator is a Job of its own that neither fails nor restarts the set: it is outside the success
 policy and every rule, and restarts in place (restartPolicy OnFailure) with a backoffLimit it never
@@ -32,9 +34,12 @@ from launcher.k8s.layout import (
     claim_manifest,
     container,
     k8s_name,
+    network_policy,
     not_enforced,
+    object_meta,
     pod_layout,
     pod_spec,
+    storage_notes,
 )
 from launcher.spec import ClusterSpec
 from worker.contract import ATTEMPT_VAR
@@ -42,10 +47,13 @@ from worker.contract import ATTEMPT_VAR
 API_VERSION = "jobset.x-k8s.io/v1alpha2"
 REQUIRED_VERSION = "v0.10.0"  # failurePolicy.rules[].onJobFailureMessagePatterns
 RESTART_LABEL = "jobset.sigs.k8s.io/restart-attempt"  # the set's restarts so far: the task's attempt
+NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"  # on every pod of the set
 NEVER_FAILS = 2**31 - 1  # the evaluator Job's backoffLimit: the largest Kubernetes accepts
 PREEMPTED_RULE = "Preempted"
 FATAL_RULE = "FatalExitCode"
+DISRUPTED_RULE = "Disrupted"
 CRASHED_RULE = "Crashed"
+DISRUPTION = "DisruptionTarget"  # the pod condition Kubernetes sets on a pod it takes away
 
 
 def host_template(name: str) -> str:
@@ -55,7 +63,11 @@ def host_template(name: str) -> str:
 
 def _job_failure_rules(spec: ClusterSpec) -> tuple[list[dict[str, Any]], dict[str, str]]:
     """The trainer Jobs' podFailurePolicy rules, and per JobSet rule the message pattern that
-    recognises a Job failed by one of them (the message names the rule's index)."""
+    recognises a Job failed by one of them (the message names the rule's index).
+
+    Exit codes come first: a pod that saved its checkpoint (or hit a fatal error) as it was taken
+    away is routed by what it said; a disruption covers a pod that could not say (lost with its
+    node, killed before it saved)."""
     restart = spec.restart
     rules: list[dict[str, Any]] = []
     patterns: dict[str, str] = {}
@@ -68,6 +80,8 @@ def _job_failure_rules(spec: ClusterSpec) -> tuple[list[dict[str, Any]], dict[st
         rules.append(
             {"action": "FailJob", "onExitCodes": {"containerName": CONTAINER, "operator": "In", "values": values}}
         )
+    patterns[DISRUPTED_RULE] = f"has condition {DISRUPTION} matching FailJob rule at index {len(rules)}"
+    rules.append({"action": "FailJob", "onPodConditions": [{"type": DISRUPTION, "status": "True"}]})
     return rules, patterns
 
 
@@ -76,7 +90,11 @@ def _failure_policy(spec: ClusterSpec, trainers: list[str]) -> dict[str, Any]:
     rules: list[dict[str, Any]] = []
     # Evaluated in order, the first rule that matches any failed Job wins: fatal before preempted,
     # so a usage error is never retried because a preemption happened at the same time.
-    for name, action in ((FATAL_RULE, "FailJobSet"), (PREEMPTED_RULE, "RestartJobSetAndIgnoreMaxRestarts")):
+    for name, action in (
+        (FATAL_RULE, "FailJobSet"),
+        (PREEMPTED_RULE, "RestartJobSetAndIgnoreMaxRestarts"),
+        (DISRUPTED_RULE, "RestartJobSetAndIgnoreMaxRestarts"),
+    ):
         if name in patterns:
             rules.append(
                 {
@@ -91,6 +109,12 @@ def _failure_policy(spec: ClusterSpec, trainers: list[str]) -> dict[str, Any]:
     return {"maxRestarts": spec.restart.max_restarts, "restartStrategy": "BlockingRecreate", "rules": rules}
 
 
+def _counted(max_restarts: int) -> str:
+    if max_restarts == 0:
+        return "fail (max_restarts 0)"
+    return f"restart every pod, at most {max_restarts} time{'s' if max_restarts != 1 else ''}"
+
+
 def _job(group: TaskGroup, spec: ClusterSpec, pod: dict[str, Any]) -> dict[str, Any]:
     job: dict[str, Any] = {
         "completionMode": "Indexed",
@@ -102,8 +126,7 @@ def _job(group: TaskGroup, spec: ClusterSpec, pod: dict[str, Any]) -> dict[str, 
     else:
         rules, _ = _job_failure_rules(spec)
         job["backoffLimit"] = 0  # any other failure fails the Job at once: the whole set restarts
-        if rules:
-            job["podFailurePolicy"] = {"rules": rules}
+        job["podFailurePolicy"] = {"rules": rules}
     job["template"] = {"spec": pod}
     return job
 
@@ -122,7 +145,7 @@ def render(spec: ClusterSpec, groups: list[TaskGroup], options: ExportOptions) -
     jobset = {
         "apiVersion": API_VERSION,
         "kind": "JobSet",
-        "metadata": {"name": name},
+        "metadata": object_meta(name, options),
         "spec": {
             # JobSet creates the headless Service named after the subdomain, owned by the set (deleted
             # with it); peers must resolve each other while starting up, before any pod is ready.
@@ -137,11 +160,16 @@ def render(spec: ClusterSpec, groups: list[TaskGroup], options: ExportOptions) -
     if claim is not None:
         manifests.append(("claim.yaml", claim))
     manifests.append(("jobset.yaml", jobset))
+    policy = network_policy(name, {NAME_LABEL: name}, options)
+    if policy is not None:
+        manifests.append(("network-policy.yaml", policy))
+    notes = storage_notes(options, name)
     comments = [
         f"Needs JobSet {REQUIRED_VERSION} or newer (failurePolicy rules on job failure messages).",
-        f"Exit {spec.restart.preemption_exit_code}: restart every pod, not counted; "
-        f"{', '.join(str(c) for c in spec.restart.fatal_exit_codes) or 'no code'}: fail; "
-        f"anything else: restart every pod, at most {spec.restart.max_restarts} times.",
+        f"Exit {spec.restart.preemption_exit_code} or a pod taken away by Kubernetes ({DISRUPTION}): restart every "
+        f"pod, not counted; {', '.join(str(c) for c in spec.restart.fatal_exit_codes) or 'no code'}: fail; "
+        f"anything else: {_counted(spec.restart.max_restarts)}.",
+        *notes,
         "Not enforced on Kubernetes:",
         *(f"  {note}" for note in not_enforced(spec, options)),
     ]
@@ -151,4 +179,4 @@ def render(spec: ClusterSpec, groups: list[TaskGroup], options: ExportOptions) -
             f"  The evaluator ignores SIGTERM (it scores the last checkpoint): every restart of the set "
             f"(BlockingRecreate) waits its full terminationGracePeriodSeconds ({grace}s) before new pods start."
         )
-    return Export(tuple(manifests), tuple(comments), ())
+    return Export(tuple(manifests), tuple(comments), tuple(notes))

@@ -16,10 +16,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from launcher.errors import SpecError, SpecProblem, UsageError
-from launcher.masking import mask_value
+from launcher.k8s.names import (
+    Toleration,
+    check_label,
+    check_namespace,
+    check_object_name,
+    check_quantity,
+    check_shown,
+)
+from launcher.k8s.yaml_text import scalar
+from launcher.masking import mask_value, secret_arguments
 from launcher.plan import PlanInputs, build_plan, runtime_env, task_slots
 from launcher.spec import ClusterSpec, CommandTraining, is_url
-from worker.contract import POD_LAYOUT_VAR, POD_TASK_TYPE_VAR, RunLayout
+from worker.contract import JOB_COMPLETION_INDEX_VAR, POD_LAYOUT_VAR, POD_TASK_TYPE_VAR, RunLayout
 from worker.pod import TASK_TYPES, PodLayout
 
 FORMATS = ("jobset", "tfjob")
@@ -27,10 +36,16 @@ DEFAULT_PORT = 2222  # TFJob's default; every task has a pod, and so an address,
 CONTAINER = "tensorflow"  # the container name TFJob requires; the JobSet form uses it too
 MOUNT_PATH = "/tflaunch"  # the run's storage in every pod: run directory, and checkpoints unless a URL
 VOLUME = "run"
-IMAGE_GID = 1000  # the project's image runs as uid/gid 1000: the volume must be writable for that group
+IMAGE_UID = 1000  # the project's image runs as uid/gid 1000 (docker/Dockerfile: USER 1000:1000)
+IMAGE_GID = 1000  # the volume must be writable for that group
 _DNS_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
-_QUANTITY = re.compile(r"[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?")
 _PROBE_PERIOD_S = 5
+# Variables a controller sets in each pod, which the pods' entry point reads: a spec's value would
+# stand in for the controller's (the Job controller only adds JOB_COMPLETION_INDEX when it is missing).
+CONTROLLER_VARS = {
+    JOB_COMPLETION_INDEX_VAR: "the Job controller sets it to each pod's index in its Indexed Job (the TFJob form, "
+    "from the replica index); given here, every pod would get this value and be the same task",
+}
 
 
 @dataclass(frozen=True)
@@ -45,27 +60,47 @@ class ExportOptions:
     claim_size: str | None = None  # also write that claim, of this size
     storage_class: str | None = None
     secret: str | None = None  # the Secret that holds every secret-looking value of the spec's env
+    namespace: str | None = None  # every object's; default: kubectl's current namespace
+    labels: tuple[tuple[str, str], ...] = ()  # on every object written (Kueue: kueue.x-k8s.io/queue-name)
+    node_selector: tuple[tuple[str, str], ...] = ()  # every pod's
+    tolerations: tuple[Toleration, ...] = ()  # every pod's
+    cpu: str | None = None  # every pod's request
+    memory: str | None = None  # every pod's request
+    network_policy: bool = False  # also write a NetworkPolicy: the TF port open to the job's own pods only
 
     def check(self) -> None:
         """Refuse flags that cannot make a valid manifest, naming the flag."""
+        check_shown("--image", self.image)
         if not self.image.strip() or any(c.isspace() for c in self.image):
             raise UsageError(f"Got --image {self.image!r}: give an image reference such as registry/tflaunch:0.1.0.")
         if self.format not in FORMATS:
             raise UsageError(f"Got --format {self.format!r}: use {' or '.join(FORMATS)}.")
         if not 1 <= self.port <= 65535:
             raise UsageError(f"Got --port {self.port}: a port is 1..65535.")
-        for flag, value in (("--checkpoint-claim", self.checkpoint_claim), ("--secret", self.secret)):
-            if value is not None and not (len(value) <= 253 and re.fullmatch(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?", value)):
-                raise UsageError(
-                    f"Got {flag} {value!r}: a Kubernetes object name is lowercase letters, digits, '-' and '.'."
-                )
+        for flag, value in (
+            ("--checkpoint-claim", self.checkpoint_claim),
+            ("--secret", self.secret),
+            ("--storage-class", self.storage_class),
+        ):
+            if value is not None:
+                check_object_name(flag, value)
         if self.claim_size is not None:
             if self.checkpoint_claim is None:
                 raise UsageError("--claim-size writes the claim named by --checkpoint-claim; give that too.")
-            if not _QUANTITY.fullmatch(self.claim_size):
-                raise UsageError(f"Got --claim-size {self.claim_size!r}: give a size such as 100Gi.")
+            check_quantity("--claim-size", self.claim_size, "storage")
         if self.storage_class is not None and self.claim_size is None:
             raise UsageError("--storage-class goes with --claim-size (the claim this command writes).")
+        if self.namespace is not None:
+            check_namespace(self.namespace)
+        for flag, pairs in (("--label", self.labels), ("--node-selector", self.node_selector)):
+            for key, value in pairs:
+                check_label(flag, key, value)
+        for toleration in self.tolerations:
+            toleration.check()
+        if self.cpu is not None:
+            check_quantity("--cpu", self.cpu, "cpu")
+        if self.memory is not None:
+            check_quantity("--memory", self.memory, "memory")
 
 
 @dataclass(frozen=True)
@@ -153,10 +188,24 @@ def task_groups(spec: ClusterSpec, source: str) -> list[TaskGroup]:
                 )
                 break
         groups.append(TaskGroup(task_type, len(members), first[1], first[2], first[3]))
+    problems += _controller_vars(spec)
     problems += _written_secrets(spec)
     if problems:
         raise SpecError(source, problems)
     return groups
+
+
+def _controller_vars(spec: ClusterSpec) -> list[SpecProblem]:
+    """The spec's env may not set what a controller sets in each pod (CONTROLLER_VARS)."""
+    envs = [("$.env", spec.env), *((f"$.hosts[{i}].env", host.env) for i, host in enumerate(spec.hosts))]
+    return [
+        SpecProblem(
+            f"{where}.{key}", f"{CONTROLLER_VARS[key]}; remove it from the env of a spec exported to Kubernetes"
+        )
+        for where, env in envs
+        for key in env
+        if key in CONTROLLER_VARS
+    ]
 
 
 def _secret_strings(data: Any, path: str) -> list[str]:
@@ -173,11 +222,15 @@ def _written_secrets(spec: ClusterSpec) -> list[SpecProblem]:
     comments): a password in them would be written in plain text, where `--secret` cannot reach."""
     paths = _secret_strings(spec.checkpoint_dir, "$.checkpoint_dir")
     paths += _secret_strings(spec.training.model_dump(mode="json"), "$.training")
+    if isinstance(spec.training, CommandTraining):  # `--token X`: the plan keeps it off the command line
+        secret = set(secret_arguments(spec.training.argv[1:], spec.secrets))
+        paths += [f"$.training.argv[{i}]" for i, arg in enumerate(spec.training.argv) if i and arg in secret]
+        paths = list(dict.fromkeys(paths))
     return [
         SpecProblem(
             path,
-            "holds a password (in a URL), which a manifest would carry in plain text; leave it out and let the "
-            "task read it from an env var of the spec, whose value comes from the Secret (--secret)",
+            "holds a secret (a password in a URL, a token), which a manifest would carry in plain text; leave it out "
+            "and let the task read it from an env var of the spec, whose value comes from the Secret (--secret)",
         )
         for path in paths
     ]
@@ -205,17 +258,25 @@ def pod_layout(spec: ClusterSpec, groups: list[TaskGroup], name: str, host: str,
         tasks={group.task_type: group.count for group in groups},
         training=spec.training.model_dump(mode="json"),
         preemption_exit_code=spec.restart.preemption_exit_code,
+        umask=spec.umask,
     )
 
 
 def secret_keys(spec: ClusterSpec) -> list[str]:
-    """Env keys whose values are never written into a manifest: secret-looking names, URLs with passwords."""
+    """Env keys whose values are never written into a manifest: secret-looking names, names the spec
+    declares secret (`secrets`), URLs with passwords."""
     keys: dict[str, None] = {}
     for env in (spec.env, *(host.env for host in spec.hosts)):
         for key, value in env.items():
-            if mask_value(key, value) != value:
+            if mask_value(key, value, spec.secrets) != value:
                 keys[key] = None
     return list(keys)
+
+
+def kubelet_literal(text: str) -> str:
+    """`text` as the kubelet passes it on unchanged: it expands `$(NAME)` and turns `$$` into `$` in
+    every env value, command and argument, so each `$` is written doubled."""
+    return text.replace("$", "$$")
 
 
 def _env_entries(group: TaskGroup, spec: ClusterSpec, options: ExportOptions) -> list[dict[str, Any]]:
@@ -249,10 +310,14 @@ def container(
     port_name: str,
     pod_env: list[dict[str, Any]],
 ) -> dict[str, Any]:
-    """The task's container: `python -m worker.pod`, which computes TF_CONFIG and runs the task."""
+    """The task's container: `python -m worker.pod`, which computes TF_CONFIG and runs the task.
+
+    Every literal env value and every argument is written for the kubelet (`kubelet_literal`), so the
+    task gets them as the plan has them; values from a reference (Secret, label) are never expanded."""
     env = _env_entries(group, spec, options)
     env.append({"name": POD_LAYOUT_VAR, "value": layout.to_json()})
     env.append({"name": POD_TASK_TYPE_VAR, "value": group.task_type})
+    env = [{**entry, "value": kubelet_literal(entry["value"])} if "value" in entry else entry for entry in env]
     env += pod_env
     command = ["python", "-m", "worker.pod"]
     if isinstance(spec.training, CommandTraining):
@@ -260,17 +325,29 @@ def container(
     result: dict[str, Any] = {
         "name": CONTAINER,
         "image": options.image,
-        "command": command,
+        "command": [kubelet_literal(arg) for arg in command],
         "ports": [{"name": port_name, "containerPort": options.port}],
         "env": env,
     }
-    if group.gpus:
-        result["resources"] = {"limits": {"nvidia.com/gpu": group.gpus}}
+    resources = _resources(group, options)
+    if resources:
+        result["resources"] = resources
     probe = startup_probe(spec, group, options.port)
     if probe is not None:
         result["startupProbe"] = probe
+    result["securityContext"] = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
     result["volumeMounts"] = [{"name": VOLUME, "mountPath": MOUNT_PATH}]
     return result
+
+
+def _resources(group: TaskGroup, options: ExportOptions) -> dict[str, Any]:
+    requests = {key: value for key, value in (("cpu", options.cpu), ("memory", options.memory)) if value is not None}
+    resources: dict[str, Any] = {}
+    if requests:
+        resources["requests"] = requests
+    if group.gpus:
+        resources["limits"] = {"nvidia.com/gpu": group.gpus}
+    return resources
 
 
 def startup_probe(spec: ClusterSpec, group: TaskGroup, port: int) -> dict[str, Any] | None:
@@ -292,7 +369,12 @@ def startup_probe(spec: ClusterSpec, group: TaskGroup, port: int) -> dict[str, A
 def pod_spec(
     containers: list[dict[str, Any]], spec: ClusterSpec, options: ExportOptions, restart_policy: str | None
 ) -> dict[str, Any]:
-    """The pod: its grace period, its storage and the group that may write it."""
+    """The pod: its grace period, placement, storage and security.
+
+    It meets the Pod Security Standards' "restricted" profile (a namespace that enforces it admits
+    it): non-root uid and gid of the image, no privilege escalation, no capabilities, the runtime's
+    seccomp profile. It gets no service-account token (the task never talks to the API server) and no
+    service links (its environment is the plan's and nothing else)."""
     volume: dict[str, Any] = {"name": VOLUME}
     if options.checkpoint_claim is not None:
         volume["persistentVolumeClaim"] = {"claimName": options.checkpoint_claim}
@@ -302,10 +384,35 @@ def pod_spec(
     if restart_policy is not None:
         result["restartPolicy"] = restart_policy
     result["terminationGracePeriodSeconds"] = math.ceil(spec.restart.grace_period_s)
-    result["securityContext"] = {"fsGroup": IMAGE_GID}
+    result["automountServiceAccountToken"] = False
+    result["enableServiceLinks"] = False
+    if options.node_selector:
+        result["nodeSelector"] = dict(options.node_selector)
+    if options.tolerations:
+        result["tolerations"] = [toleration.manifest() for toleration in options.tolerations]
+    result["securityContext"] = {
+        "runAsNonRoot": True,
+        "runAsUser": IMAGE_UID,
+        "runAsGroup": IMAGE_GID,
+        "fsGroup": IMAGE_GID,
+        # The claim's files already belong to the group after the first pod: checking the top
+        # directory spares every later pod a walk of every checkpoint.
+        "fsGroupChangePolicy": "OnRootMismatch",
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
     result["containers"] = containers
     result["volumes"] = [volume]
     return result
+
+
+def object_meta(name: str, options: ExportOptions) -> dict[str, Any]:
+    """The metadata of every object written: its name, the namespace and the labels asked for."""
+    meta: dict[str, Any] = {"name": name}
+    if options.namespace is not None:
+        meta["namespace"] = options.namespace
+    if options.labels:
+        meta["labels"] = dict(options.labels)
+    return meta
 
 
 def claim_manifest(options: ExportOptions) -> dict[str, Any] | None:
@@ -321,9 +428,44 @@ def claim_manifest(options: ExportOptions) -> dict[str, Any] | None:
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
-        "metadata": {"name": options.checkpoint_claim},
+        "metadata": object_meta(options.checkpoint_claim, options),
         "spec": claim,
     }
+
+
+def network_policy(name: str, pod_labels: dict[str, str], options: ExportOptions) -> dict[str, Any] | None:
+    """With --network-policy: the job's pods admit connections only to the TF port, and only from
+    pods of the same job (`pod_labels`, set by the engine). TensorFlow's gRPC port has no
+    authentication; anything that reaches it can join or stop the training."""
+    if not options.network_policy:
+        return None
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": object_meta(name, options),
+        "spec": {
+            "podSelector": {"matchLabels": pod_labels},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {
+                    "from": [{"podSelector": {"matchLabels": pod_labels}}],
+                    "ports": [{"protocol": "TCP", "port": options.port}],
+                }
+            ],
+        },
+    }
+
+
+def storage_notes(options: ExportOptions, name: str) -> list[str]:
+    """What is lost without a claim: the run directory lives in each pod's emptyDir."""
+    if options.checkpoint_claim is not None:
+        return []
+    return [
+        f"The run directory {MOUNT_PATH}/{name} is not kept: without --checkpoint-claim it is an emptyDir, deleted "
+        f"with its pod, so the tasks' result and error files, metrics.jsonl and eval.jsonl are lost when a pod ends "
+        f"or restarts (checkpoints, the model and TensorBoard logs are kept at the checkpoint_dir URL). Give "
+        f"--checkpoint-claim NAME, a ReadWriteMany claim, to keep them."
+    ]
 
 
 def not_enforced(spec: ClusterSpec, options: ExportOptions) -> list[str]:
@@ -342,7 +484,7 @@ def not_enforced(spec: ClusterSpec, options: ExportOptions) -> list[str]:
     ]
     if spec.checkpoint_dir is not None and not is_url(spec.checkpoint_dir):
         notes.append(
-            f"checkpoint_dir {spec.checkpoint_dir} is a path on the hosts; in the pods the checkpoints are in "
+            f"checkpoint_dir {scalar(spec.checkpoint_dir)} is a path on the hosts; in the pods the checkpoints are in "
             f"{MOUNT_PATH}/<name>/checkpoints on the claim"
         )
     return notes

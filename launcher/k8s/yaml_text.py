@@ -2,8 +2,10 @@
 
 Only dicts, lists, strings, integers, booleans and None, which is all a manifest holds. A string
 is written plain only when it cannot be read back as anything else (a number, a boolean, null, a
-YAML 1.1 `on`/`yes`); otherwise quoted. Never writes a value that reads back different (tested
-against PyYAML).
+YAML 1.1 `on`/`yes`); otherwise quoted, and double-quoted with escapes when it holds anything
+not printable (controls, and U+0085, U+2028, U+2029, which YAML readers take for line breaks).
+Never writes a value that reads back different (tested against PyYAML), and never a comment line
+that a reader could take for more than one line.
 """
 
 from __future__ import annotations
@@ -98,7 +100,13 @@ def document(data: dict[str, Any]) -> str:
     return "\n".join(_mapping(data, 0)) + "\n"
 
 
+def _comment(line: str) -> str:
+    """One comment line, anything not printable escaped: a line break in it would end the comment
+    and make the rest YAML. Values from a spec come here as `scalar`s already; this is the backstop."""
+    return "".join(char if char.isprintable() else _escaped(char) for char in line)
+
+
 def documents(docs: Iterable[dict[str, Any]], comments: Sequence[str] = ()) -> str:
     """Several documents in one stream, each started by `---`, after `# ` comment lines."""
-    head = "".join(f"# {line}\n" if line else "#\n" for line in comments)
+    head = "".join(f"# {_comment(line)}\n" if line else "#\n" for line in comments)
     return head + "".join(f"---\n{document(doc)}" for doc in docs)

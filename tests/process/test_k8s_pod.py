@@ -24,13 +24,15 @@ LAYOUT = PodLayout(
     tasks={"worker": 2, "evaluator": 1},
     training={"kind": "builtin"},
     preemption_exit_code=42,
+    umask="027",
 )
 # Says where it stands, then waits on stdin; SIGTERM makes it "save" and leave with 42.
 CHILD = """
 import json, os, signal, sys
 signal.signal(signal.SIGTERM, lambda *_: sys.exit(42)) if sys.argv[1] == "trainer" else None
-print(json.dumps({"pid": os.getpid(), "tf_config": os.environ["TF_CONFIG"], "task": os.environ["TFLAUNCH_TASK"]}),
-      flush=True)
+umask = os.umask(0)
+print(json.dumps({"pid": os.getpid(), "tf_config": os.environ["TF_CONFIG"], "task": os.environ["TFLAUNCH_TASK"],
+                  "umask": umask}), flush=True)
 line = sys.stdin.readline().strip()
 sys.exit(int(line or 0)) if line != "kill" else os.kill(os.getpid(), signal.SIGKILL)
 """
@@ -59,6 +61,7 @@ def test_the_child_gets_the_computed_tf_config_and_its_exit_code_is_the_pods(wor
     assert pod.stdout is not None and pod.stdin is not None
     seen = json.loads(pod.stdout.readline())
     assert seen["task"] == "worker:1"
+    assert seen["umask"] == 0o027  # the spec's, as an agent gives it on a host
     assert json.loads(seen["tf_config"]) == LAYOUT.tf_config("worker", 1)
     assert json.loads(seen["tf_config"])["cluster"] == {"worker": ["p-worker-0-0.p:2222", "p-worker-0-1.p:2222"]}
     _, err = pod.communicate("3\n", timeout=30)

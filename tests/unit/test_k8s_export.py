@@ -27,10 +27,20 @@ from launcher.errors import LaunchError, SpecError, UsageError
 from launcher.k8s import jobset, tfjob
 from launcher.k8s.export import export, text, write
 from launcher.k8s.layout import ExportOptions, TaskGroup, task_groups
+from launcher.k8s.names import Toleration
 from launcher.k8s.yaml_text import documents, scalar
 from launcher.plan import PlanInputs, build_plan
 from launcher.spec import ClusterSpec, load_spec, parse_spec
 from tests.conftest import REPO
+from tests.unit.k8s_upstream import (
+    COMPLETION_INDEX_ANNOTATION,
+    container_environment,
+    job_failure,
+    jobset_action,
+    tfjob_restarts_fail,
+    tfjob_verdict,
+    with_completion_index,
+)
 from worker.contract import ENV_PREFIX, JOB_COMPLETION_INDEX_VAR, TF_CONFIG
 from worker.pod import PodLayoutError, pod_environment
 
@@ -74,6 +84,27 @@ COMMAND_SPEC: dict[str, Any] = {
     "training": {"kind": "command", "argv": ["python", "train.py", "--epochs", "3"]},
     "restart": {"fatal_exit_codes": [], "preemption_exit_code": 43},
 }
+# What operations teams add: a namespace, Kueue's queue, placement, requests, a NetworkPolicy; with
+# an evaluator, max_restarts 0 and a preemption code of 128 or more (TFJob restarts those pods).
+OPS_SPEC: dict[str, Any] = {
+    "name": "ops",
+    "hosts": [
+        {"address": "a.internal", "chief": True, "workers": 2, "evaluator": True, "ports": [7000, 7001, 7002, 7003]}
+    ],
+    "restart": {"max_restarts": 0, "preemption_exit_code": 130, "fatal_exit_codes": [2, 200]},
+}
+OPS_FLAGS: dict[str, Any] = {
+    "checkpoint_claim": "ops-runs",
+    "claim_size": "50Gi",
+    "storage_class": "filestore-rwx",
+    "namespace": "ml-team",
+    "labels": (("kueue.x-k8s.io/queue-name", "gpu-queue"), ("team", "vision")),
+    "node_selector": (("cloud.google.com/gke-nodepool", "trainers"),),
+    "tolerations": (Toleration("nvidia.com/gpu", None, "NoSchedule"), Toleration("dedicated", "ml", "")),
+    "cpu": "8",
+    "memory": "32Gi",
+    "network_policy": True,
+}
 CASES: dict[str, tuple[ClusterSpec, str, dict[str, Any]]] = {
     "example": (
         load_spec(REPO / "cluster.example.json"),
@@ -82,8 +113,14 @@ CASES: dict[str, tuple[ClusterSpec, str, dict[str, Any]]] = {
     ),
     "gpu-2-hosts": (parse_spec(GPU_SPEC), "gpu-2-hosts.json", {"secret": "train-secrets"}),
     "chief-command": (parse_spec(COMMAND_SPEC), "chief-command.json", {"checkpoint_claim": "runs"}),
+    "ops": (parse_spec(OPS_SPEC), "ops.json", OPS_FLAGS),
+    "no-restarts": (
+        parse_spec({**COMMAND_SPEC, "name": "strict", "restart": {"max_restarts": 0}}),
+        "strict.json",
+        {"checkpoint_claim": "runs"},
+    ),
 }
-GOLDEN_CASES = ("example", "gpu-2-hosts")
+GOLDEN_CASES = ("example", "gpu-2-hosts", "ops")
 FORMATS = ("jobset", "tfjob")
 
 
@@ -195,6 +232,10 @@ def _check_jobset_admission(js: dict[str, Any]) -> None:
             assert job["template"]["spec"]["restartPolicy"] == "Never"  # the Job API requires it
             for rule in policy["rules"]:
                 assert rule["action"] in ("FailJob", "FailIndex", "Ignore", "Count")  # the Job API's enums
+                assert ("onExitCodes" in rule) != ("onPodConditions" in rule)  # exactly one
+                if "onPodConditions" in rule:
+                    assert all(p["status"] in ("True", "False", "Unknown") for p in rule["onPodConditions"])
+                    continue
                 assert rule["onExitCodes"]["operator"] in ("In", "NotIn")
                 values = rule["onExitCodes"]["values"]
                 assert values == sorted(set(values)) and 0 not in values and len(values) <= 255
@@ -234,7 +275,7 @@ def test_manifests_pass_the_pinned_schemas(case: str, fmt: str) -> None:
                 containers = replica["template"]["spec"]["containers"]
                 assert any(c["name"] == "tensorflow" for c in containers)  # the operator's webhook requires it
         else:
-            assert kind == "PersistentVolumeClaim"
+            assert kind in ("PersistentVolumeClaim", "NetworkPolicy")
             _check_core(manifest)
 
 
@@ -250,43 +291,6 @@ def test_a_misspelt_field_would_be_caught() -> None:
 # ---- exit-code routing ----------------------------------------------------------------------------
 
 
-def _job_failure(job: dict[str, Any], code: int) -> tuple[str, str] | None:
-    """The Job controller's verdict on a pod that exited `code`: the Job's failure (reason, message),
-    or None when the pod is replaced without failing the Job. Mirrors kubernetes
-    pkg/controller/job/pod_failure_policy.go (first matching rule) and backoffLimit."""
-    for index, rule in enumerate(job.get("podFailurePolicy", {}).get("rules", [])):
-        on = rule["onExitCodes"]
-        if (code in on["values"]) == (on["operator"] == "In"):
-            if rule["action"] == "FailJob":
-                message = (
-                    f"Container {on['containerName']} for pod ns/pod-0 failed with exit code {code} matching "
-                    f"FailJob rule at index {index}"
-                )
-                return "PodFailurePolicy", message
-            if rule["action"] == "Ignore":
-                return None
-            break  # Count: counted below
-    if job["backoffLimit"] == 0:
-        return "BackoffLimitExceeded", "Job has reached the specified backoff limit"
-    return None
-
-
-def _jobset_action(js: dict[str, Any], replicated_job: str, reason: str, message: str) -> str:
-    """The JobSet controller's action for that failed Job: the first rule that matches, else
-    RestartJobSet (kubernetes-sigs/jobset pkg/controllers/failure_policy.go)."""
-    for rule in js["spec"]["failurePolicy"]["rules"]:
-        reasons, patterns = rule.get("onJobFailureReasons", []), rule.get("onJobFailureMessagePatterns", [])
-        targets = rule.get("targetReplicatedJobs", [])
-        if reasons and reason not in reasons:
-            continue
-        if patterns and not any(re.search(pattern, message) for pattern in patterns):
-            continue
-        if targets and replicated_job not in targets:
-            continue
-        return str(rule["action"])
-    return "RestartJobSet"
-
-
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_the_jobset_routes_exit_codes_like_the_supervisor(case: str) -> None:
     spec, result = _export(case, "jobset")
@@ -295,13 +299,26 @@ def test_the_jobset_routes_exit_codes_like_the_supervisor(case: str) -> None:
     expected = {restart.preemption_exit_code: "RestartJobSetAndIgnoreMaxRestarts"}
     expected.update({code: "FailJobSet" for code in restart.fatal_exit_codes})
     expected.update({code: "RestartJobSet" for code in (1, 3, 42, 43, 127, 137, 143) if code not in expected})
+    disrupted = ("DisruptionTarget",)
     for rj in js["spec"]["replicatedJobs"]:
         if rj["name"] == "evaluator":
             continue
+        job = rj["template"]["spec"]
         for code, action in expected.items():
-            failure = _job_failure(rj["template"]["spec"], code)
+            failure = job_failure(job, code)
             assert failure is not None, f"exit {code} of a {rj['name']} must end its Job at once"
-            assert _jobset_action(js, rj["name"], *failure) == action, f"exit {code} of a {rj['name']}"
+            assert jobset_action(js, rj["name"], *failure) == action, f"exit {code} of a {rj['name']}"
+            # Taken away by Kubernetes (drained, shut down, evicted, reclaimed) and ended with that code:
+            # what the task said wins; a crash while being taken away is a disruption, not counted.
+            failure = job_failure(job, code, disrupted)
+            assert failure is not None
+            routed = "RestartJobSetAndIgnoreMaxRestarts" if action == "RestartJobSet" else action
+            assert jobset_action(js, rj["name"], *failure) == routed, f"exit {code} of a disrupted {rj['name']}"
+        failure = job_failure(job, None, disrupted)  # lost with its node: no container ever ended
+        assert failure is not None and failure[0] == "PodFailurePolicy"
+        assert jobset_action(js, rj["name"], *failure) == "RestartJobSetAndIgnoreMaxRestarts"
+        failure = job_failure(job, None, ("Ready",))  # failed without a disruption: counted
+        assert failure is not None and jobset_action(js, rj["name"], *failure) == "RestartJobSet"
     policy = js["spec"]["failurePolicy"]
     assert policy["maxRestarts"] == restart.max_restarts
     assert policy["restartStrategy"] == "BlockingRecreate"  # no new pod meets an old one still saving
@@ -315,7 +332,7 @@ def test_the_evaluator_neither_fails_nor_restarts_the_set() -> None:
     assert job["backoffLimit"] == 2**31 - 1 and "podFailurePolicy" not in job
     assert job["template"]["spec"]["restartPolicy"] == "OnFailure"  # restarts in place; its Job never fails
     for code in (1, 2, 42, 137):
-        assert _job_failure(job, code) is None
+        assert job_failure(job, code) is None and job_failure(job, code, ("DisruptionTarget",)) is None
     assert js["spec"]["successPolicy"] == {"operator": "All", "targetReplicatedJobs": ["worker"]}
     assert all(rule["targetReplicatedJobs"] == ["worker"] for rule in js["spec"]["failurePolicy"]["rules"])
     _, result = _export("gpu-2-hosts", "tfjob")
@@ -325,14 +342,71 @@ def test_the_evaluator_neither_fails_nor_restarts_the_set() -> None:
 
 def test_the_tfjob_says_once_what_it_cannot_keep(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     spec_file = tmp_path / "gpu.json"
-    spec_file.write_text(json.dumps(GPU_SPEC))
-    argv = ["export", "k8s", "--cluster", str(spec_file), "--image", IMAGE, "--format", "tfjob"]
-    assert cli.main([*argv, "--secret", "s"]) == 0
+    spec_file.write_text(json.dumps({**GPU_SPEC, "checkpoint_dir": None}))
+    argv = ["export", "k8s", "--cluster", str(spec_file), "--image", IMAGE, "--secret", "s", "--checkpoint-claim", "r"]
+    assert cli.main([*argv, "--format", "tfjob"]) == 0
     captured = capsys.readouterr()
     assert captured.err.count("one at a time") == 1 and captured.err.count("exit 42") == 1
     assert "one at a time" not in captured.out.split("---", 1)[1]  # the YAML has it only as a comment
-    assert cli.main(["export", "k8s", "--cluster", str(spec_file), "--image", IMAGE, "--secret", "s"]) == 0
+    assert cli.main(argv) == 0
     assert capsys.readouterr().err == ""  # the JobSet form keeps them all
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_without_a_claim_the_export_says_what_is_lost(
+    fmt: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    spec_file = tmp_path / "gpu.json"
+    spec_file.write_text(json.dumps(GPU_SPEC))  # checkpoints at gs://: no claim needed
+    assert (
+        cli.main(["export", "k8s", "--cluster", str(spec_file), "--image", IMAGE, "--secret", "s", "--format", fmt])
+        == 0
+    )
+    captured = capsys.readouterr()
+    assert captured.err.count("emptyDir") == 1 and "--checkpoint-claim NAME" in captured.err
+    assert "metrics.jsonl" in captured.err and "eval.jsonl" in captured.err
+    head = captured.out.split("---", 1)[0]
+    assert "/tflaunch/gpu-fleet is not kept" in head and "--checkpoint-claim" in head
+    _, result = _export("example", fmt)  # with a claim: nothing said
+    assert not any("emptyDir" in line for line in (*result.comments, *result.warnings))
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_evaluator_restarts_never_fail_a_tfjob(case: str) -> None:
+    """Training Operator 1.9.4 counts in-place restarts, which only the evaluator has, against
+    runPolicy.backoffLimit: whatever max_restarts says, they must not fail the training."""
+    spec, result = _export(case, "tfjob")
+    job = _docs(result)["TFJob"]
+    replicas = job["spec"]["tfReplicaSpecs"]
+    if "Evaluator" in replicas:
+        assert "backoffLimit" not in job["spec"]["runPolicy"]
+        for restarts in (1, 2, 5, 1000):
+            assert tfjob_verdict(job, "Evaluator", 1) == "restart in place"
+            assert not tfjob_restarts_fail(job, {"Evaluator": restarts})
+    limit = job["spec"]["runPolicy"].get("backoffLimit")
+    assert limit in (None, 0)  # a limit of 1 or more could only ever stop the evaluator
+    trainers = [kind for kind in replicas if kind != "Evaluator"]
+    for kind in trainers:
+        for code in (1, 2, 42, 127):
+            assert tfjob_verdict(job, kind, code) == "fail"
+        for code in (128 + 9, 128 + 15):  # a death by a signal
+            assert tfjob_verdict(job, kind, code) == ("fail" if limit == 0 else "recreate pod")
+    if spec.restart.max_restarts == 0 and "Evaluator" not in replicas:
+        assert limit == 0  # the first failed pod fails the TFJob: max_restarts 0 kept
+    lines = tfjob.caveats(spec, task_groups(spec, "c.json"))
+    preempted = spec.restart.preemption_exit_code
+    said = next(line for line in lines if f"exit {preempted}" in line)
+    verdict = tfjob_verdict(job, trainers[0], preempted)
+    if verdict == "recreate pod":
+        assert "restarts the preempted pod" in said
+    else:
+        assert re.search(rf"a preemption \(exit {preempted}, checkpoint saved\)[^.]* (fail the TFJob|too)", said)
+    retried_line = next((line for line in lines if line.startswith("fatal_exit_codes")), "")
+    retried = {int(code) for code in re.findall(r"\d+", retried_line.split(":")[0])}
+    for code in spec.restart.fatal_exit_codes:  # the caveat names exactly the fatal codes TFJob retries
+        assert tfjob_verdict(job, trainers[0], code) == ("recreate pod" if code in retried else "fail")
+    enforced = next(line for line in lines if "max_restarts" in line)
+    assert ("not enforced" in enforced) == (limit is None or "Evaluator" in replicas)
 
 
 # ---- resources, storage, secrets ----------------------------------------------------------------------
@@ -402,14 +476,29 @@ def test_passwords_outside_the_env_are_refused_not_written() -> None:
     data = {
         **COMMAND_SPEC,
         "checkpoint_dir": url,
-        "training": {"kind": "command", "argv": ["python", "train.py", "--data", url.replace("s3", "https")]},
+        "training": {
+            "kind": "command",
+            "argv": ["python", "train.py", "--data", url.replace("s3", "https"), "--api-key", SECRET_VALUES[0]],
+        },
     }
     with pytest.raises(SpecError) as caught:
         export(parse_spec(data), ExportOptions(image=IMAGE, secret="s"), "c.json")
     message = str(caught.value)
-    assert caught.value.exit_code == 2 and SECRET_VALUES[1] not in message
-    assert "$.checkpoint_dir: holds a password" in message and "$.training.argv[3]: holds a password" in message
-    assert "Secret" in message
+    assert caught.value.exit_code == 2 and not any(value in message for value in SECRET_VALUES)
+    for path in ("$.checkpoint_dir", "$.training.argv[3]", "$.training.argv[5]"):
+        assert f"{path}: holds a secret" in message
+    assert "$.training.argv[4]" not in message and "Secret" in message
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_env_values_the_spec_declares_secret_are_referenced(fmt: str) -> None:
+    data = {**COMMAND_SPEC, "secrets": ["SESSION_BLOB"], "env": {"SESSION_BLOB": SECRET_VALUES[0], "LEVEL": "1"}}
+    result = export(
+        parse_spec(data), ExportOptions(image=IMAGE, format=fmt, secret="s", checkpoint_claim="r"), "c.json"
+    )
+    assert SECRET_VALUES[0] not in text(result)
+    env = _env(_containers(result)["chief"])
+    assert env["SESSION_BLOB"] == {"secretKeyRef": {"name": "s", "key": "SESSION_BLOB"}} and env["LEVEL"] == "1"
 
 
 def test_tasks_of_a_type_must_look_alike() -> None:
@@ -439,22 +528,26 @@ def _stable_host(fmt: str, name: str, task_type: str, index: int) -> str:
     return f"{name}-{task_type}-{index}"  # the TFJob operator's Service of each replica
 
 
-def _pod_env(box: dict[str, Any], fmt: str, index: int, attempt: int) -> dict[str, str]:
-    """The environment Kubernetes gives that pod: the container's env with every reference resolved."""
-    labels = {
+SERVICE_ENV = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443"}  # the kubelet's, always
+
+
+def _kubelet_start(box: dict[str, Any], fmt: str, index: int, attempt: int) -> tuple[dict[str, str], list[str]]:
+    """The environment and argv Kubernetes starts that pod's container with: the Job controller's
+    JOB_COMPLETION_INDEX (JobSet: Indexed Jobs), every reference resolved, `$(VAR)` expanded."""
+    fields = {
         f"metadata.labels['{jobset.RESTART_LABEL}']": str(attempt),
         f"metadata.labels['{tfjob.INDEX_LABEL}']": str(index),
+        f"metadata.annotations['{COMPLETION_INDEX_ANNOTATION}']": str(index),
     }
-    env = {JOB_COMPLETION_INDEX_VAR: str(index)} if fmt == "jobset" else {}  # the Job controller sets it
-    for entry in box["env"]:
-        source = entry.get("valueFrom")
-        if source is None:
-            env[entry["name"]] = entry["value"]
-        elif "fieldRef" in source:
-            env[entry["name"]] = labels[source["fieldRef"]["fieldPath"]]
-        else:
-            env[entry["name"]] = "from-the-secret"
-    return env
+    if fmt == "jobset":
+        box = with_completion_index(box)
+    refs = [entry["valueFrom"]["secretKeyRef"] for entry in box["env"] if "secretKeyRef" in entry.get("valueFrom", {})]
+    secrets = {(ref["name"], ref["key"]): "from-the-secret" for ref in refs}
+    return container_environment(box, fields, secrets, SERVICE_ENV)
+
+
+def _pod_env(box: dict[str, Any], fmt: str, index: int, attempt: int) -> dict[str, str]:
+    return _kubelet_start(box, fmt, index, attempt)[0]
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
