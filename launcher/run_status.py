@@ -1,31 +1,112 @@
 """`launch status RUN_DIR`: describe a running, finished or abandoned run from the files it left.
 
 Reads `status.json` (refreshed by a live launcher about once a second) and `summary.json`
-(written when a launch ends). Either may be missing, cut short by a crash, or not ours at all;
-every such case is a RunStatusError naming the file, never a traceback. Never starts, stops or
-writes anything.
+(written when a launch ends), and says what they tell with the exit code of the run's state
+(launcher/exit_codes.py). Either file may be missing, cut short by a crash, or not ours at all;
+every such case is a RunStatusError naming the file, never a traceback. `read_run` and
+`launcher_process` also serve `launch logs -f` and `launch stop`. Never starts, signals or writes
+anything.
 """
 
 from __future__ import annotations
 
+import glob
 import json
 import os
+import posixpath
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from launcher import exit_codes
 from launcher.errors import UsageError
 from worker.contract import RunLayout
+
+if TYPE_CHECKING:
+    import psutil
+
+__all__ = [
+    "SUMMARY_EXIT_CODES",
+    "LauncherStatus",
+    "RunDescription",
+    "RunFiles",
+    "RunStatusError",
+    "describe_run",
+    "launcher_process",
+    "read_run",
+    "summary_headline",
+]
+
+# The exit code of each terminal state a summary can hold (the values of launcher.gang.LaunchState's
+# terminal members; spelled here because importing that module costs `launch status` the spec's
+# pydantic models, and a unit test keeps the two in step).
+SUMMARY_EXIT_CODES: dict[str, int] = {
+    "succeeded": exit_codes.SUCCEEDED,
+    "failed": exit_codes.FAILED,
+    "preempted": exit_codes.PREEMPTED,
+    "interrupted": exit_codes.INTERRUPTED,
+}
+_SAME_PROCESS_S = 1.0  # create times of one process, as psutil computes them twice, differ by far less
+_URL_SCHEME = "://"  # gs://, s3://, hdfs://, https://: another machine's to hold; never checked here
 
 
 class RunStatusError(UsageError):
     """RUN_DIR is not a run directory, or one of its files is unreadable or not ours."""
 
 
-def _load(path: str) -> dict[str, Any] | None:
-    """The JSON object in `path`; None when the file does not exist."""
+@dataclass(frozen=True)
+class RunDescription:
+    """What `launch status` prints, and what it exits with (see launcher/exit_codes.py)."""
+
+    text: str
+    exit_code: int
+
+
+@dataclass(frozen=True)
+class LauncherStatus:
+    """One snapshot of status.json: the launcher writing it, and its tasks when it last wrote."""
+
+    pid: int
+    started: float | None  # the launcher's create time (psutil); None in files from before it was written
+    updated: float
+    attempt: int
+    restarts: int
+    tasks: tuple[dict[str, Any], ...]
+
+
+@dataclass(frozen=True)
+class RunFiles:
+    """status.json and summary.json of one run directory, read once; either may be absent."""
+
+    run_dir: str
+    status: LauncherStatus | None
+    summary: dict[str, Any] | None
+    status_mtime: float | None
+    summary_mtime: float | None
+
+    @property
+    def layout(self) -> RunLayout:
+        return RunLayout(self.run_dir)
+
+    @property
+    def summary_is_current(self) -> bool:
+        """Whether summary.json tells how the launch that wrote status.json ended (else it is from an
+        earlier launch of this run, or there is none)."""
+        if self.summary_mtime is None:
+            return False
+        if self.status is None or self.status_mtime is None:
+            return True
+        if self.status.started is not None:
+            return self.summary_mtime >= self.status.started
+        # an older status.json: its launcher's last status write comes just before or after its summary
+        return self.summary_mtime >= self.status_mtime - 2
+
+
+def _load(path: str) -> tuple[dict[str, Any], float] | None:
+    """The JSON object in `path` and the file's mtime; None when the file does not exist."""
     try:
         with open(path, encoding="utf-8") as handle:
+            mtime = os.fstat(handle.fileno()).st_mtime
             data = json.load(handle)
     except FileNotFoundError:
         return None
@@ -38,7 +119,7 @@ def _load(path: str) -> dict[str, Any] | None:
         ) from None
     if not isinstance(data, dict):
         raise RunStatusError(f"{path}: not a launch {os.path.basename(path)} (a JSON object was expected).")
-    return data
+    return data, mtime
 
 
 def _field(data: dict[str, Any], key: str, kinds: type | tuple[type, ...], path: str) -> Any:
@@ -50,67 +131,135 @@ def _field(data: dict[str, Any], key: str, kinds: type | tuple[type, ...], path:
     return value
 
 
-@dataclass(frozen=True)
-class _Live:
-    pid: int
-    started: float | None
-    updated: float
-    attempt: int
-    restarts: int
-    tasks: list[dict[str, Any]]
-
-
-def _live(data: dict[str, Any], path: str) -> _Live:
+def _launcher_status(data: dict[str, Any], path: str) -> LauncherStatus:
     tasks = _field(data, "tasks", list, path)
     for task in tasks:
         if not isinstance(task, dict) or not isinstance(task.get("task"), str):
             raise RunStatusError(f"{path}: a task entry has no name; was this file written by launch?")
     started = data.get("launcher_started")
-    return _Live(
+    return LauncherStatus(
         pid=_field(data, "launcher_pid", int, path),
-        started=started if isinstance(started, (int, float)) else None,
+        started=float(started) if isinstance(started, (int, float)) and not isinstance(started, bool) else None,
         updated=float(_field(data, "updated", (int, float), path)),
         attempt=_field(data, "attempt", int, path),
         restarts=_field(data, "restarts", int, path),
-        tasks=tasks,
+        tasks=tuple(tasks),
     )
 
 
-def _launcher_alive(live: _Live) -> bool:
+def read_run(run_dir: str) -> RunFiles:
+    """status.json and summary.json of `run_dir`; RunStatusError when the directory is missing, a file
+    is unreadable or cut short, or status.json is not launch's (a summary's fields are checked by
+    what reads them)."""
+    if not os.path.isdir(run_dir):
+        raise RunStatusError(f"{run_dir}: no such directory; give a run directory such as runs/example.")
+    layout = RunLayout(run_dir)
+    status = _load(layout.status_file)
+    summary = _load(layout.summary_file)
+    return RunFiles(
+        run_dir=run_dir,
+        status=_launcher_status(status[0], layout.status_file) if status is not None else None,
+        summary=summary[0] if summary is not None else None,
+        status_mtime=status[1] if status is not None else None,
+        summary_mtime=summary[1] if summary is not None else None,
+    )
+
+
+def launcher_process(status: LauncherStatus) -> psutil.Process | None:
+    """The process that wrote `status` when it still runs, else None. A pid alone is not enough: once
+    the launcher is gone its pid may be given to any later process, whose create time differs. With no
+    create time in the file (an older launcher) the pid is trusted."""
     import psutil
 
+    if status.pid <= 0:  # 0 and negative numbers name process groups to kill(2), never one process
+        return None
     try:
-        process = psutil.Process(live.pid)
-        if process.status() == psutil.STATUS_ZOMBIE:
-            return False
-        # a recycled pid belongs to a process started after our launcher
-        return live.started is None or abs(process.create_time() - live.started) < 1.0
-    except (psutil.NoSuchProcess, psutil.AccessDenied):  # gone, or someone else's
-        return False
+        process = psutil.Process(status.pid)
+        if process.status() == psutil.STATUS_ZOMBIE:  # exited; its parent has not reaped it yet
+            return None
+        if status.started is not None and abs(process.create_time() - status.started) >= _SAME_PROCESS_S:
+            return None
+    except (psutil.NoSuchProcess, psutil.AccessDenied):  # gone, or another user's process
+        return None
+    return process
 
 
-def _task_rows(tasks: list[dict[str, Any]]) -> list[str]:
-    lines = [f"  {'task':<22} {'state':<18} {'step':>9} {'steps/s':>8}  last line"]
+def _step_text(task: dict[str, Any]) -> str:
+    step, total = task.get("step"), task.get("total")
+    if not _is_int(step):
+        return ""
+    return f"{step}/{total}" if _is_int(total) else str(step)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _task_rows(tasks: tuple[dict[str, Any], ...]) -> list[str]:
+    with_loss = any(_is_number(task.get("loss")) for task in tasks)
+    loss_head = f" {'loss':>9}" if with_loss else ""
+    lines = [f"  {'task':<22} {'state':<18} {'step':>13} {'steps/s':>8}{loss_head}  last line"]
     for task in tasks:
-        rate = task.get("steps_per_s")
-        step = task.get("step")
+        rate, loss = task.get("steps_per_s"), task.get("loss")
+        loss_cell = f" {f'{loss:.4g}' if _is_number(loss) else '':>9}" if with_loss else ""
         lines.append(
-            f"  {str(task['task']):<22} {str(task.get('state', ''))[:18]:<18} "
-            f"{step if isinstance(step, int) else '':>9} "
-            f"{f'{rate:.1f}' if isinstance(rate, (int, float)) else '':>8}  {str(task.get('last_line', ''))[:60]}"
+            f"  {str(task['task']):<22} {str(task.get('state', ''))[:18]:<18} {_step_text(task):>13} "
+            f"{f'{rate:.1f}' if _is_number(rate) else '':>8}{loss_cell}  {str(task.get('last_line', ''))[:60]}"
         )
     return lines
 
 
-def _describe_summary(run_dir: str, summary: dict[str, Any], path: str) -> list[str]:
-    attempts = _field(summary, "attempts", list, path)
-    state = _field(summary, "state", str, path)
+def summary_headline(run_dir: str, summary: dict[str, Any]) -> str:
+    """`runs/x: failed at step 40 after 2 attempt(s) (...)`; "before any step" when none was reported."""
+    attempts = summary.get("attempts")
     step = summary.get("final_step")
-    lines = [
-        f"{run_dir}: {state} at step {step} after {len(attempts)} attempt(s) "
+    at = f"at step {step}" if _is_int(step) else "before any step"
+    count = len(attempts) if isinstance(attempts, list) else 0
+    return (
+        f"{run_dir}: {summary.get('state')} {at} after {count} attempt(s) "
         f"({summary.get('restarts', 0)} restart(s), {summary.get('preemptions', 0)} preemption(s))"
+    )
+
+
+def _rebased(where: str, written_in: object, run_dir: str) -> str:
+    """`where` under `run_dir` when it was under the run directory the summary was written in: the run
+    may have been moved since (--fresh sets it aside) or be read from another working directory."""
+    if isinstance(written_in, str) and written_in:
+        prefix = written_in.rstrip("/") + "/"
+        if where.startswith(prefix):
+            return posixpath.join(run_dir, where[len(prefix) :])
+    return where
+
+
+def _present(where: str) -> bool:
+    """Whether an output is there to be found: a URL is another system's and kept; a path must exist
+    (a pattern such as attempt-* must match something)."""
+    if _URL_SCHEME in where:
+        return True
+    if glob.has_magic(where):
+        return bool(glob.glob(where))
+    return os.path.exists(where)
+
+
+def _outputs(run_dir: str, summary: dict[str, Any]) -> list[str]:
+    outputs = summary.get("outputs")
+    if not isinstance(outputs, dict):
+        return []
+    found = [
+        (str(name), where)
+        for name, written in outputs.items()
+        if isinstance(written, str) and _present(where := _rebased(written, summary.get("run_dir"), run_dir))
     ]
-    for attempt in attempts:
+    return ["  outputs:", *(f"    {name:<12} {where}" for name, where in found)] if found else []
+
+
+def _describe_summary(run_dir: str, summary: dict[str, Any], path: str) -> list[str]:
+    lines = [summary_headline(run_dir, summary)]
+    for attempt in _field(summary, "attempts", list, path):
         if not isinstance(attempt, dict):
             raise RunStatusError(f"{path}: an attempt entry is not an object; was this file written by launch?")
         lines.append(f"  attempt {attempt.get('attempt')}: {attempt.get('reason', '')}")
@@ -118,15 +267,12 @@ def _describe_summary(run_dir: str, summary: dict[str, Any], path: str) -> list[
             if not isinstance(task, dict):
                 continue
             result: dict[str, Any] = task["result"] if isinstance(task.get("result"), dict) else {}
-            extra = f" step {result['step']}" if isinstance(result.get("step"), int) else ""
+            extra = f" step {result['step']}" if _is_int(result.get("step")) else ""
             extra += f" weights {result['fingerprint']}" if result.get("fingerprint") else ""
             lines.append(
                 f"    {str(task.get('name')):<12} on {str(task.get('host')):<16} {task.get('exit', '')}{extra}"
             )
-    outputs = summary.get("outputs")
-    if isinstance(outputs, dict) and outputs:
-        lines.append("  outputs:")
-        lines += [f"    {str(name):<12} {where}" for name, where in outputs.items()]
+    lines += _outputs(run_dir, summary)
     first = summary.get("first_failure")
     if isinstance(first, dict):
         error = first.get("error") if isinstance(first.get("error"), dict) else {}
@@ -138,32 +284,38 @@ def _describe_summary(run_dir: str, summary: dict[str, Any], path: str) -> list[
     return lines
 
 
-def describe_run(run_dir: str) -> str:
-    """A running run from status.json; a finished one from summary.json; an abandoned one as stopped."""
-    if not os.path.isdir(run_dir):
-        raise RunStatusError(f"{run_dir}: no such directory; give a run directory such as runs/example.")
-    layout = RunLayout(run_dir)
-    summary_path, status_path = layout.summary_file, layout.status_file
-    status = _load(status_path)
-    summary = _load(summary_path)
-    live = _live(status, status_path) if status is not None else None
-    if live is not None and (summary is None or os.path.getmtime(summary_path) < os.path.getmtime(status_path) - 2):
+def describe_run(run_dir: str) -> RunDescription:
+    """A running run from status.json (exit 3); a finished one from summary.json (exit by its state);
+    one whose launcher died without a summary as stopped (exit 5)."""
+    files = read_run(run_dir)
+    live = files.status
+    if live is not None and not files.summary_is_current:
         age = time.time() - live.updated
-        if _launcher_alive(live):
+        if launcher_process(live) is not None:
             head = (
                 f"{run_dir}: running (launcher pid {live.pid}, attempt {live.attempt}, restarts {live.restarts}, "
                 f"updated {age:.0f}s ago)"
             )
+            code = exit_codes.RUNNING
         else:
             head = (
                 f"{run_dir}: stopped: its launcher (pid {live.pid}) is gone and wrote no summary "
                 f"(killed?); last status from {age:.0f}s ago, attempt {live.attempt}, restarts {live.restarts}"
             )
-        return "\n".join([head, *_task_rows(live.tasks)])
-    if summary is None:
+            code = exit_codes.STOPPED
+        return RunDescription("\n".join([head, *_task_rows(live.tasks)]), code)
+    layout = files.layout
+    if files.summary is None:
         raise RunStatusError(
-            f"{run_dir}: has neither {os.path.basename(summary_path)} nor {os.path.basename(status_path)}; "
-            "is it a run directory "
-            "(<run_root>/<name>, e.g. runs/example)?"
+            f"{run_dir}: has neither {os.path.basename(layout.summary_file)} nor "
+            f"{os.path.basename(layout.status_file)}; is it a run directory (<run_root>/<name>, e.g. runs/example)?"
         )
-    return "\n".join(_describe_summary(run_dir, summary, summary_path))
+    _field(files.summary, "attempts", list, layout.summary_file)
+    state = _field(files.summary, "state", str, layout.summary_file)
+    if state not in SUMMARY_EXIT_CODES:
+        raise RunStatusError(
+            f"{layout.summary_file}: state {state!r} is not one launch writes ({', '.join(SUMMARY_EXIT_CODES)}); "
+            "was this file written by launch?"
+        )
+    text = "\n".join(_describe_summary(run_dir, files.summary, layout.summary_file))
+    return RunDescription(text, SUMMARY_EXIT_CODES[state])

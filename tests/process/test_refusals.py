@@ -17,6 +17,7 @@ from typing import Any
 import psutil
 import pytest
 
+from launcher import exit_codes
 from tests.conftest import HELPERS, launch_cmd, run_launch, wait_until_gone, write_spec
 
 TASK = str(HELPERS / "task.py")
@@ -164,12 +165,14 @@ def test_status_after_the_launcher_was_killed_says_stopped(work: Path) -> None:
         assert time.monotonic() < deadline and proc.poll() is None, log.read_text()
         time.sleep(0.05)
     running = run_launch(["status", str(work / "runs" / "r")], work)
-    assert running.returncode == 0 and ": running (launcher pid" in running.stdout, running.stdout + running.stderr
+    assert running.returncode == exit_codes.RUNNING and ": running (launcher pid" in running.stdout, (
+        running.stdout + running.stderr
+    )
     proc.kill()
     proc.wait()
     assert not wait_until_gone(str(work), timeout=10)
     stopped = run_launch(["status", str(work / "runs" / "r")], work)
-    assert stopped.returncode == 0, stopped.stderr
+    assert stopped.returncode == exit_codes.STOPPED, stopped.stderr
     assert "stopped: its launcher" in stopped.stdout and "is gone" in stopped.stdout
 
 

@@ -97,7 +97,7 @@ def test_status_of_a_finished_run(tmp_path: Path) -> None:
         ],
     }
     (tmp_path / "summary.json").write_text(json.dumps(summary))
-    text = describe_run(str(tmp_path))
+    text = describe_run(str(tmp_path)).text
     assert "succeeded at step 60 after 2 attempt(s)" in text
     assert "first failure: worker:1 on localhost killed by SIGKILL (attempt 0)" in text
     assert "step 60 weights abc" in text

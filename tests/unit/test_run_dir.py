@@ -1,18 +1,26 @@
-"""A run directory that cannot be written: refused before any task starts, the transport closed."""
+"""A run directory that cannot be written: refused before any task starts, the transport closed.
+
+`launch status RUN_DIR` of hand-made run directories: its text and its exit code by the run's state."""
 
 from __future__ import annotations
 
 import io
+import json
+import os
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 
-from launcher import run
+from launcher import exit_codes, run
 from launcher.console import Console
 from launcher.errors import RunDirError
 from launcher.preflight import PreflightReport
+from launcher.run_status import SUMMARY_EXIT_CODES, RunStatusError, describe_run
 from launcher.spec import parse_spec
 from tests.unit.fakes import FakeTransport
+from worker.contract import RunLayout
 
 
 def test_an_unwritable_run_dir_closes_the_transport_and_exits_2(
@@ -36,3 +44,201 @@ def test_an_unwritable_run_dir_closes_the_transport_and_exits_2(
     message = str(caught.value)
     assert caught.value.exit_code == 2 and str(blocker) in message and "Nothing was started" in message
     assert transport.closed and transport.start_calls == 0
+
+
+# `launch status RUN_DIR`: text and exit code from hand-made run directories.
+
+
+def _layout(tmp_path: Path) -> RunLayout:
+    return RunLayout(str(tmp_path / "runs" / "r"))
+
+
+def _write(path: str, data: object) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump(data, handle)
+
+
+def _summary(layout: RunLayout, state: str, **fields: object) -> dict[str, object]:
+    return {
+        "run_dir": layout.run_dir,
+        "state": state,
+        "final_step": 40,
+        "restarts": 0,
+        "preemptions": 0,
+        "first_failure": None,
+        "outputs": {},
+        "attempts": [{"attempt": 0, "reason": "r", "tasks": []}],
+        **fields,
+    }
+
+
+def _status(pid: int, started: float | None, **fields: object) -> dict[str, object]:
+    return {
+        "launcher_pid": pid,
+        "launcher_started": started,
+        "updated": time.time(),
+        "attempt": 1,
+        "restarts": 1,
+        "tasks": [{"task": "worker:0", "state": "running", "step": 12, "steps_per_s": 3.0, "last_line": "hi"}],
+        **fields,
+    }
+
+
+def _own_status(**fields: object) -> dict[str, object]:
+    """A status.json whose launcher is this very process: a live launcher."""
+    return _status(os.getpid(), psutil.Process().create_time(), **fields)
+
+
+def _age(path: str, seconds: float) -> None:
+    then = time.time() - seconds
+    os.utime(path, (then, then))
+
+
+@pytest.mark.parametrize(
+    ("state", "code"),
+    [
+        ("succeeded", exit_codes.SUCCEEDED),
+        ("failed", exit_codes.FAILED),
+        ("preempted", exit_codes.PREEMPTED),
+        ("interrupted", exit_codes.INTERRUPTED),
+    ],
+)
+def test_a_finished_run_exits_by_its_state(tmp_path: Path, state: str, code: int) -> None:
+    layout = _layout(tmp_path)
+    _write(layout.summary_file, _summary(layout, state))
+    shown = describe_run(layout.run_dir)
+    assert shown.exit_code == code
+    assert shown.text.startswith(f"{layout.run_dir}: {state} at step 40 after 1 attempt(s)")
+
+
+def test_every_terminal_launch_state_has_its_exit_code() -> None:
+    from launcher.gang import LaunchState
+
+    assert set(SUMMARY_EXIT_CODES) == {state.value for state in LaunchState if state.is_terminal}
+
+
+def test_a_run_that_failed_before_any_step_says_so_and_never_none(tmp_path: Path) -> None:
+    layout = _layout(tmp_path)
+    _write(layout.summary_file, _summary(layout, "failed", final_step=None))
+    shown = describe_run(layout.run_dir)
+    assert shown.exit_code == exit_codes.FAILED
+    assert f"{layout.run_dir}: failed before any step after 1 attempt(s)" in shown.text
+    assert "None" not in shown.text
+
+
+def test_a_running_run_exits_3_and_shows_step_of_total_and_loss(tmp_path: Path) -> None:
+    layout = _layout(tmp_path)
+    tasks = [
+        {"task": "worker:0", "state": "running", "step": 12, "total": 60, "loss": 0.123456, "steps_per_s": 3.0},
+        {"task": "worker:1", "state": "joining", "step": None, "steps_per_s": None},
+    ]
+    _write(layout.status_file, _own_status(tasks=tasks))
+    shown = describe_run(layout.run_dir)
+    assert shown.exit_code == exit_codes.RUNNING
+    assert f": running (launcher pid {os.getpid()}, attempt 1, restarts 1" in shown.text
+    header, first, second = shown.text.splitlines()[1:]
+    assert "loss" in header and "12/60" in first and "0.1235" in first and "3.0" in first
+    assert "worker:1" in second and "None" not in second
+
+
+def test_a_running_run_without_total_or_loss_shows_the_step_alone(tmp_path: Path) -> None:
+    layout = _layout(tmp_path)
+    _write(layout.status_file, _own_status())
+    shown = describe_run(layout.run_dir)
+    header, row = shown.text.splitlines()[1:]
+    assert "loss" not in header and " 12 " in row and "/" not in row
+
+
+def test_a_launcher_killed_without_summary_exits_5(tmp_path: Path) -> None:
+    layout = _layout(tmp_path)
+    # this process's pid with another create time: a launcher that is gone, its pid given to another process
+    _write(layout.status_file, _status(os.getpid(), psutil.Process().create_time() - 100))
+    shown = describe_run(layout.run_dir)
+    assert shown.exit_code == exit_codes.STOPPED
+    assert "stopped: its launcher" in shown.text and "is gone and wrote no summary" in shown.text
+
+
+def test_a_summary_of_an_earlier_launch_does_not_hide_a_killed_one(tmp_path: Path) -> None:
+    layout = _layout(tmp_path)
+    _write(layout.summary_file, _summary(layout, "succeeded"))
+    _age(layout.summary_file, 300)  # from an earlier launch of this run
+    _write(layout.status_file, _status(os.getpid(), time.time() - 100))  # a later launcher, gone now
+    assert describe_run(layout.run_dir).exit_code == exit_codes.STOPPED
+
+
+def test_the_summary_of_the_launch_that_wrote_the_status_wins(tmp_path: Path) -> None:
+    layout = _layout(tmp_path)
+    _write(layout.status_file, _own_status())
+    _age(layout.status_file, 5)  # its last status came a little before the summary
+    _write(layout.summary_file, _summary(layout, "interrupted"))
+    shown = describe_run(layout.run_dir)
+    assert shown.exit_code == exit_codes.INTERRUPTED and ": interrupted at step 40" in shown.text
+
+
+def test_only_outputs_that_exist_are_listed(tmp_path: Path) -> None:
+    layout = _layout(tmp_path)
+    os.makedirs(layout.default_checkpoint_dir)
+    os.makedirs(layout.attempt_dir(0))
+    _write(layout.metrics_file, {})
+    outputs = {
+        **layout.outputs(layout.default_checkpoint_dir),  # eval.jsonl, model and tensorboard never written
+        "remote": "gs://bucket/model",
+    }
+    _write(layout.summary_file, _summary(layout, "succeeded", outputs=outputs))
+    text = describe_run(layout.run_dir).text
+    listed = text.split("  outputs:\n")[1].splitlines()
+    names = [line.split()[0] for line in listed]
+    assert names == ["metrics", "checkpoints", "logs", "remote"]
+    assert f"checkpoints  {layout.default_checkpoint_dir}" in text and "gs://bucket/model" in text
+
+
+def test_no_outputs_section_when_none_exists(tmp_path: Path) -> None:
+    layout = _layout(tmp_path)
+    outputs = layout.outputs(layout.default_checkpoint_dir)
+    _write(layout.summary_file, _summary(layout, "failed", outputs=outputs))
+    assert "outputs:" not in describe_run(layout.run_dir).text
+
+
+def test_outputs_of_a_run_moved_aside_are_found_where_it_is_now(tmp_path: Path) -> None:
+    layout = _layout(tmp_path)
+    _write(layout.summary_file, _summary(layout, "succeeded", outputs=layout.outputs(layout.default_checkpoint_dir)))
+    moved = RunLayout(layout.run_dir + ".old")
+    os.rename(layout.run_dir, moved.run_dir)
+    os.makedirs(moved.default_checkpoint_dir)
+    text = describe_run(moved.run_dir).text
+    assert f"checkpoints  {moved.default_checkpoint_dir}" in text
+
+
+@pytest.mark.parametrize(
+    ("files", "needle"),
+    [
+        ({}, "has neither summary.json nor status.json"),
+        ({"summary.json": '{"state": "succ'}, "summary.json: not valid JSON"),
+        ({"summary.json": "[1, 2]"}, "summary.json: not a launch summary.json"),
+        ({"summary.json": '{"name": "x"}'}, "summary.json: field 'attempts' is missing"),
+        ({"summary.json": '{"state": "sideways", "attempts": []}'}, "state 'sideways' is not one launch writes"),
+        ({"status.json": '{"launcher_pid": "x", "tasks": []}'}, "status.json: field"),
+        ({"status.json": '{"launcher_pid": 1, "tasks": [3]}'}, "status.json: a task entry has no name"),
+        ({"status.json": b"\xff"}, "status.json: cannot read it"),
+    ],
+)
+def test_status_of_what_is_not_a_healthy_run_is_a_usage_error(
+    tmp_path: Path, files: dict[str, str | bytes], needle: str
+) -> None:
+    for name, text in files.items():
+        (tmp_path / name).write_bytes(text if isinstance(text, bytes) else text.encode())
+    with pytest.raises(RunStatusError) as caught:
+        describe_run(str(tmp_path))
+    assert needle in str(caught.value) and caught.value.exit_code == exit_codes.USAGE
+
+
+def test_status_of_a_missing_directory_is_a_usage_error(tmp_path: Path) -> None:
+    with pytest.raises(RunStatusError, match="no such directory"):
+        describe_run(str(tmp_path / "nowhere"))
+
+
+def test_a_status_naming_pid_0_is_never_a_live_launcher(tmp_path: Path) -> None:
+    layout = _layout(tmp_path)
+    _write(layout.status_file, _status(0, None))
+    assert describe_run(layout.run_dir).exit_code == exit_codes.STOPPED
