@@ -1,0 +1,228 @@
+"""`launch logs RUN [-f] [--task T] [--attempt N]`: print the task logs a run directory keeps.
+
+Every attempt keeps one log file per task (`RunLayout.log_file`); this prints one attempt's (the
+latest unless told), each line prefixed with its task as the launcher's plain output does
+(`[worker:1] ...`) and stripped of terminal control sequences. With `follow` it keeps polling the
+files, moves on into the next attempt when a restart creates its directory, and returns once the
+run has ended: summary.json was (re)written after following began, or the launcher that writes
+status.json is gone. Only reads files: never signals, starts or writes anything but `out`.
+A KeyboardInterrupt (Ctrl-C) propagates to the caller, with every file closed.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from typing import BinaryIO, TextIO
+
+from launcher import exit_codes
+from launcher.errors import UsageError
+from launcher.masking import printable
+from launcher.run_status import RunStatusError, launcher_process, read_run
+from worker.contract import RunLayout, task_stem
+
+__all__ = ["POLL_S", "attempts_of", "pick_attempt", "pick_tasks", "show_logs", "task_logs"]
+
+POLL_S = 0.2  # a file follower: cheap stats, and new lines show up about as soon as they are written
+_CHUNK = 1 << 16
+_LOG_SUFFIX = ".log"
+
+
+def attempts_of(layout: RunLayout) -> list[int]:
+    """The attempt numbers that have a directory in the run, in order."""
+    try:
+        names = os.listdir(layout.run_dir)
+    except FileNotFoundError:
+        raise UsageError(f"{layout.run_dir}: no such directory; give a run directory such as runs/example.") from None
+    except NotADirectoryError:
+        raise UsageError(f"{layout.run_dir}: not a directory; give a run directory such as runs/example.") from None
+    numbers = (RunLayout.attempt_of(name) for name in names)
+    return sorted(n for n in numbers if n is not None and os.path.isdir(layout.attempt_dir(n)))
+
+
+def pick_attempt(run_dir: str, attempts: Sequence[int], wanted: int | None) -> int:
+    """The attempt `wanted` names: the latest when None, counted from the end when negative (-1 is
+    the latest). UsageError naming the attempts there are when it names none of them."""
+    if not attempts:
+        raise UsageError(f"{run_dir}: no attempt has started yet (no attempt-N directory); nothing logged so far.")
+    if wanted is None:
+        return attempts[-1]
+    if wanted < 0 and -wanted <= len(attempts):
+        return attempts[wanted]
+    if wanted in attempts:
+        return wanted
+    raise UsageError(
+        f"{run_dir}: no attempt {wanted}; it has attempt(s) {', '.join(map(str, attempts))} "
+        f"(or count from the end: -1 is the latest)."
+    )
+
+
+def _task_of(stem: str) -> str | None:
+    """The task whose log file stem this is (`worker-1` -> `worker:1`), or None for any other file."""
+    kind, _, index = stem.rpartition("-")
+    if not kind or not index.isdigit():
+        return None
+    name = f"{kind}:{index}"
+    return name if task_stem(name) == stem else None
+
+
+def _task_order(name: str) -> tuple[bool, str, int]:
+    kind, _, index = name.rpartition(":")
+    return kind != "chief", kind, int(index) if index.isdigit() else -1
+
+
+def task_logs(layout: RunLayout, attempt: int) -> dict[str, str]:
+    """Every task's log file in one attempt: {task: path}, chief first, then by type and index."""
+    try:
+        names = os.listdir(layout.attempt_dir(attempt))
+    except FileNotFoundError:  # a run set aside (--fresh) while we read it: nothing logged here now
+        return {}
+    found = [task for name in names if name.endswith(_LOG_SUFFIX) and (task := _task_of(name[: -len(_LOG_SUFFIX)]))]
+    return {task: layout.log_file(attempt, task_stem(task)) for task in sorted(found, key=_task_order)}
+
+
+def pick_tasks(run_dir: str, attempt: int, known: Sequence[str], wanted: Sequence[str]) -> frozenset[str] | None:
+    """The tasks `wanted` names (each item may list several, comma-separated), or None for every task.
+    UsageError naming the tasks there are when one is not among `known`."""
+    names = [name.strip() for item in wanted for name in item.split(",") if name.strip()]
+    if not names:
+        return None
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        there = ", ".join(sorted(known, key=_task_order)) or "none logged yet"
+        raise UsageError(
+            f"{run_dir}: no task {', '.join(unknown)} in attempt {attempt}; its tasks: {there}. "
+            "Give --task as type:index, e.g. --task worker:1 (repeat it, or separate tasks with commas)."
+        )
+    return frozenset(names)
+
+
+@dataclass
+class _Tail:
+    """Reads one log file from where it stopped last time; hands back whole lines only, until `flush`."""
+
+    task: str
+    path: str
+    handle: BinaryIO | None = None
+    pending: bytes = field(default=b"")
+
+    def lines(self, stack: ExitStack) -> Iterator[str]:
+        if self.handle is None:
+            try:
+                self.handle = stack.enter_context(open(self.path, "rb"))
+            except FileNotFoundError:  # listed, then moved aside (--fresh); nothing more comes from it
+                return
+        while chunk := self.handle.read(_CHUNK):
+            *whole, self.pending = (self.pending + chunk).split(b"\n")
+            yield from (_text(line) for line in whole)
+
+    def flush(self) -> Iterator[str]:
+        """The last line when the file does not end with a newline (the task died mid-line)."""
+        if self.pending:
+            line, self.pending = self.pending, b""
+            yield _text(line)
+
+
+def _text(line: bytes) -> str:
+    return printable(line.decode("utf-8", "replace"))
+
+
+@dataclass
+class _Printer:
+    out: TextIO
+    layout: RunLayout
+    only: frozenset[str] | None
+    stack: ExitStack
+    tails: dict[str, _Tail] = field(default_factory=dict)
+
+    def read(self, attempt: int, final: bool = False) -> None:
+        """Print what is new in every chosen task's log of `attempt`; `final` also prints unfinished lines."""
+        for task, path in task_logs(self.layout, attempt).items():
+            if self.only is None or task in self.only:
+                self.tails.setdefault(path, _Tail(task, path))
+        for tail in self.tails.values():
+            for line in tail.lines(self.stack):
+                self.out.write(f"[{tail.task}] {line}\n")
+            if final:
+                for line in tail.flush():
+                    self.out.write(f"[{tail.task}] {line}\n")
+        self.out.flush()
+
+    def close_attempt(self) -> None:
+        for tail in self.tails.values():
+            if tail.handle is not None:
+                tail.handle.close()
+        self.tails.clear()
+
+
+def _summary_mark(layout: RunLayout) -> tuple[int, int] | None:
+    """Which summary.json is there (the launcher replaces it whole, so a new one is a new inode)."""
+    try:
+        info = os.stat(layout.summary_file)
+    except FileNotFoundError:
+        return None
+    return info.st_ino, info.st_mtime_ns
+
+
+def _run_ended(layout: RunLayout, summary_at_start: tuple[int, int] | None) -> bool:
+    """Whether nothing more will be logged: a summary written since we began, or no live launcher."""
+    mark = _summary_mark(layout)
+    if mark is not None and mark != summary_at_start:
+        return True
+    try:
+        status = read_run(layout.run_dir).status
+    except RunStatusError:  # the directory went away (set aside by --fresh) or holds a file not ours
+        return True
+    return status is None or launcher_process(status) is None
+
+
+def show_logs(
+    run_dir: str,
+    out: TextIO,
+    *,
+    follow: bool = False,
+    tasks: Sequence[str] = (),
+    attempt: int | None = None,
+    poll_s: float = POLL_S,
+    stop: threading.Event | None = None,
+) -> int:
+    """Print one attempt's task logs to `out`, `[task] line` by line; with `follow`, keep printing
+    what is written, into later attempts, until the run ends (or `stop` is set). Returns the exit code.
+    UsageError when the run has no such attempt or task (the message lists those it has)."""
+    layout = RunLayout(run_dir)
+    summary_at_start = _summary_mark(layout)
+    attempts = attempts_of(layout)
+    wake = stop if stop is not None else threading.Event()
+    if follow and not attempts:  # launched moments ago: its first attempt is on its way
+        while not attempts and not _run_ended(layout, summary_at_start):
+            if wake.wait(poll_s):
+                return exit_codes.SUCCEEDED
+            attempts = attempts_of(layout)
+    current = pick_attempt(run_dir, attempts, attempt)
+    known = set(task_logs(layout, current))
+    try:
+        status = read_run(run_dir).status
+    except RunStatusError:  # a status.json cut short by a crash: the logs are still worth showing
+        status = None
+    if status is not None and status.attempt == current:  # tasks that have not written a line yet
+        known.update(str(entry["task"]).partition("@")[0] for entry in status.tasks)
+    only = pick_tasks(run_dir, current, sorted(known), tasks)
+    with ExitStack() as stack:
+        printer = _Printer(out, layout, only, stack)
+        if not follow:
+            printer.read(current, final=True)
+            return exit_codes.SUCCEEDED
+        while True:
+            ended = _run_ended(layout, summary_at_start)  # before reading: lines written before the end are read
+            later = [n for n in attempts_of(layout) if n > current]
+            printer.read(current, final=bool(later) or ended)
+            if later:
+                printer.close_attempt()
+                current = later[0]
+                out.write(f"[launch] attempt {current}\n")
+                continue
+            if ended or wake.wait(poll_s):
+                return exit_codes.SUCCEEDED
