@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal, get_args
 from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from launcher.errors import SpecError, SpecProblem
+from launcher.masking import MASK, is_secret, looks_secret
 from launcher.spec_json import decode_json, decode_text, json_child, raw_problems
 from worker.contract import ENV_PREFIX, PREEMPTION_EXIT_CODE
 from worker.training_spec import (  # noqa: F401 - re-exported: the spec's `training` section
@@ -888,6 +889,9 @@ def _problems(error: ValidationError) -> list[SpecProblem]:
 def _message(item: Any) -> str:
     kind = item["type"]
     value = item.get("input")
+    name = item["loc"][-1] if item.get("loc") and isinstance(item["loc"][-1], str) else ""
+    if isinstance(value, str) and (is_secret(name) or looks_secret(value)):
+        value = MASK  # an error message must not carry a secret to the screen or a CI log
     if kind == "extra_forbidden":
         return "unknown key; remove it or check its spelling (`launch schema` lists every key)"
     if kind == "missing":

@@ -16,6 +16,7 @@ import re
 from typing import Any
 
 from launcher.errors import SpecProblem
+from launcher.masking import MASK, is_secret, looks_secret
 
 # No spec nests deeper than $.hosts[i].tasks[j].port (5 levels); anything far deeper is not a spec.
 MAX_DEPTH = 16
@@ -140,7 +141,11 @@ def _bad_characters(text: str) -> str | None:
     return _CHARACTER_NAMES.get(char, f"the control character U+{ord(char):04X}")
 
 
-def _shown(value: Any) -> str:
+def _shown(value: Any, path: str = "") -> str:
+    """What the user wrote, briefly; a secret (by the name at `path`, or by its form) as a mask."""
+    name = ([part for part in re.split(r"[.\[\]\"$]+", path) if part] or [""])[-1]
+    if isinstance(value, str) and (is_secret(name) or looks_secret(value)):
+        return json.dumps(MASK)
     text = json.dumps(value, default=lambda v: type(v).__name__)
     return text if len(text) <= 40 else text[:37] + "..."
 
@@ -157,7 +162,7 @@ def raw_problems(data: Any, path: str = "$", depth: int = 0) -> list[SpecProblem
     problems: list[SpecProblem] = []
     if isinstance(data, dict):
         for key, values in getattr(data, "duplicates", {}).items():
-            shown = ", then ".join(_shown(v) for v in values)
+            shown = ", then ".join(_shown(v, json_child(path, key)) for v in values)
             problems.append(
                 SpecProblem(
                     json_child(path, key),
@@ -179,7 +184,7 @@ def raw_problems(data: Any, path: str = "$", depth: int = 0) -> list[SpecProblem
             problems.append(
                 SpecProblem(
                     path,
-                    f"contains {bad} ({_shown(data)}); remove it: every string here becomes a path, "
+                    f"contains {bad} ({_shown(data, path)}); remove it: every string here becomes a path, "
                     "argument, environment value, host, user or line of a manifest, where control "
                     "characters and line separators cannot appear",
                 )

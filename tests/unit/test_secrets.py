@@ -64,3 +64,17 @@ def test_data_is_masked_by_key_and_value() -> None:
     redactor = Redactor.for_values([{"DB_PASS": "hunter2-db"}], [])
     data = {"env": {"DB_PASS": "hunter2-db", "OTHER": "x"}, "message": "login hunter2-db failed", "n": 3}
     assert redactor.data(data) == {"env": {"DB_PASS": MASK, "OTHER": "x"}, "message": f"login {MASK} failed", "n": 3}
+
+
+def test_a_validation_error_never_echoes_a_secret() -> None:
+    from launcher.errors import SpecError
+    from launcher.spec import parse_spec
+
+    base = {"name": "a", "hosts": [{"address": "localhost", "workers": 1}]}
+    for env in ({"DB_PASS": "hunter2-db\n"}, {"NOTE": SECRETS["HF_TOKEN"] + "\n"}, {"DB_PASS": "x", "DB_PASS ": "y"}):
+        with pytest.raises(SpecError) as caught:
+            parse_spec({**base, "env": env})
+        assert "hunter2" not in str(caught.value) and "hf_" not in str(caught.value), caught.value
+    with pytest.raises(SpecError) as caught:
+        parse_spec({**base, "env": {"A": "1"}, "checkpoint_dir": "", "python": SECRETS["GITHUB_PAT"] + "\t"})
+    assert "ghp_" not in str(caught.value)
