@@ -1,0 +1,130 @@
+"""`launch stop RUN [--timeout S]`: stop a running launch as Ctrl-C would, and wait for it to end.
+
+Reads status.json for the launcher's pid and create time, and sends SIGINT only to that very process:
+alive, not a zombie, and created when the file says (a pid alone may have been handed to another
+process since). The launcher then stops every task as on Ctrl-C and writes summary.json; this waits,
+on one monotonic deadline, until its pid is gone. Never signals anything else, never sends a second
+or stronger signal, and never writes a file.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from launcher import exit_codes
+from launcher.errors import UsageError
+from launcher.run_status import RunFiles, launcher_process, read_run, summary_headline
+
+if TYPE_CHECKING:
+    import psutil
+
+__all__ = ["DEFAULT_TIMEOUT_S", "StopResult", "stop_launcher", "stop_run"]
+
+DEFAULT_TIMEOUT_S = 60.0
+_WAIT_SLICE_S = 0.5  # between looks at whether the launcher is a zombie nobody reaps (see _wait_gone)
+
+
+@dataclass(frozen=True)
+class StopResult:
+    """What `launch stop` says, and what it exits with: 0 once the launcher is gone, 1 when it is not
+    gone by the deadline."""
+
+    text: str
+    exit_code: int
+
+
+def _ended_text(files: RunFiles) -> str:
+    if files.summary is not None and files.summary_is_current:
+        return f"already ended: {summary_headline(files.run_dir, files.summary)}"
+    assert files.status is not None
+    return (
+        f"{files.run_dir}: not running: its launcher (pid {files.status.pid}) is gone and wrote no summary "
+        "(killed?); nothing to stop."
+    )
+
+
+def _wait_gone(process: psutil.Process, timeout_s: float) -> bool:
+    """Whether `process` ended within `timeout_s`. An exited launcher whose parent has not reaped it
+    yet (a zombie) has ended too; psutil's wait would keep waiting for it."""
+    import psutil
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            process.wait(timeout=max(0.0, min(_WAIT_SLICE_S, deadline - time.monotonic())))
+            return True
+        except psutil.TimeoutExpired:  # still there: look again until the deadline
+            pass
+        try:
+            if process.status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:  # reaped between the two looks
+            return True
+        if time.monotonic() >= deadline:
+            return False
+
+
+def stop_launcher(
+    run_dir: str, timeout_s: float = DEFAULT_TIMEOUT_S, on_signal: Callable[[str], object] | None = None
+) -> StopResult:
+    """Send SIGINT to the run's launcher and wait up to `timeout_s` for it to end. `on_signal` hears
+    one line once the signal is sent (before the wait). UsageError, with nothing signalled, when the
+    run is not running or status.json cannot show that the pid is its launcher."""
+    import psutil
+
+    files = read_run(run_dir)
+    status = files.status
+    if status is None:
+        if files.summary is not None:
+            raise UsageError(f"{run_dir}: {_ended_text(files)}")
+        raise UsageError(
+            f"{run_dir}: no {os.path.basename(files.layout.status_file)}: the run never started, or it is not a "
+            "run directory (<run_root>/<name>, e.g. runs/example); nothing to stop."
+        )
+    if files.summary_is_current:
+        raise UsageError(f"{run_dir}: {_ended_text(files)}")
+    if status.started is None:
+        raise UsageError(
+            f"{run_dir}: {os.path.basename(files.layout.status_file)} does not say when its launcher (pid "
+            f"{status.pid}) started, so that pid cannot be told from a later process given the same number; "
+            f"nothing was signalled. If pid {status.pid} is this run's launcher, stop it with kill -INT {status.pid}."
+        )
+    process = launcher_process(status)
+    if process is None:
+        raise UsageError(f"{run_dir}: {_ended_text(files)}")
+    try:
+        # psutil checks again that the pid still names the process whose create time it read
+        process.send_signal(signal.SIGINT)
+    except psutil.NoSuchProcess:  # it ended on its own since we looked
+        return StopResult(f"{run_dir}: the launcher (pid {status.pid}) ended before it was asked to stop.", 0)
+    except psutil.AccessDenied:  # another user's launcher
+        return StopResult(
+            f"{run_dir}: not allowed to signal the launcher (pid {status.pid}): it runs as another user.",
+            exit_codes.FAILED,
+        )
+    if on_signal is not None:
+        on_signal(f"{run_dir}: asked the launcher (pid {status.pid}) to stop; waiting up to {timeout_s:g}s for it")
+    if not _wait_gone(process, timeout_s):
+        return StopResult(
+            f"{run_dir}: the launcher (pid {status.pid}) is still running {timeout_s:g}s after SIGINT; it may still "
+            f"be stopping its tasks. See `launch status {run_dir}`; to force it: kill -TERM {status.pid}.",
+            exit_codes.FAILED,
+        )
+    after = read_run(run_dir)
+    if after.summary is not None and after.summary_is_current:
+        return StopResult(f"stopped: {summary_headline(run_dir, after.summary)}", exit_codes.SUCCEEDED)
+    return StopResult(
+        f"{run_dir}: the launcher (pid {status.pid}) has stopped but wrote no summary.", exit_codes.SUCCEEDED
+    )
+
+
+def stop_run(run_dir: str, timeout_s: float = DEFAULT_TIMEOUT_S, say: Callable[[str], object] = print) -> int:
+    """`launch stop`: `stop_launcher`, telling `say` what happens; returns the exit code."""
+    result = stop_launcher(run_dir, timeout_s, on_signal=say)
+    say(result.text)
+    return result.exit_code

@@ -1,0 +1,52 @@
+"""A stand-in for a running `launch`: writes status.json naming itself, then waits to be stopped.
+
+stand_in_launcher.py STATUS_FILE SUMMARY_FILE [--ignore-int]
+
+On SIGINT it writes an "interrupted" summary and exits 130, as the launcher does after stopping its
+tasks; with --ignore-int it ignores SIGINT (a launcher stuck while stopping). Prints "ready" once
+status.json is written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+
+import psutil
+
+
+def write_json(path: str, data: dict[str, object]) -> None:
+    with open(f"{path}.tmp", "w", encoding="utf-8") as handle:
+        json.dump(data, handle)
+    os.replace(f"{path}.tmp", path)
+
+
+def main() -> int:
+    status_file, summary_file = sys.argv[1], sys.argv[2]
+    if "--ignore-int" in sys.argv[3:]:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    write_json(
+        status_file,
+        {
+            "launcher_pid": os.getpid(),
+            "launcher_started": psutil.Process().create_time(),
+            "updated": time.time(),
+            "attempt": 0,
+            "restarts": 0,
+            "tasks": [{"task": "worker:0", "state": "running", "step": 7}],
+        },
+    )
+    print("ready", flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        write_json(summary_file, {"state": "interrupted", "final_step": 7, "attempts": [{"attempt": 0}]})
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

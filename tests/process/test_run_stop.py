@@ -1,0 +1,91 @@
+"""`launch stop RUN`: a stand-in launcher (a real process) is asked to stop, and is gone after."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from launcher import exit_codes
+from launcher.errors import UsageError
+from launcher.run_status import describe_run
+from launcher.run_stop import stop_launcher, stop_run
+from tests.conftest import HELPERS
+from worker.contract import RunLayout
+
+STAND_IN = str(HELPERS / "stand_in_launcher.py")
+
+
+@pytest.fixture
+def layout(work: Path) -> RunLayout:
+    layout = RunLayout(str(work / "runs" / "r"))
+    Path(layout.run_dir).mkdir(parents=True)
+    return layout
+
+
+def _start(layout: RunLayout, *flags: str) -> subprocess.Popen[str]:
+    """The stand-in, once it has written status.json naming itself."""
+    proc = subprocess.Popen(
+        [sys.executable, STAND_IN, layout.status_file, layout.summary_file, *flags],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+    return proc
+
+
+@pytest.fixture
+def stand_ins() -> Iterator[list[subprocess.Popen[str]]]:
+    """Every stand-in a test starts is killed and reaped however the test ends."""
+    started: list[subprocess.Popen[str]] = []
+    yield started
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=10)
+        assert proc.stdout is not None
+        proc.stdout.close()
+
+
+def test_stop_interrupts_the_launcher_and_waits_until_it_is_gone(
+    layout: RunLayout, stand_ins: list[subprocess.Popen[str]]
+) -> None:
+    proc = _start(layout)
+    stand_ins.append(proc)
+    assert describe_run(layout.run_dir).exit_code == exit_codes.RUNNING
+    said: list[str] = []
+    assert stop_run(layout.run_dir, timeout_s=30, say=said.append) == exit_codes.SUCCEEDED
+    assert said == [
+        f"{layout.run_dir}: asked the launcher (pid {proc.pid}) to stop; waiting up to 30s for it",
+        f"stopped: {layout.run_dir}: interrupted at step 7 after 1 attempt(s) (0 restart(s), 0 preemption(s))",
+    ]
+    assert not psutil.pid_exists(proc.pid), "stop returns only once the launcher is gone"
+    assert describe_run(layout.run_dir).exit_code == exit_codes.INTERRUPTED
+
+
+def test_a_launcher_that_does_not_stop_in_time_is_reported_and_left_alone(
+    layout: RunLayout, stand_ins: list[subprocess.Popen[str]]
+) -> None:
+    proc = _start(layout, "--ignore-int")
+    stand_ins.append(proc)
+    result = stop_launcher(layout.run_dir, timeout_s=0.3)
+    assert result.exit_code == exit_codes.FAILED
+    assert f"the launcher (pid {proc.pid}) is still running 0.3s after SIGINT" in result.text
+    assert f"kill -TERM {proc.pid}" in result.text
+    assert proc.poll() is None, "only SIGINT is sent; nothing stronger"
+    proc.kill()
+    proc.wait(timeout=10)
+
+
+def test_stopping_a_run_that_has_stopped_is_a_usage_error(
+    layout: RunLayout, stand_ins: list[subprocess.Popen[str]]
+) -> None:
+    stand_ins.append(_start(layout))
+    assert stop_launcher(layout.run_dir, timeout_s=30).exit_code == exit_codes.SUCCEEDED
+    with pytest.raises(UsageError, match=r"already ended: .*: interrupted at step 7") as caught:
+        stop_launcher(layout.run_dir, timeout_s=30)
+    assert caught.value.exit_code == exit_codes.USAGE
