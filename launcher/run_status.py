@@ -34,7 +34,7 @@ __all__ = [
     "describe_run",
     "launcher_process",
     "read_run",
-    "summary_headline",
+    "summary_outcome",
 ]
 
 # The exit code of each terminal state a summary can hold (the values of launcher.gang.LaunchState's
@@ -213,14 +213,14 @@ def _task_rows(tasks: tuple[dict[str, Any], ...]) -> list[str]:
     return lines
 
 
-def summary_headline(run_dir: str, summary: dict[str, Any]) -> str:
-    """`runs/x: failed at step 40 after 2 attempt(s) (...)`; "before any step" when none was reported."""
+def summary_outcome(summary: dict[str, Any]) -> str:
+    """`failed at step 40 after 2 attempt(s) (...)`; "before any step" when none was reported."""
     attempts = summary.get("attempts")
     step = summary.get("final_step")
     at = f"at step {step}" if _is_int(step) else "before any step"
     count = len(attempts) if isinstance(attempts, list) else 0
     return (
-        f"{run_dir}: {summary.get('state')} {at} after {count} attempt(s) "
+        f"{summary.get('state')} {at} after {count} attempt(s) "
         f"({summary.get('restarts', 0)} restart(s), {summary.get('preemptions', 0)} preemption(s))"
     )
 
@@ -258,7 +258,7 @@ def _outputs(run_dir: str, summary: dict[str, Any]) -> list[str]:
 
 
 def _describe_summary(run_dir: str, summary: dict[str, Any], path: str) -> list[str]:
-    lines = [summary_headline(run_dir, summary)]
+    lines = [f"{run_dir}: {summary_outcome(summary)}"]
     for attempt in _field(summary, "attempts", list, path):
         if not isinstance(attempt, dict):
             raise RunStatusError(f"{path}: an attempt entry is not an object; was this file written by launch?")

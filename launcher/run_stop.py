@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from launcher import exit_codes
 from launcher.errors import UsageError
-from launcher.run_status import RunFiles, launcher_process, read_run, summary_headline
+from launcher.run_status import RunFiles, launcher_process, read_run, summary_outcome
 
 if TYPE_CHECKING:
     import psutil
@@ -40,7 +40,7 @@ class StopResult:
 
 def _ended_text(files: RunFiles) -> str:
     if files.summary is not None and files.summary_is_current:
-        return f"already ended: {summary_headline(files.run_dir, files.summary)}"
+        return f"{files.run_dir}: already ended: {summary_outcome(files.summary)}"
     assert files.status is not None
     return (
         f"{files.run_dir}: not running: its launcher (pid {files.status.pid}) is gone and wrote no summary "
@@ -81,13 +81,13 @@ def stop_launcher(
     status = files.status
     if status is None:
         if files.summary is not None:
-            raise UsageError(f"{run_dir}: {_ended_text(files)}")
+            raise UsageError(_ended_text(files))
         raise UsageError(
             f"{run_dir}: no {os.path.basename(files.layout.status_file)}: the run never started, or it is not a "
             "run directory (<run_root>/<name>, e.g. runs/example); nothing to stop."
         )
     if files.summary_is_current:
-        raise UsageError(f"{run_dir}: {_ended_text(files)}")
+        raise UsageError(_ended_text(files))
     if status.started is None:
         raise UsageError(
             f"{run_dir}: {os.path.basename(files.layout.status_file)} does not say when its launcher (pid "
@@ -96,7 +96,7 @@ def stop_launcher(
         )
     process = launcher_process(status)
     if process is None:
-        raise UsageError(f"{run_dir}: {_ended_text(files)}")
+        raise UsageError(_ended_text(files))
     try:
         # psutil checks again that the pid still names the process whose create time it read
         process.send_signal(signal.SIGINT)
@@ -117,7 +117,10 @@ def stop_launcher(
         )
     after = read_run(run_dir)
     if after.summary is not None and after.summary_is_current:
-        return StopResult(f"stopped: {summary_headline(run_dir, after.summary)}", exit_codes.SUCCEEDED)
+        return StopResult(
+            f"{run_dir}: the launcher (pid {status.pid}) has stopped: {summary_outcome(after.summary)}",
+            exit_codes.SUCCEEDED,
+        )
     return StopResult(
         f"{run_dir}: the launcher (pid {status.pid}) has stopped but wrote no summary.", exit_codes.SUCCEEDED
     )

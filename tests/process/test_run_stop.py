@@ -61,7 +61,8 @@ def test_stop_interrupts_the_launcher_and_waits_until_it_is_gone(
     assert stop_run(layout.run_dir, timeout_s=30, say=said.append) == exit_codes.SUCCEEDED
     assert said == [
         f"{layout.run_dir}: asked the launcher (pid {proc.pid}) to stop; waiting up to 30s for it",
-        f"stopped: {layout.run_dir}: interrupted at step 7 after 1 attempt(s) (0 restart(s), 0 preemption(s))",
+        f"{layout.run_dir}: the launcher (pid {proc.pid}) has stopped: interrupted at step 7 after 1 attempt(s) "
+        "(0 restart(s), 0 preemption(s))",
     ]
     assert not psutil.pid_exists(proc.pid), "stop returns only once the launcher is gone"
     assert describe_run(layout.run_dir).exit_code == exit_codes.INTERRUPTED
@@ -86,6 +87,6 @@ def test_stopping_a_run_that_has_stopped_is_a_usage_error(
 ) -> None:
     stand_ins.append(_start(layout))
     assert stop_launcher(layout.run_dir, timeout_s=30).exit_code == exit_codes.SUCCEEDED
-    with pytest.raises(UsageError, match=r"already ended: .*: interrupted at step 7") as caught:
+    with pytest.raises(UsageError, match=r"already ended: interrupted at step 7") as caught:
         stop_launcher(layout.run_dir, timeout_s=30)
     assert caught.value.exit_code == exit_codes.USAGE

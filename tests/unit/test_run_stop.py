@@ -93,14 +93,14 @@ def test_a_run_whose_launcher_wrote_its_summary_has_ended(tmp_path: Path, signal
     layout = _layout(tmp_path)
     _status(layout, psutil.Process().create_time())  # alive, but its summary is written: it is on its way out
     _write(layout.summary_file, {"state": "succeeded", "final_step": 60, "attempts": [{}]})
-    _refused(layout, f"{layout.run_dir}: already ended: {layout.run_dir}: succeeded at step 60 after 1 attempt")
+    _refused(layout, f"^{layout.run_dir}: already ended: succeeded at step 60 after 1 attempt")
     assert signals == []
 
 
 def test_a_run_with_only_a_summary_has_ended(tmp_path: Path, signals: list[tuple[int, int]]) -> None:
     layout = _layout(tmp_path)
     _write(layout.summary_file, {"state": "failed", "final_step": None, "attempts": [{}]})
-    _refused(layout, "already ended: .*: failed before any step")
+    _refused(layout, "already ended: failed before any step")
     assert signals == []
 
 
