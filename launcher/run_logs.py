@@ -12,6 +12,7 @@ A KeyboardInterrupt (Ctrl-C) propagates to the caller, with every file closed.
 from __future__ import annotations
 
 import os
+import stat
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack
@@ -20,7 +21,7 @@ from typing import BinaryIO, TextIO
 
 from launcher import exit_codes
 from launcher.errors import UsageError
-from launcher.masking import printable
+from launcher.masking import printable, redact
 from launcher.run_status import RunStatusError, launcher_process, read_run
 from worker.contract import RunLayout, task_stem
 
@@ -108,13 +109,24 @@ class _Tail:
     path: str
     handle: BinaryIO | None = None
     pending: bytes = field(default=b"")
+    refused: bool = False
 
     def lines(self, stack: ExitStack) -> Iterator[str]:
+        if self.refused:
+            return
         if self.handle is None:
             try:
-                self.handle = stack.enter_context(open(self.path, "rb"))
+                fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
             except FileNotFoundError:  # listed, then moved aside (--fresh); nothing more comes from it
                 return
+            except OSError:  # a symbolic link planted as a log: never followed
+                self.pending, self.refused = f"(not shown: {self.path} is not a regular file)".encode(), True
+                return
+            handle = stack.enter_context(open(fd, "rb"))
+            if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO would block the follower forever
+                self.pending, self.refused = f"(not shown: {self.path} is not a regular file)".encode(), True
+                return
+            self.handle = handle
         while chunk := self.handle.read(_CHUNK):
             *whole, self.pending = (self.pending + chunk).split(b"\n")
             yield from (_text(line) for line in whole)
@@ -127,7 +139,7 @@ class _Tail:
 
 
 def _text(line: bytes) -> str:
-    return printable(line.decode("utf-8", "replace"))
+    return printable(redact(line.decode("utf-8", "replace")))
 
 
 @dataclass

@@ -14,12 +14,14 @@ import glob
 import json
 import os
 import posixpath
+import stat
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from launcher import exit_codes
 from launcher.errors import UsageError
+from launcher.masking import printable, redact
 from worker.contract import RunLayout
 
 if TYPE_CHECKING:
@@ -102,16 +104,31 @@ class RunFiles:
         return self.summary_mtime >= self.status_mtime - 2
 
 
+MAX_FILE_BYTES = 64 * 2**20  # far above what launch writes; a bigger file is not ours
+
+
 def _load(path: str) -> tuple[dict[str, Any], float] | None:
-    """The JSON object in `path` and the file's mtime; None when the file does not exist."""
+    """The JSON object in `path` and the file's mtime; None when the file does not exist. Only a
+    regular file is read (a FIFO would hang, a link could point anywhere), and only so much of it."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            mtime = os.fstat(handle.fileno()).st_mtime
-            data = json.load(handle)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
         return None
+    except OSError as error:
+        raise RunStatusError(f"{path}: cannot read it ({error.strerror or error}; a symbolic link?).") from None
+    try:
+        with open(fd, "rb") as handle:
+            info = os.fstat(handle.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                raise RunStatusError(f"{path}: not a regular file; was it written by launch?")
+            if info.st_size > MAX_FILE_BYTES:
+                raise RunStatusError(f"{path}: {info.st_size} bytes, more than launch ever writes; not shown.")
+            mtime = info.st_mtime
+            data = json.loads(handle.read().decode("utf-8"))
     except (OSError, UnicodeDecodeError) as error:
         raise RunStatusError(f"{path}: cannot read it ({error}).") from None
+    except RecursionError:
+        raise RunStatusError(f"{path}: nested deeper than launch ever writes; not shown.") from None
     except json.JSONDecodeError as error:
         raise RunStatusError(
             f"{path}: not valid JSON at line {error.lineno} (cut short by a crash, or not written by "
@@ -303,7 +320,7 @@ def describe_run(run_dir: str) -> RunDescription:
                 f"(killed?); last status from {age:.0f}s ago, attempt {live.attempt}, restarts {live.restarts}"
             )
             code = exit_codes.STOPPED
-        return RunDescription("\n".join([head, *_task_rows(live.tasks)]), code)
+        return RunDescription(_screen_text([head, *_task_rows(live.tasks)]), code)
     layout = files.layout
     if files.summary is None:
         raise RunStatusError(
@@ -317,5 +334,10 @@ def describe_run(run_dir: str) -> RunDescription:
             f"{layout.summary_file}: state {state!r} is not one launch writes ({', '.join(SUMMARY_EXIT_CODES)}); "
             "was this file written by launch?"
         )
-    text = "\n".join(_describe_summary(run_dir, files.summary, layout.summary_file))
+    text = _screen_text(_describe_summary(run_dir, files.summary, layout.summary_file))
     return RunDescription(text, SUMMARY_EXIT_CODES[state])
+
+
+def _screen_text(lines: list[str]) -> str:
+    """What a run's files say, as text for a screen: no terminal control sequences, no secrets."""
+    return "\n".join(printable(redact(line)) for line in lines)
