@@ -148,6 +148,8 @@ def _resolve(
     chain: tuple[str, ...],
     follow_jumps: bool = True,
 ) -> SshTarget:
+    """One host as ~/.ssh/config describes it under `name`, the spec's `settings` (a spec host) or a
+    ProxyJump `hop`'s user and port winning; `chain` is the hosts that lead to it, to stop loops."""
     if name in chain or len(chain) > _MAX_HOPS:
         raise ValueError(f"ProxyJump loops or goes deeper than {_MAX_HOPS} hops: {' -> '.join((*chain, name))}")
     found: dict[str, Any] = dict(config.lookup(name)) if config is not None else {}
@@ -227,24 +229,20 @@ def _read_lines(target: SshTarget) -> tuple[KnownHostLine, ...]:
 def _record(target: SshTarget, lines: Sequence[KnownHostLine], key_blob: bytes) -> None:
     """Write a newly accepted key, hashed when HashKnownHosts says so or (unset) the file already
     hides its host names."""
-    path = target.known_hosts
+    path, name = target.known_hosts, target.key_name
     if not path:
-        log.info("%s: accepted the host key of %s; UserKnownHostsFile none, so it is not recorded", *_names(target))
+        log.info("%s: accepted the host key of %s; UserKnownHostsFile none, so not recorded", target.address, name)
         return
     hashed = target.hash_known_hosts
     if hashed is None:
         hashed = any(line.hashed for line in lines if line.path == path and line.marker is None)
     try:
-        written = append_known_host(path, known_host_line(target.key_name, key_blob, hashed))
+        written = append_known_host(path, known_host_line(name, key_blob, hashed))
     except OSError as error:  # the key is still good for this connection, as with OpenSSH's accept-new
-        log.warning("%s: accepted the host key of %s but cannot record it in %s: %s", *_names(target), path, error)
+        log.warning("%s: accepted the host key of %s but cannot record it in %s: %s", target.address, name, path, error)
         return
     if written:
-        log.info("%s: recorded the host key of %s in %s", *_names(target), path)
-
-
-def _names(target: SshTarget) -> tuple[str, str]:
-    return target.address, target.key_name
+        log.info("%s: recorded the host key of %s in %s", target.address, name, path)
 
 
 def _host_key_check(target: SshTarget, lines: Sequence[KnownHostLine]) -> Any:
