@@ -26,10 +26,9 @@ from typing import TYPE_CHECKING, Any
 from launcher import __version__
 from launcher.errors import UsageError
 from launcher.masking import Redactor, redact, redacted
-from launcher.private_files import open_private
 from launcher.request import redactor_of
 from worker.contract import RunLayout
-from worker.files import write_atomic
+from worker.files import new_temporary, write_atomic
 
 if TYPE_CHECKING:
     from launcher.preflight import PreflightReport
@@ -179,9 +178,9 @@ def make_bundle(run_dir: str, output: str | None = None) -> BundleResult:
     root = f"{os.path.basename(os.path.abspath(run_dir))}-bundle"
     chosen, left_out = _selected(run_dir)
     packed: list[str] = []
-    tmp = f"{output}.tmp"
+    fd, tmp = new_temporary(output)
     try:
-        with open_private(tmp, "wb") as handle, tarfile.open(fileobj=handle, mode="w:gz") as archive:
+        with os.fdopen(fd, "wb") as handle, tarfile.open(fileobj=handle, mode="w:gz") as archive:
             for relative in chosen:
                 path = os.path.join(run_dir, relative)
                 try:
@@ -203,7 +202,11 @@ def make_bundle(run_dir: str, output: str | None = None) -> BundleResult:
                 "never_packed": "checkpoints, model exports, TensorBoard events",
             }
             _add_bytes(archive, f"{root}/bundle.json", (json.dumps(manifest, indent=2) + "\n").encode(), time.time())
-        os.replace(tmp, output)
+        os.link(tmp, output)  # never replaces a file that appeared at `output` meanwhile
+        os.unlink(tmp)
+    except FileExistsError:
+        os.remove(tmp)
+        raise BundleError(f"{output} appeared while the archive was written; nothing was overwritten.") from None
     except OSError as error:
         if os.path.exists(tmp):
             os.remove(tmp)

@@ -11,24 +11,28 @@ from __future__ import annotations
 import os
 import secrets
 
-__all__ = ["FILE_MODE", "write_atomic"]
+__all__ = ["FILE_MODE", "new_temporary", "write_atomic"]
 
 FILE_MODE = 0o600
 _FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
-def write_atomic(path: str | os.PathLike[str], data: bytes | str, mode: int = FILE_MODE) -> None:
-    """Replace `path` with `data` in one step; the file is created with `mode` (0600 by default)."""
-    target = os.fspath(path)
+def new_temporary(target: str, mode: int = FILE_MODE) -> tuple[int, str]:
+    """A new file beside `target` under a random name, created by us alone: (fd, its path)."""
     directory, name = os.path.split(os.path.abspath(target))
-    payload = data.encode("utf-8") if isinstance(data, str) else data
     while True:
         temporary = os.path.join(directory, f".{name}.{secrets.token_hex(8)}.tmp")
         try:
-            fd = os.open(temporary, _FLAGS, mode)
-            break
+            return os.open(temporary, _FLAGS, mode), temporary
         except FileExistsError:  # 64 random bits already taken: draw again
             continue
+
+
+def write_atomic(path: str | os.PathLike[str], data: bytes | str, mode: int = FILE_MODE) -> None:
+    """Replace `path` with `data` in one step; the file is created with `mode` (0600 by default)."""
+    target = os.fspath(path)
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    fd, temporary = new_temporary(target, mode)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(payload)
