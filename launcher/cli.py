@@ -28,7 +28,7 @@ from launcher import exit_codes
 from launcher.arguments import SUBCOMMANDS, run_parser, sub_parsers
 from launcher.errors import LaunchError, UsageError
 from launcher.faults import Fault, parse_fault
-from launcher.request import LaunchRequest, parse_host_list, read_hostfile
+from launcher.request import LaunchRequest, parse_host_list, read_hostfile, shown_tasks, task_names
 
 if TYPE_CHECKING:
     from launcher.spec import ClusterSpec
@@ -65,32 +65,14 @@ def _request(args: argparse.Namespace, command: list[str]) -> LaunchRequest:
     return LaunchRequest(args.cluster, getattr(args, "local", None), hosts, args.name, args.run_root, tuple(command))
 
 
-def _task_names(spec: ClusterSpec) -> set[str]:
-    from launcher.plan import task_slots
-
-    return {slot.name for slot in task_slots(spec)}
-
-
 def _faults(spec: ClusterSpec, texts: list[str]) -> list[Fault]:
     faults = [parse_fault(text) for text in texts]
     for text, fault in zip(texts, faults, strict=True):
-        if fault.task not in (names := _task_names(spec)):
+        if fault.task not in (names := task_names(spec)):
             raise UsageError(
                 f"Got --inject {text!r}: there is no task {fault.task} (tasks: {', '.join(sorted(names))})."
             )
     return faults
-
-
-def _shown_tasks(spec: ClusterSpec, text: str | None) -> frozenset[str]:
-    if text is None:
-        return frozenset()
-    wanted = frozenset(part.strip() for part in text.split(",") if part.strip())
-    unknown = sorted(wanted - (names := _task_names(spec)))
-    if unknown or not wanted:
-        raise UsageError(
-            f"Got --show {text!r}: no task {', '.join(unknown) or '?'} (tasks: {', '.join(sorted(names))})."
-        )
-    return wanted
 
 
 def _quiet_libraries(verbose: bool) -> None:
@@ -133,7 +115,7 @@ def _run(own: list[str], command: list[str]) -> int:
 
     spec = request_spec(request, allocation.hosts if allocation is not None else None)
     faults = _faults(spec, args.inject)
-    show = _shown_tasks(spec, args.show)
+    show = shown_tasks(spec, args.show)
     commands.raise_fd_limit()
     if args.dry_run:
         from launcher.run import make_planner

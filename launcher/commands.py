@@ -125,7 +125,12 @@ def run(
     from launcher.run import launch, run_dir_of
 
     freeze_start_up()
-    console = Console(quiet=console_options.quiet, live=sys.stdout.isatty() and not console_options.plain)
+    console = Console(
+        quiet=console_options.quiet,
+        live=sys.stdout.isatty() and not console_options.plain,
+        verbose=console_options.verbose,
+        show=console_options.show,
+    )
     if fresh:
         from launcher.fresh import start_over
 

@@ -1,31 +1,36 @@
 """What a person sees while a run goes on, and the status file `launch status` reads.
 
 Plain mode (a pipe, a file, CI): every task line prefixed with its task, `[worker:1] ...`.
-Live mode (a terminal): a compact table per task (state, attempt, step, steps/s, last line)
-redrawn in place at most a few times a second; the launcher's notices still scroll above it.
-Either way `<run dir>/status.json` is refreshed about once a second.
-This module only renders; it never starts or stops anything.
+Live mode (a terminal): a table drawn by `rich`, one row per task (state, attempt, step/total,
+steps/s, ETA, loss, last line), redrawn in place at most a few times a second; the launcher's
+notices scroll above it. Either way `<run dir>/status.json` is refreshed about once a second.
+TensorFlow's known-harmless start-up lines (launcher.benign_lines) stay out of the console and
+of the last-line column unless `verbose`; `show` names the only tasks whose lines are echoed.
+Every task keeps its full log either way. This module only renders; it never starts or stops
+anything.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
-import shutil
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from launcher.benign_lines import is_benign
 from launcher.gang import GangStatus
 from launcher.masking import printable
 from launcher.plan import TaskLaunch
-from launcher.private_files import open_private
 from worker.contract import CONTINUED, DONE, JOINED, PROGRESS_EVENTS, STOPPED
+from worker.files import write_atomic
 
 _REDRAW_S = 0.25
 _STATUS_FILE_S = 1.0
+_LAST_LINE_KEPT = 300
 
 
 @dataclass
@@ -33,6 +38,8 @@ class TaskView:
     label: str
     state: str = "starting"
     step: int | None = None
+    total: int | None = None
+    loss: float | None = None
     rate: float | None = None
     last_line: str = ""
     _last_step: tuple[float, int] | None = field(default=None, repr=False)
@@ -46,24 +53,56 @@ class TaskView:
         self._last_step = (now, step)
         self.step = step
 
+    def saw_fields(self, data: dict[str, Any]) -> None:
+        """A step event may carry `total` (the run's last step) and `loss`; both are optional."""
+        total, loss = data.get("total"), data.get("loss")
+        if isinstance(total, int) and not isinstance(total, bool) and total > 0:
+            self.total = total
+        if isinstance(loss, (int, float)) and not isinstance(loss, bool) and math.isfinite(loss):
+            self.loss = float(loss)
+
+    @property
+    def eta_s(self) -> float | None:
+        if self.total is None or self.step is None or not self.rate or self.step >= self.total:
+            return None
+        return (self.total - self.step) / self.rate
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return ""
+    seconds = int(round(seconds))
+    if seconds >= 3600:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    return f"{seconds // 60}:{seconds % 60:02d}"
+
 
 class Console:
     """Renders task output and notices; `live` selects the in-place table."""
 
     def __init__(
-        self, quiet: bool = False, live: bool = False, out: TextIO = sys.stdout, err: TextIO = sys.stderr
+        self,
+        quiet: bool = False,
+        live: bool = False,
+        out: TextIO = sys.stdout,
+        err: TextIO = sys.stderr,
+        verbose: bool = False,
+        show: Collection[str] = (),
     ) -> None:
         self.quiet = quiet
         self.live = live and not quiet
+        self.verbose = verbose
+        self.show = frozenset(show)  # task names (worker:1) whose lines are echoed; empty: every task
         self._out, self._err = out, err
         self._views: dict[str, TaskView] = {}
         self._status: Callable[[], GangStatus | None] | None = None
         self._status_path: str | None = None
-        self._drawn_lines = 0
         self._last_draw = 0.0
         self._last_status_write = 0.0
         self._attempt = 0
+        self._restarts = 0
         self._started: float | None = None
+        self._live: Any = None  # rich.live.Live while the table is on screen
 
     def attach(self, status: Callable[[], GangStatus | None], status_path: str) -> None:
         self._status = status
@@ -72,9 +111,12 @@ class Console:
     # ---- callbacks from the supervisor ---------------------------------------------------
 
     def output(self, launch: TaskLaunch, line: str) -> None:
+        if not self.verbose and is_benign(line):
+            return  # kept in the task's log, which the transport writes before this is called
         line = printable(line)  # the log file keeps the bytes; the screen gets text
-        self._view(launch).last_line = line
-        if not self.quiet and not self.live:
+        view = self._view(launch)
+        view.last_line = line
+        if not self.quiet and not self.live and (not self.show or launch.name in self.show):
             self._out.write(f"[{launch.label}] {line}\n")
 
     def report(self, launch: TaskLaunch, data: dict[str, Any]) -> None:
@@ -88,14 +130,16 @@ class Console:
             view.state = "running" if view.step is not None else "starting"
         elif kind in PROGRESS_EVENTS and isinstance(data.get("step"), int):
             view.saw_step(data["step"], time.monotonic())
+            view.saw_fields(data)
             if kind == DONE:
                 view.state = "done"
 
     def notice(self, text: str) -> None:
-        self._clear()
+        if self._live is not None:  # rich prints it above the table and redraws the table below
+            self._live.console.print(f"[launch] {text}", markup=False, highlight=False, soft_wrap=True)
+            return
         self._err.write(f"[launch] {text}\n")
         self._err.flush()
-        self._redraw(force=True)
 
     def flush(self) -> None:
         """Called whenever the supervisor has handled every queued event."""
@@ -108,7 +152,9 @@ class Console:
     def close(self) -> None:
         if self.live:
             self._redraw(force=True)
-            self._drawn_lines = 0  # leave the final table on screen
+            if self._live is not None:
+                self._live.stop()  # the final table stays on screen
+                self._live = None
             self.live = False  # what follows (the verdict) prints below it
         self._write_status_file(force=True)
 
@@ -126,6 +172,7 @@ class Console:
         status = self._status()
         if status is None:  # no attempt has started yet
             return None
+        self._restarts = status.restarts
         if status.attempt != self._attempt:  # a new attempt: fresh rows
             self._attempt = status.attempt
             for view in self._views.values():
@@ -140,34 +187,66 @@ class Console:
                 row.state = "running"
         return status
 
-    def rows(self) -> list[str]:
-        status = self._sync_states()
-        width = shutil.get_terminal_size((100, 20)).columns
-        width = width if width >= 60 else 120  # an unsized terminal (some ptys) reports 0
-        attempt = status.attempt if status else self._attempt
-        header = f"{'task':<22} {'state':<18} {'attempt':>7} {'step':>9} {'steps/s':>8}  last line"
-        lines = [header[:width]]
+    def rows(self) -> list[list[str]]:
+        """The table's cells, header first: what the live view draws."""
+        self._sync_states()
+        lines = [["task", "state", "attempt", "step", "steps/s", "ETA", "loss", "last line"]]
         for view in self._views.values():
             step = "" if view.step is None else str(view.step)
-            rate = "" if view.rate is None else f"{view.rate:.1f}"
-            line = f"{view.label:<22} {view.state[:18]:<18} {attempt:>7} {step:>9} {rate:>8}  {view.last_line}"
-            lines.append(line[:width])
+            if view.total is not None and step:
+                step = f"{step}/{view.total}"
+            lines.append(
+                [
+                    view.label,
+                    view.state,
+                    str(self._attempt),
+                    step,
+                    "" if view.rate is None else f"{view.rate:.1f}",
+                    _duration(view.eta_s),
+                    "" if view.loss is None else f"{view.loss:.4g}",
+                    view.last_line,
+                ]
+            )
         return lines
 
-    def _clear(self) -> None:
-        if self.live and self._drawn_lines:
-            self._out.write(f"\x1b[{self._drawn_lines}F\x1b[J")
-            self._drawn_lines = 0
+    def _table(self) -> Any:
+        from rich.table import Table
+        from rich.text import Text
+
+        header, *rows = self.rows()
+        table = Table(
+            title=Text(f"attempt {self._attempt}, {self._restarts} restart(s)"),
+            title_justify="left",
+            box=None,
+            pad_edge=False,
+            header_style="bold",
+        )
+        for index, name in enumerate(header):
+            if index == len(header) - 1:  # the last line takes what the other columns leave
+                table.add_column(name, no_wrap=True, overflow="ellipsis", ratio=1)
+                continue
+            widest = max(len(cells[index]) for cells in [header, *rows])
+            numeric = name in ("attempt", "step", "steps/s", "ETA", "loss")
+            table.add_column(name, justify="right" if numeric else "left", no_wrap=True, min_width=widest)
+        for cells in rows:
+            table.add_row(*(Text(cell) for cell in cells))  # Text: a task's line is never markup
+        return table
 
     def _redraw(self, force: bool = False) -> None:
         if not self.live or (not force and time.monotonic() - self._last_draw < _REDRAW_S):
             return
         self._last_draw = time.monotonic()
-        rows = self.rows()
-        self._clear()
-        self._out.write("\n".join(rows) + "\n")
-        self._out.flush()
-        self._drawn_lines = len(rows)
+        if self._live is None:
+            from rich.console import Console as RichConsole
+            from rich.live import Live
+
+            screen = RichConsole(file=self._out, force_terminal=True, highlight=False)
+            self._live = Live(
+                self._table(), console=screen, auto_refresh=False, redirect_stdout=False, redirect_stderr=False
+            )
+            self._live.start(refresh=True)
+            return
+        self._live.update(self._table(), refresh=True)
 
     def _launcher_started(self) -> float:
         """With the pid, tells `launch status` whether this launcher still runs (pids get reused)."""
@@ -194,16 +273,16 @@ class Console:
                     "task": v.label,
                     "state": v.state,
                     "step": v.step,
+                    "total": v.total,
+                    "loss": v.loss,
                     "steps_per_s": v.rate,
-                    "last_line": v.last_line[-300:],
+                    "eta_s": v.eta_s,
+                    "last_line": v.last_line[-_LAST_LINE_KEPT:],
                 }
                 for v in self._views.values()
             ],
         }
-        tmp = f"{self._status_path}.tmp"
         try:
-            with open_private(tmp, "w", encoding="utf-8") as handle:
-                json.dump(data, handle, indent=2)
-            os.replace(tmp, self._status_path)
+            write_atomic(self._status_path, json.dumps(data, indent=2))
         except OSError:  # the run directory vanished; the console output still tells
             pass

@@ -174,6 +174,25 @@ def _refuse_visible_secrets(spec: ClusterSpec, source: str) -> None:
         raise SpecError(source, problems)
 
 
+def task_names(spec: ClusterSpec) -> set[str]:
+    from launcher.plan import task_slots
+
+    return {slot.name for slot in task_slots(spec)}
+
+
+def shown_tasks(spec: ClusterSpec, text: str | None, flag: str = "--show") -> frozenset[str]:
+    """The tasks `--show worker:0,worker:1` names; every name must be one of the spec's tasks."""
+    if text is None:
+        return frozenset()
+    wanted = frozenset(part.strip() for part in text.split(",") if part.strip())
+    unknown = sorted(wanted - (names := task_names(spec)))
+    if unknown or not wanted:
+        raise UsageError(
+            f"Got {flag} {text!r}: no task {', '.join(unknown) or '?'} (tasks: {', '.join(sorted(names))})."
+        )
+    return wanted
+
+
 def redactor_of(spec: ClusterSpec) -> Redactor:
     """The secrets of a spec: its env's and hosts' env's secret values, and its command's."""
     argv = getattr(spec.training, "argv", None) or []

@@ -48,25 +48,29 @@ def launch(
     command: Sequence[str] = (),
     fresh: bool = False,
     echo: bool = True,
+    verbose: bool = False,
+    show: Sequence[str] = (),
 ) -> LaunchResult:
     """Run `spec` (a cluster.json path or the spec as a dict) to its end.
 
     `command`: run it as every task instead of the spec's training (like `launch -- CMD`);
     `fresh`: move the run's old files aside instead of resuming; `echo`: print the tasks' output
-    prefixed with their names (it is always logged in the run directory)."""
+    prefixed with their names (it is always logged in the run directory); `verbose`: echo TensorFlow's
+    known-harmless start-up lines too; `show`: echo only these tasks (`["worker:0"]`)."""
     from launcher.console import Console
     from launcher.errors import InterruptedLaunchError
     from launcher.fresh import start_over
     from launcher.gang import LaunchState
     from launcher.report import failure_text, success_text
-    from launcher.request import LaunchRequest, request_spec
+    from launcher.request import LaunchRequest, request_spec, shown_tasks
     from launcher.run import launch as run_launch
     from launcher.run import run_dir_of
 
     cluster = os.fspath(spec) if isinstance(spec, (str, os.PathLike)) else spec
     request = LaunchRequest(cluster=cluster, name=name, run_root=run_root, command=tuple(command))
     parsed = request_spec(request)
-    console = Console(quiet=not echo, live=False, out=sys.stdout, err=sys.stdout)
+    shown = shown_tasks(parsed, ",".join(show), flag="show=") if show else frozenset()
+    console = Console(quiet=not echo, live=False, out=sys.stdout, err=sys.stdout, verbose=verbose, show=shown)
     if fresh:
         for line in start_over(parsed, run_dir_of(parsed), os.getcwd()):
             console.notice(f"--fresh: moved {line}")

@@ -86,7 +86,8 @@ def train_fit(strategy: tf.distribute.Strategy, cluster: ClusterInfo, settings: 
         def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
             step = int(model.optimizer.iterations.numpy())
             faults.at_step(step)
-            report(STEP, step=step)
+            loss = (logs or {}).get("loss")
+            report(STEP, step=step, total=steps, loss=float(loss) if loss is not None else None)
 
     backup = keras.callbacks.BackupAndRestore(
         os.path.join(settings.checkpoint_dir, "fit-backup"), save_freq=every, delete_checkpoint=False

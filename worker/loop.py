@@ -229,7 +229,7 @@ def train_builtin(strategy: tf.distribute.Strategy, cluster: ClusterInfo, settin
                     attempt=settings.attempt,
                 )
             if time.monotonic() - last_report >= _REPORT_INTERVAL_S or step == config.steps:
-                report(STEP, step=step)
+                report(STEP, step=step, total=config.steps, loss=loss)  # loss: the last one logged
                 last_report = time.monotonic()
             if step < config.steps:
                 preemption.save_checkpoint_if_preempted(checkpoint_number=step)

@@ -120,3 +120,19 @@ def test_the_python_api_returns_the_result_and_restores_signal_handlers(
     finally:
         for signum, handler in before.items():
             signal.signal(signum, handler)
+
+
+def test_the_python_api_echoes_only_the_tasks_shown(
+    work: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import tflaunch
+    from launcher.errors import UsageError
+
+    monkeypatch.chdir(work)
+    spec = {"name": "shown", "run_root": str(work / "runs"), "hosts": [{"address": "localhost", "workers": 2}]}
+    hello = [sys.executable, "-c", "import os; print('hello from', os.environ['TFLAUNCH_TASK'])"]
+    assert tflaunch.launch(spec, command=hello, show=["worker:0"]).succeeded
+    out = capsys.readouterr().out
+    assert "[worker:0] hello from" in out and "[worker:1]" not in out
+    with pytest.raises(UsageError, match="no task worker:5"):
+        tflaunch.launch(spec, command=hello, show=["worker:5"])

@@ -63,6 +63,55 @@ def test_live_mode_draws_a_table_in_place(tmp_path: Path) -> None:
     assert [t["task"] for t in written["tasks"]] == ["worker:0", "worker:1"] and written["tasks"][0]["step"] == 10
 
 
+CUDA_LINE = (
+    "I0000 00:00:1795417464.521002   21747 cudart_stub.cc:31] Could not find cuda drivers on your machine, "
+    "GPU will not be used."
+)
+
+
+def test_live_view_shows_step_of_total_eta_loss_and_lines_as_text(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("COLUMNS", "140")
+    out = io.StringIO()
+    console = Console(live=True, out=out, err=io.StringIO())
+    console.attach(lambda: status(), str(tmp_path / "status.json"))
+    first, second = PLAN.tasks
+    console.report(first, {"event": "step", "step": 10, "total": 310, "loss": 0.5})
+    console._views[first.name]._last_step = (console._views[first.name]._last_step[0] - 2.0, 0)  # 10 steps in 2 s
+    console.report(first, {"event": "step", "step": 10, "total": 310, "loss": 0.5})
+    console.report(second, {"event": "step", "step": 7, "loss": float("nan"), "total": True})  # ignored fields
+    console.output(second, "loss [bold]x[/bold]")  # a task's line is shown as written, never as markup
+    console.flush()
+    console.notice("worker:1 is slow")  # scrolls above the table, on the same screen
+    console.close()
+    text = out.getvalue()
+    assert "10/310" in text and "0.5" in text and "loss [bold]x[/bold]" in text
+    assert "1:00" in text, "ETA: 300 steps left at 5 steps/s"
+    assert "[launch] worker:1 is slow" in text
+    written = json.loads((tmp_path / "status.json").read_text())["tasks"]
+    assert written[0]["total"] == 310 and written[0]["loss"] == 0.5 and round(written[0]["eta_s"]) == 60
+    assert written[1]["total"] is None and written[1]["loss"] is None and written[1]["step"] == 7
+
+
+def test_known_harmless_lines_stay_off_the_console_unless_verbose() -> None:
+    quiet, verbose = io.StringIO(), io.StringIO()
+    for out, flag in ((quiet, False), (verbose, True)):
+        console = Console(out=out, err=io.StringIO(), verbose=flag)
+        console.output(PLAN.tasks[0], "starting")
+        console.output(PLAN.tasks[0], CUDA_LINE)
+        assert console._views[PLAN.tasks[0].name].last_line == ("starting" if not flag else CUDA_LINE)
+    assert quiet.getvalue() == "[worker:0] starting\n"
+    assert verbose.getvalue() == f"[worker:0] starting\n[worker:0] {CUDA_LINE}\n"
+
+
+def test_show_echoes_only_the_tasks_named() -> None:
+    out = io.StringIO()
+    console = Console(out=out, err=io.StringIO(), show={"worker:1"})
+    for launch in PLAN.tasks:
+        console.output(launch, f"hello from {launch.name}")
+    assert out.getvalue() == "[worker:1] hello from worker:1\n"
+    assert console._views["worker:0"].last_line == "hello from worker:0", "still tracked for the table"
+
+
 def test_status_of_a_finished_run(tmp_path: Path) -> None:
     summary = {
         "state": "succeeded",

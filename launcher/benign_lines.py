@@ -1,0 +1,38 @@
+"""TensorFlow's known-harmless start-up lines, which the console leaves out unless `-v` is given.
+
+Every one of them is printed by every task of a CPU-only run, before training starts, and none
+says anything the user can act on: the absl pre-init warning, the CUDA stub and driver lines and
+cuInit's error 303 (no CUDA device) on hosts without GPUs, the CPU-instruction and oneDNN notices,
+and tf.data's notice that a generator dataset is not optimised. They stay in the task logs, and
+docs/troubleshooting.md shows each. Anything not matched here reaches the console as before: a
+line is only hidden when it is exactly one of these messages.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["is_benign"]
+
+# TensorFlow's C++ log prefix: `I0000 00:00:1795417464.521002   21747 cudart_stub.cc:31] `
+_CPP = r"^[IWE]\d{4} [\d:.]+\s+\d+ "
+
+_PATTERNS = (
+    r"^WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR$",
+    _CPP + r"cudart_stub\.cc:\d+\] Could not find cuda drivers on your machine, GPU will not be used\.$",
+    _CPP + r"cuda_(platform|executor)\.cc:\d+\] failed call to cuInit: .*UNKNOWN ERROR \(303\)$",
+    _CPP + r"cuda_diagnostics\.cc:\d+\] ",
+    _CPP + r"\w+\.cc:\d+\] Unable to register cu(DNN|FFT|BLAS) factory",
+    _CPP + r"port\.cc:\d+\] oneDNN custom operations are on\.",
+    _CPP + r"cpu_feature_guard\.cc:\d+\] This TensorFlow binary is optimized to use available CPU instructions",
+    r"^To enable the following instructions: .* in other operations, rebuild TensorFlow with the appropriate "
+    r"compiler flags\.$",
+    _CPP + r"dataset\.cc:\d+\] Input of GeneratorDatasetOp::Dataset will not be optimized because the dataset "
+    r"does not implement the AsGraphDefInternal\(\) method needed to apply optimizations\.$",
+)
+_BENIGN = re.compile("|".join(f"(?:{p})" for p in _PATTERNS))
+
+
+def is_benign(line: str) -> bool:
+    """True for a known-harmless TensorFlow start-up line (trailing whitespace ignored)."""
+    return _BENIGN.match(line.rstrip()) is not None

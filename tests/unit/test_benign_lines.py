@@ -1,0 +1,39 @@
+"""Only TensorFlow's exact known-harmless start-up lines are hidden; look-alikes and real errors are not."""
+
+from __future__ import annotations
+
+import pytest
+
+from launcher.benign_lines import is_benign
+
+# As TensorFlow 2.21 prints them on a CPU-only host (copied from a task log).
+BENIGN = [
+    "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR",
+    "I0000 00:00:1795417464.521002   21747 cudart_stub.cc:31] Could not find cuda drivers on your machine, GPU "
+    "will not be used.",
+    "E0000 00:00:1795417469.161697   21747 cuda_platform.cc:52] failed call to cuInit: INTERNAL: CUDA error: "
+    "Failed call to cuInit: UNKNOWN ERROR (303)",
+    "W0000 00:00:1795417470.312883   21747 dataset.cc:997] Input of GeneratorDatasetOp::Dataset will not be "
+    "optimized because the dataset does not implement the AsGraphDefInternal() method needed to apply "
+    "optimizations.",
+]
+
+NOT_BENIGN = [
+    # cuInit failing for another reason than "no device" is a broken driver on a GPU host
+    "E0000 00:00:1795417469.161697   21747 cuda_platform.cc:52] failed call to cuInit: INTERNAL: CUDA error: "
+    "Failed call to cuInit: CUDA_ERROR_SYSTEM_DRIVER_MISMATCH",
+    "E0000 00:00:1795417469.161697   21747 coordination_service_agent.cc:332] Coordination agent is in ERROR",
+    "Traceback (most recent call last):",
+    "[worker:0] WARNING: All log messages before absl::InitializeLog() is called are written to STDERR",
+    "Could not find cuda drivers on your machine, GPU will not be used.",  # a user's own print
+]
+
+
+@pytest.mark.parametrize("line", BENIGN)
+def test_known_harmless(line: str) -> None:
+    assert is_benign(line) and is_benign(line + "\n")
+
+
+@pytest.mark.parametrize("line", NOT_BENIGN)
+def test_everything_else_reaches_the_console(line: str) -> None:
+    assert not is_benign(line)
