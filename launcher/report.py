@@ -1,29 +1,64 @@
 """Turn a RunResult into summary.json and into the text the CLI shows at the end.
 
-Reads only the files the run wrote (logs, error and result files); never touches processes.
+Reads only the files the run wrote (logs, error and result files); never touches processes. The
+root cause names the first failed task, the exception that ended it (from its error file, else from
+the last traceback in its log), a known TensorFlow/Keras failure when it is one (launcher.
+known_failures), and its log's tail. Every line taken from a file is redacted and stripped of
+terminal control sequences before it is shown.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections import deque
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from launcher.gang import RunResult, TaskResult
-from launcher.private_files import open_private
+from launcher.known_failures import KnownFailure, known_failure
+from launcher.log_reading import LoggedException, last_exception, read_end, tail_lines
+from launcher.masking import printable, redact, redacted
 from worker.contract import RunLayout
+from worker.files import write_atomic
 
 LOG_TAIL_LINES = 15
+_MATCHED_LINES = 200  # of the log's end, searched for a known failure
+
+
+def _shown(text: object) -> str:
+    return printable(redact(str(text)))
 
 
 def log_tail(path: str, lines: int = LOG_TAIL_LINES) -> list[str]:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            return [line.rstrip("\n") for line in deque(handle, maxlen=lines)]
-    except OSError:  # never written: the task did not get that far
-        return []
+    return [_shown(line) for line in tail_lines(read_end(path), lines)]
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """What the root-cause task's files say: the exception that ended it and a known failure."""
+
+    exception: LoggedException | None
+    known: KnownFailure | None
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {}
+        if self.exception is not None:
+            message = " ".join(self.exception.message.split())[:2000]  # one line, as the report shows it
+            data["exception"] = {"type": self.exception.type, "message": redact(message)}
+        if self.known is not None:
+            data["known_cause"] = {"says": self.known.says, "see": self.known.see}
+        return data
+
+
+def diagnose(task: TaskResult) -> Diagnosis:
+    text = read_end(task.log_path)
+    tail = "\n".join(tail_lines(text, _MATCHED_LINES))
+    exception = last_exception(text)
+    error = task.error or {}
+    error_text = f"{error.get('type', '')}: {error.get('message', '')}\n{error.get('traceback', '')}" if error else ""
+    said = f"{exception.type}: {exception.message}" if exception is not None else ""
+    known = known_failure(said, error_text) or known_failure(tail, task.describe_exit)
+    return Diagnosis(exception, known)
 
 
 def _failure_time(task: TaskResult) -> float:
@@ -72,6 +107,7 @@ def summary(result: RunResult) -> dict[str, Any]:
     if ordered:
         attempt, task = ordered[0]
         first = {
+            **diagnose(task).to_json(),
             "attempt": attempt,
             "task": task.name,
             "host": task.host,
@@ -109,10 +145,7 @@ def summary(result: RunResult) -> dict[str, Any]:
 def write_summary(result: RunResult) -> str:
     path = RunLayout(result.run_dir).summary_file
     os.makedirs(result.run_dir, exist_ok=True)
-    tmp = f"{path}.tmp"
-    with open_private(tmp, "w", encoding="utf-8") as handle:
-        json.dump(summary(result), handle, indent=2, default=str)
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(redacted(summary(result)), indent=2, default=str))
     return path
 
 
@@ -126,10 +159,15 @@ def failure_text(result: RunResult) -> str:
         lines.append(
             f"root cause: {task.name} on {task.host} (pid {task.pid}) {task.describe_exit} in attempt {attempt}"
         )
+        diagnosis = diagnose(task)
         if task.error:
-            lines.append(f"  {task.error.get('type')}: {task.error.get('message')}")
+            lines.append(f"  {_shown(task.error.get('type'))}: {_shown(task.error.get('message'))}")
             trace = str(task.error.get("traceback", "")).rstrip().splitlines()[-6:]
-            lines += [f"    {line}" for line in trace]
+            lines += [f"    {_shown(line)}" for line in trace]
+        elif diagnosis.exception is not None:
+            lines.append(f"  {_shown(diagnosis.exception.shown())}")
+        if diagnosis.known is not None:
+            lines.append(f"  {diagnosis.known.line()}")
         tail = log_tail(task.log_path)
         if tail:
             lines.append(f"  last lines of {task.log_path}:")

@@ -293,11 +293,20 @@ def _describe_summary(run_dir: str, summary: dict[str, Any], path: str) -> list[
     first = summary.get("first_failure")
     if isinstance(first, dict):
         error = first.get("error") if isinstance(first.get("error"), dict) else {}
-        cause = f": {error.get('type')}: {error.get('message')}" if error else ""
+        exception = first.get("exception") if isinstance(first.get("exception"), dict) else {}
+        if error:
+            cause = f": {error.get('type')}: {error.get('message')}"
+        elif exception:
+            cause = f": {str(exception.get('type')).rsplit('.', 1)[-1]}: {str(exception.get('message'))[:300]}"
+        else:
+            cause = ""
         lines.append(
             f"  first failure: {first.get('task')} on {first.get('host')} {first.get('exit')} "
-            f"(attempt {first.get('attempt')}){cause}"
+            f"(attempt {first.get('attempt')}){cause}"[:600]
         )
+        known = first.get("known_cause") if isinstance(first.get("known_cause"), dict) else {}
+        if known:
+            lines.append(f"  known cause: {known.get('says')} (see {known.get('see')})"[:600])
     return lines
 
 

@@ -1,0 +1,88 @@
+"""TensorFlow and Keras failures users hit, each with one line saying what it is and the fix.
+
+The report matches the root-cause task's exception and log tail against this table and prints the
+first entry that matches, with a link to its section of docs/troubleshooting.md. Every pattern is
+the text TensorFlow 2.21 prints for it, measured with a real script (tests/integration/
+test_known_failures.py runs each). Order matters: the more specific entry comes first.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+__all__ = ["KNOWN_FAILURES", "KnownFailure", "TROUBLESHOOTING", "known_failure"]
+
+TROUBLESHOOTING = "docs/troubleshooting.md"
+
+
+@dataclass(frozen=True)
+class KnownFailure:
+    anchor: str  # the section of docs/troubleshooting.md
+    pattern: re.Pattern[str]
+    says: str  # what it is and the fix, one line
+
+    @property
+    def see(self) -> str:
+        return f"{TROUBLESHOOTING}#{self.anchor}"
+
+    def line(self) -> str:
+        return f"known cause: {self.says} (see {self.see})"
+
+
+def _known(anchor: str, pattern: str, says: str) -> KnownFailure:
+    return KnownFailure(anchor, re.compile(pattern), says)
+
+
+KNOWN_FAILURES: tuple[KnownFailure, ...] = (
+    _known(
+        "keras-3-modelfit-under-the-strategy",
+        r"unsupported type \(<class 'tensorflow\.python\.distribute\.values\.PerReplica'>\) to a Tensor"
+        r"|Invalid reduction dimension 0",
+        "Keras 3 model.fit does not work under MultiWorkerMirroredStrategy; train with a custom loop (the "
+        "built-in runtime does), or use tf-keras: pip install tf-keras and set TF_USE_LEGACY_KERAS=1 in the spec's env",
+    ),
+    _known(
+        "the-tf-port-is-already-in-use",
+        r"Failed to add port to server: No address added|Could not start gRPC server",
+        "TensorFlow could not listen on the task's port: another process holds it (a leftover task, another "
+        "program); find it with `ss -ltnp`, or give the host free `ports` in the spec",
+    ),
+    _known(
+        "a-peer-left-the-coordination-service",
+        r"Collective ops is aborted by|Failed to send RPC to coordination service|coordination service has stopped"
+        r"|CoordinationService/Heartbeat|Socket closed",
+        "another task of the gang left (it exited or was lost) while this one waited on it in a collective; every "
+        "task must run the same collectives to the same step (a task that returns early leaves the others waiting)",
+    ),
+    _known(
+        "out-of-memory",
+        r"ResourceExhaustedError|OOM when allocating|RESOURCE_EXHAUSTED: Out of memory",
+        "out of memory: a tensor did not fit on the device; lower the per-replica batch size or the model size",
+    ),
+    _known(
+        "killed-by-sigkill",
+        r"^killed by SIGKILL$",
+        "the task was killed by SIGKILL, and not by the launcher: most often the kernel's out-of-memory killer "
+        "(`dmesg | grep -i oom` on its host says so); lower the memory each task uses, or run fewer per host",
+    ),
+    _known(
+        "tensorflow-is-not-installed",
+        r"No module named '?tensorflow'?(?:$|\s)",
+        "TensorFlow is not installed for the python this task runs: pip install 'tflaunch[tf]' on that host, "
+        "or point the spec's `python` at an environment that has it",
+    ),
+    _known(
+        "tf-keras-is-not-installed",
+        r"No module named '?tf_keras'?",
+        "TF_USE_LEGACY_KERAS=1 needs tf-keras: pip install 'tflaunch[fit]' (or tf-keras matching TensorFlow)",
+    ),
+)
+
+
+def known_failure(*texts: str) -> KnownFailure | None:
+    """The first entry whose pattern occurs in any of `texts` (an exception, a log tail, an error)."""
+    for failure in KNOWN_FAILURES:
+        if any(failure.pattern.search(text) for text in texts if text):
+            return failure
+    return None

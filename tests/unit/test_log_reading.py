@@ -1,0 +1,110 @@
+"""The exception that ended a task, found in its log; known failures named; hostile files read safely."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from launcher.gang import AttemptResult, LaunchState, RunResult, TaskResult
+from launcher.known_failures import KNOWN_FAILURES, known_failure
+from launcher.log_reading import last_exception, read_end
+from launcher.report import failure_text, summary
+from tests.conftest import REPO
+
+FRAMES = '  File "/tmp/train.py", line 4, in <module>\n    step()\n    ^^^^^^\n'
+KERAS_3 = (
+    "Traceback (most recent call last):\n" + FRAMES + "ValueError: Attempt to convert a value (PerReplica:{\n"
+    "  0: <tf.Tensor: shape=(8, 4), dtype=float32, numpy=\narray([[0.98, 0.99]], dtype=float32)>\n"
+    "}) with an unsupported type (<class 'tensorflow.python.distribute.values.PerReplica'>) to a Tensor.\n"
+)
+
+
+def test_the_last_traceback_gives_the_exception_with_its_whole_message() -> None:
+    found = last_exception("I0000 00:00:1.0   1 x.cc:1] start\n" + KERAS_3)
+    assert found is not None and found.type == "ValueError"
+    assert found.message.startswith("Attempt to convert") and found.message.endswith("to a Tensor.")
+    shown = found.shown(60)
+    assert shown == "ValueError: Attempt to convert a value (PerReplica:{ 0: <..." and len(shown) == 60
+
+
+def test_chained_exceptions_give_the_last_and_a_cpp_line_ends_the_message() -> None:
+    text = (
+        "Traceback (most recent call last):\n" + FRAMES + "KeyError: 'x'\n\n"
+        "During handling of the above exception, another exception occurred:\n\n"
+        "Traceback (most recent call last):\n" + FRAMES + "tensorflow.python.framework.errors_impl.UnknownError: "
+        "Could not start gRPC server\nW0000 00:00:1.0   1 preemption_notifier.cc:90] SIGTERM caught\n"
+    )
+    found = last_exception(text)
+    assert found is not None and found.short_type == "UnknownError"
+    assert found.message == "Could not start gRPC server"
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "just output\n", "Traceback (most recent call last):\n" + FRAMES, "Traceback (most recent call last):\n"],
+)
+def test_no_traceback_or_one_cut_before_its_exception_gives_none(text: str) -> None:
+    assert last_exception(text) is None
+
+
+def test_a_bare_exception_name_is_an_exception() -> None:
+    found = last_exception("Traceback (most recent call last):\n" + FRAMES + "KeyboardInterrupt\n")
+    assert found is not None and found.type == "KeyboardInterrupt" and found.shown() == "KeyboardInterrupt"
+
+
+def test_read_end_reads_only_the_end_of_a_regular_file_never_a_fifo_or_a_link(tmp_path: Path) -> None:
+    log = tmp_path / "worker-0.log"
+    log.write_text("a" * 100 + "THE END")
+    assert read_end(str(log), limit=7) == "THE END"
+    os.mkfifo(tmp_path / "fifo.log")
+    assert read_end(str(tmp_path / "fifo.log")) == ""  # returns at once: nothing writes it
+    (tmp_path / "link.log").symlink_to(log)
+    assert read_end(str(tmp_path / "link.log")) == "" and read_end(str(tmp_path / "missing.log")) == ""
+
+
+def test_the_exception_is_matched_before_the_tail() -> None:
+    oom = "ResourceExhaustedError: OOM when allocating tensor with shape[1,1]"
+    assert known_failure(oom).anchor == "out-of-memory"
+    assert known_failure("", "killed by SIGKILL").anchor == "killed-by-sigkill"
+    assert known_failure("killed by SIGKILL in a line of output") is None
+    assert known_failure("ModuleNotFoundError: No module named 'tensorflow_datasets'") is None
+    assert known_failure("ModuleNotFoundError: No module named 'tensorflow'").anchor == "tensorflow-is-not-installed"
+
+
+def test_every_known_failure_has_its_section_in_the_troubleshooting_page() -> None:
+    import re
+
+    headings = re.findall(r"^#+ (.+)$", (REPO / "docs" / "troubleshooting.md").read_text(), re.M)
+    slugs = {re.sub(r"[^\w\- ]", "", h.lower()).replace(" ", "-") for h in headings}
+    assert {f.anchor for f in KNOWN_FAILURES} <= slugs, {f.anchor for f in KNOWN_FAILURES} - slugs
+
+
+def _failed_run(tmp_path: Path, log: str, **how: object) -> RunResult:
+    path = tmp_path / "worker-1.log"
+    path.write_text(log)
+    task = TaskResult("worker:1", "localhost", 7, how.pop("exit_code", 1), how.pop("signal", None), 0.0, 5.0, True, 3,
+                      str(path))  # fmt: skip
+    attempt = AttemptResult(0, "worker:1 exited", "worker:1", "retryable", (task,), 0.0, 6.0)
+    return RunResult("r", str(tmp_path), LaunchState.FAILED, [attempt])
+
+
+def test_the_report_names_the_exception_and_the_known_cause_and_keeps_them_in_the_summary(tmp_path: Path) -> None:
+    result = _failed_run(tmp_path, "\x1b]0;owned\x07tensor repr\n" * 40 + KERAS_3)
+    text = failure_text(result)
+    lines = text.splitlines()
+    assert lines[1].startswith("root cause: worker:1 on localhost (pid 7) exit code 1")
+    assert lines[2].startswith("  ValueError: Attempt to convert a value (PerReplica:{ 0: <tf.Tensor")
+    assert lines[3].startswith("  known cause: Keras 3 model.fit") and "troubleshooting.md#keras-3" in lines[3]
+    assert "\x1b" not in text and "\x07" not in text
+    first = json.loads(json.dumps(summary(result)))["first_failure"]
+    assert first["exception"]["type"] == "ValueError" and "PerReplica" in first["exception"]["message"]
+    assert first["known_cause"]["see"].endswith("#keras-3-modelfit-under-the-strategy")
+
+
+def test_a_task_killed_by_sigkill_without_a_traceback_points_at_the_oom_killer(tmp_path: Path) -> None:
+    text = failure_text(_failed_run(tmp_path, "step 3\n", exit_code=None, signal=signal.SIGKILL))
+    assert "killed by SIGKILL in attempt 0" in text and "known cause: the task was killed by SIGKILL" in text
