@@ -654,6 +654,16 @@ class ClusterSpec(StrictModel):
             raise ValueError(f"{value!r} is a URL; run_root is a directory on the launcher's machine (logs, summary)")
         return value
 
+    @field_validator("checkpoint_dir")
+    @classmethod
+    def _url_or_path(cls, value: str | None) -> str | None:
+        if value is not None and "://" in value and not is_url(value):  # else a local directory named gs:
+            raise ValueError(
+                f"{value!r} looks like a URL but is not one (a URL has no spaces): write it as "
+                "scheme://bucket/path, or give a directory path without '://'"
+            )
+        return value
+
     @model_validator(mode="after")
     def _check(self, info: ValidationInfo) -> ClusterSpec:
         problems: list[tuple[str, str]] = _check_env(self.env, "env")

@@ -49,7 +49,7 @@ def launch(
     fresh: bool = False,
     echo: bool = True,
     verbose: bool = False,
-    show: Sequence[str] = (),
+    show: str | Sequence[str] = (),
 ) -> LaunchResult:
     """Run `spec` (a cluster.json path or the spec as a dict) to its end.
 
@@ -69,7 +69,8 @@ def launch(
     cluster = os.fspath(spec) if isinstance(spec, (str, os.PathLike)) else spec
     request = LaunchRequest(cluster=cluster, name=name, run_root=run_root, command=tuple(command))
     parsed = request_spec(request)
-    shown = shown_tasks(parsed, ",".join(show), flag="show=") if show else frozenset()
+    names = show if isinstance(show, str) else ",".join(show)  # "worker:0,worker:1" or a list of names
+    shown = shown_tasks(parsed, names, flag="show=") if show else frozenset()
     console = Console(quiet=not echo, live=False, out=sys.stdout, err=sys.stdout, verbose=verbose, show=shown)
     if fresh:
         for line in start_over(parsed, run_dir_of(parsed), os.getcwd()):

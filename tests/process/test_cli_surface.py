@@ -131,7 +131,7 @@ def test_the_python_api_echoes_only_the_tasks_shown(
     monkeypatch.chdir(work)
     spec = {"name": "shown", "run_root": str(work / "runs"), "hosts": [{"address": "localhost", "workers": 2}]}
     hello = [sys.executable, "-c", "import os; print('hello from', os.environ['TFLAUNCH_TASK'])"]
-    assert tflaunch.launch(spec, command=hello, show=["worker:0"]).succeeded
+    assert tflaunch.launch(spec, command=hello, show="worker:0").succeeded  # a string, as --show takes it
     out = capsys.readouterr().out
     assert "[worker:0] hello from" in out and "[worker:1]" not in out
     with pytest.raises(UsageError, match="no task worker:5"):

@@ -45,3 +45,10 @@ def test_an_unknown_key_like_no_other_gets_no_guess() -> None:
     with pytest.raises(SpecError) as caught:
         parse_spec({**BASE, "zzzzzz": 1})
     assert "$.zzzzzz: unknown key; remove it" in str(caught.value) and "did you mean" not in str(caught.value)
+
+
+def test_a_checkpoint_url_with_a_space_is_not_taken_for_a_local_directory() -> None:
+    spec = {"name": "u", "hosts": [{"address": "localhost", "workers": 1}], "checkpoint_dir": "gs://bucket/my run"}
+    with pytest.raises(SpecError, match=r"checkpoint_dir: 'gs://bucket/my run' looks like a URL but is not one"):
+        parse_spec(spec)
+    assert parse_spec({**spec, "checkpoint_dir": "gs://bucket/my-run"}).checkpoint_dir == "gs://bucket/my-run"
