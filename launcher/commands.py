@@ -214,13 +214,13 @@ def export_k8s(spec: ClusterSpec, options: ExportOptions, source: str, output: s
     from launcher.k8s.export import export, text, write
 
     result = export(spec, options, source)
+    written = write(result, Path(output)) if output is not None else []  # a refusal warns of nothing
     if result.warnings:  # once, here; the YAML repeats them as comments
         print(f"launch: with --format {options.format}, these guarantees of the launcher do not hold:", file=sys.stderr)
         for line in result.warnings:
             print(f"  - {line}", file=sys.stderr)
     if output is None:
         print(text(result), end="")
-        return exit_codes.SUCCEEDED
-    for path in write(result, Path(output)):
+    for path in written:
         print(f"wrote {path}")
     return exit_codes.SUCCEEDED

@@ -117,7 +117,9 @@ def json_child(path: str, key: str | int) -> str:
 # Control characters (C0, DEL, C1) and the Unicode line and paragraph separators. YAML readers end
 # a line at U+0085, U+2028 and U+2029 too (PyYAML, and the Go reader kubectl uses), so any of them
 # in a string could cut a line of a manifest, a log or a command and change what is read after it.
-_BAD_CHARACTER = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+# A lone UTF-16 surrogate (JSON's "\ud800" without its pair) is no character at all: it cannot be
+# encoded as UTF-8, and YAML readers refuse the escape that would stand for it.
+_BAD_CHARACTER = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
 _CHARACTER_NAMES = {
     "\x00": "a NUL byte",
     "\n": "a newline",
@@ -132,12 +134,14 @@ _CHARACTER_NAMES = {
 def _bad_characters(text: str) -> str | None:
     """The first character of `text` that no spec string may hold, named; None when there is none.
 
-    Refused: every control character (C0, DEL, C1: NUL, tab, newline, escape, U+0085 ...) and the
-    line and paragraph separators U+2028 and U+2029."""
+    Refused: every control character (C0, DEL, C1: NUL, tab, newline, escape, U+0085 ...), the
+    line and paragraph separators U+2028 and U+2029, and lone surrogates."""
     found = _BAD_CHARACTER.search(text)
     if found is None:
         return None
     char = found.group()
+    if "\ud800" <= char <= "\udfff":
+        return f"a lone surrogate (U+{ord(char):04X}), which is not a character"
     return _CHARACTER_NAMES.get(char, f"the control character U+{ord(char):04X}")
 
 

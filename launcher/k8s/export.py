@@ -8,6 +8,7 @@ scalar (in the head comments too) and, where the kubelet expands `$(VAR)`, with 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from launcher.errors import UsageError
@@ -15,9 +16,13 @@ from launcher.k8s import jobset, tfjob
 from launcher.k8s.layout import Export, ExportOptions, task_groups
 from launcher.k8s.yaml_text import documents, scalar
 from launcher.spec import ClusterSpec
+from worker.files import new_temporary
 
 # The file of each engine's own object: one directory holds the manifests of one engine only.
 ENGINE_FILES = ("jobset.yaml", "tfjob.yaml")
+# Every file an export may write: one left from an earlier export would be applied with the new ones.
+EXPORT_FILES = (*ENGINE_FILES, "claim.yaml", "network-policy.yaml")
+_MANIFEST_MODE = 0o644  # no secret is ever written into a manifest; kubectl and CI read them
 
 
 def export(spec: ClusterSpec, options: ExportOptions, source: str) -> Export:
@@ -38,9 +43,11 @@ def text(result: Export) -> str:
 def write(result: Export, directory: Path) -> list[Path]:
     """One file per manifest in `directory` (created if missing); the paths written.
 
-    UsageError, naming `-o`, when the directory cannot be written or already holds the other
-    engine's manifest: `kubectl apply -f DIR` would then start both engines on one run directory."""
-    names = {file_name for file_name, _ in result.manifests}
+    UsageError, naming `-o`, when the directory cannot be written, or already holds the other
+    engine's manifest or a file of an earlier export that this one does not write: `kubectl apply -f
+    DIR` would apply those too. All or nothing: every file is written under a temporary name first
+    and moved into place only when all were written."""
+    names = [file_name for file_name, _ in result.manifests]
     if directory.is_dir():
         other = sorted(name for name in ENGINE_FILES if name not in names and (directory / name).exists())
         if other:
@@ -49,16 +56,33 @@ def write(result: Export, directory: Path) -> list[Path]:
                 f"`kubectl apply -f {directory}` would start both on one run directory. Remove it, or give "
                 f"another -o directory."
             )
-    paths = []
+        stale = sorted(name for name in EXPORT_FILES if name not in names and (directory / name).exists())
+        if stale:
+            raise UsageError(
+                f"Got -o {directory}: it holds {', '.join(stale)} from an earlier export, which this one does not "
+                f"write; `kubectl apply -f {directory}` would apply it too. Remove it, or give another -o directory."
+            )
+        blocked = [name for name in names if (directory / name).exists() and not (directory / name).is_file()]
+        if blocked:
+            raise UsageError(
+                f"Got -o {directory}: {', '.join(blocked)} there is not a file; remove it, or give another "
+                "-o directory."
+            )
+    written: list[tuple[str, Path]] = []
     try:
         directory.mkdir(parents=True, exist_ok=True)
         for file_name, manifest in result.manifests:
-            path = directory / file_name
-            path.write_text(documents([manifest], result.comments), encoding="utf-8")
-            paths.append(path)
-    except OSError as error:  # a file where the directory should be, no permission, a full disk
+            fd, temporary = new_temporary(str(directory / file_name), _MANIFEST_MODE)
+            written.append((temporary, directory / file_name))
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.write(documents([manifest], result.comments))
+        for temporary, path in written:
+            os.replace(temporary, path)
+    except OSError as error:  # no permission, a full disk
+        for temporary, _ in written:
+            Path(temporary).unlink(missing_ok=True)
         raise UsageError(
             f"Got -o {directory}: cannot write the manifests there ({error.strerror or error}); give a "
             f"directory this user can write."
         ) from error
-    return paths
+    return [path for _, path in written]

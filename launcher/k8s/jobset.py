@@ -164,11 +164,18 @@ def render(spec: ClusterSpec, groups: list[TaskGroup], options: ExportOptions) -
     if policy is not None:
         manifests.append(("network-policy.yaml", policy))
     notes = storage_notes(options, name)
+    preempted = spec.restart.preemption_exit_code
+    if preempted >= 128:
+        notes.append(
+            f"preemption_exit_code {preempted} is also what a container killed by signal {preempted - 128} exits "
+            f"with (137: SIGKILL, as the out-of-memory killer sends): such a kill counts as a preemption, and its "
+            f"restarts are never counted against max_restarts. Give a code below 128 (the default is 42)."
+        )
+    fatal = ", ".join(str(code) for code in sorted(set(spec.restart.fatal_exit_codes))) or "no code"
     comments = [
         f"Needs JobSet {REQUIRED_VERSION} or newer (failurePolicy rules on job failure messages).",
-        f"Exit {spec.restart.preemption_exit_code} or a pod taken away by Kubernetes ({DISRUPTION}): restart every "
-        f"pod, not counted; {', '.join(str(c) for c in spec.restart.fatal_exit_codes) or 'no code'}: fail; "
-        f"anything else: {_counted(spec.restart.max_restarts)}.",
+        f"Exit {preempted} or a pod taken away by Kubernetes ({DISRUPTION}): restart every "
+        f"pod, not counted; {fatal}: fail; anything else: {_counted(spec.restart.max_restarts)}.",
         *notes,
         "Not enforced on Kubernetes:",
         *(f"  {note}" for note in not_enforced(spec, options)),

@@ -26,7 +26,7 @@ from launcher.k8s.names import (
 )
 from launcher.k8s.yaml_text import scalar
 from launcher.masking import mask_value, secret_arguments
-from launcher.plan import PlanInputs, build_plan, runtime_env, task_slots
+from launcher.plan import runtime_env, task_slots
 from launcher.spec import ClusterSpec, CommandTraining, is_url
 from worker.contract import JOB_COMPLETION_INDEX_VAR, POD_LAYOUT_VAR, POD_TASK_TYPE_VAR, RunLayout
 from worker.pod import TASK_TYPES, PodLayout
@@ -146,25 +146,28 @@ def k8s_name(spec: ClusterSpec, options: ExportOptions, longest_suffix: str) -> 
     return name
 
 
+def shared_url(path: str | None) -> bool:
+    """An object store every pod reaches: a URL, but not file:// or ram://, which stay inside each pod."""
+    return path is not None and is_url(path) and path.split("://", 1)[0].lower() not in ("file", "ram")
+
+
 def task_groups(spec: ClusterSpec, source: str) -> list[TaskGroup]:
     """One group per task type, chief first; refused when tasks of a type differ in GPUs or env."""
     slots = task_slots(spec)
-    inputs = PlanInputs("/", 0, "python", "/", ports={slot.name: 1 for slot in slots})
-    planned = {task.name: task for task in build_plan(spec, inputs).tasks}  # its GPU split per task
     groups: list[TaskGroup] = []
     problems: list[SpecProblem] = []
     for task_type in TASK_TYPES:
-        members = [(slot, planned[slot.name]) for slot in slots if slot.task_type == task_type]
+        members = [slot for slot in slots if slot.task_type == task_type]
         if not members:
             continue
         shapes = []
-        for slot, task in members:
-            visible = task.env.get("CUDA_VISIBLE_DEVICES")
-            gpus = len([g for g in (visible or "").split(",") if g])
+        for slot in members:  # slot.gpus: the host's share for this task, as the plan gives it
             env = {**spec.env, **slot.host.env}
-            if visible is not None:  # the host's GPUs decide, as in the plan; in a pod, the device plugin
-                env.pop("CUDA_VISIBLE_DEVICES", None)
-            shapes.append((slot, gpus, visible == "", env))
+            if slot.gpus is None:  # the host lists no GPUs: no request, and a CUDA_VISIBLE_DEVICES of the
+                shapes.append((slot, 0, False, env))  # spec's env reaches the pod as written
+                continue
+            env.pop("CUDA_VISIBLE_DEVICES", None)  # the host's GPUs decide, as in the plan; in a pod, the device plugin
+            shapes.append((slot, len(slot.gpus), not slot.gpus, env))
         first = shapes[0]
         for slot, gpus, hidden, env in shapes[1:]:
             if (gpus, hidden) != first[1:3]:
@@ -223,8 +226,12 @@ def _written_secrets(spec: ClusterSpec) -> list[SpecProblem]:
     paths = _secret_strings(spec.checkpoint_dir, "$.checkpoint_dir")
     paths += _secret_strings(spec.training.model_dump(mode="json"), "$.training")
     if isinstance(spec.training, CommandTraining):  # `--token X`: the plan keeps it off the command line
-        secret = set(secret_arguments(spec.training.argv[1:], spec.secrets))
-        paths += [f"$.training.argv[{i}]" for i, arg in enumerate(spec.training.argv) if i and arg in secret]
+        secret = set(secret_arguments(spec.training.argv[1:], spec.secrets))  # values: `--password=X` gives X
+        paths += [
+            f"$.training.argv[{i}]"
+            for i, arg in enumerate(spec.training.argv)
+            if i and any(value in arg for value in secret)
+        ]
         paths = list(dict.fromkeys(paths))
     return [
         SpecProblem(
@@ -239,15 +246,16 @@ def _written_secrets(spec: ClusterSpec) -> list[SpecProblem]:
 def pod_layout(spec: ClusterSpec, groups: list[TaskGroup], name: str, host: str, options: ExportOptions) -> PodLayout:
     """The layout every pod gets: run directory on the volume, checkpoints beside it or at the URL."""
     run_dir = f"{MOUNT_PATH}/{name}"
-    if spec.checkpoint_dir is not None and is_url(spec.checkpoint_dir):
-        checkpoint_dir = spec.checkpoint_dir  # gs://... reaches TensorFlow untouched, as on hosts
+    if shared_url(spec.checkpoint_dir):
+        checkpoint_dir = str(spec.checkpoint_dir)  # gs://... reaches TensorFlow untouched, as on hosts
     elif options.checkpoint_claim is not None:
         checkpoint_dir = RunLayout(run_dir).default_checkpoint_dir
     else:
         raise UsageError(
             "Checkpoints need storage every pod shares: give --checkpoint-claim NAME (a ReadWriteMany "
             f"PersistentVolumeClaim, mounted at {MOUNT_PATH}; add --claim-size SIZE to write it too), or set the "
-            "spec's checkpoint_dir to an object-store URL such as gs://bucket/run."
+            "spec's checkpoint_dir to an object-store URL such as gs://bucket/run (file:// and ram:// stay inside "
+            "each pod)."
         )
     return PodLayout(
         run_name=name,
@@ -482,9 +490,9 @@ def not_enforced(spec: ClusterSpec, options: ExportOptions) -> list[str]:
         "stopped_timeout_s, stall_timeout_s: not enforced (no knob; a hung gang waits for TensorFlow's own timeouts)",
         "warm_spares: not used (every restart starts new pods)",
     ]
-    if spec.checkpoint_dir is not None and not is_url(spec.checkpoint_dir):
+    if spec.checkpoint_dir is not None and not shared_url(spec.checkpoint_dir):
         notes.append(
             f"checkpoint_dir {scalar(spec.checkpoint_dir)} is a path on the hosts; in the pods the checkpoints are in "
-            f"{MOUNT_PATH}/<name>/checkpoints on the claim"
+            f"{MOUNT_PATH}/{options.name or spec.name}/checkpoints on the claim"
         )
     return notes

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from launcher.errors import UsageError
@@ -33,8 +34,17 @@ __all__ = [
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _NAME_PART = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
-_CPU = re.compile(r"[0-9]+(\.[0-9]+)?m?")
-_BYTES = re.compile(r"[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?")
+# A resource quantity as k8s.io/apimachinery/pkg/api/resource parses it: a signed decimal number
+# (`1`, `1.5`, `1.`, `.5`) and a binary suffix (Ki..Ei), a decimal one (n, u, m, k, M..E) or an
+# exponent (`1e3`, `2E-1`).
+_QUANTITY = re.compile(
+    r"(?P<number>[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(?P<suffix>[KMGTPE]i|[numkMGTPE]|[eE][+-]?[0-9]+)?"
+)
+_SCALE = {
+    **{f"{p}i": Decimal(1024) ** (i + 1) for i, p in enumerate("KMGTPE")},
+    **{p: Decimal(10) ** e for p, e in zip("numkMGTPE", (-9, -6, -3, 3, 6, 9, 12, 15, 18), strict=True)},
+}
+_LARGEST = Decimal(2) ** 63  # Kubernetes keeps a quantity in an int64 where it can
 EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
 
@@ -154,15 +164,34 @@ def parse_toleration(text: str) -> Toleration:
     return toleration
 
 
+def _quantity(value: str) -> Decimal | None:
+    """The amount `value` stands for, as Kubernetes reads it; None when it is not a quantity."""
+    found = _QUANTITY.fullmatch(value)
+    if found is None:
+        return None
+    suffix = found["suffix"] or ""
+    try:
+        if suffix[:1] in ("e", "E"):
+            exponent = int(suffix[1:])
+            return Decimal(found["number"]).scaleb(exponent) if abs(exponent) <= 30 else None
+        return Decimal(found["number"]) * _SCALE.get(suffix, Decimal(1))
+    except InvalidOperation:
+        return None
+
+
 def check_quantity(flag: str, value: str, kind: str) -> None:
-    """A resource quantity above zero: `cpu` (8, 1.5, 500m) or bytes (`memory`, `storage`: 32Gi, 100G)."""
+    """A resource quantity above zero, in Kubernetes' grammar: `cpu` (8, 1.5, 500m, 1e3) in steps of
+    1m at the finest, or bytes (`memory`, `storage`: 32Gi, 100G, 1e9) in whole bytes."""
     check_shown(flag, value)
+    amount = _quantity(value)
     if kind == "cpu":
-        valid, example = bool(_CPU.fullmatch(value)), "8, 1.5 or 500m (thousandths of a CPU)"
+        example, step, unit = "8, 1.5 or 500m (thousandths of a CPU)", Decimal("0.001"), "1m (a thousandth of a CPU)"
     else:
-        valid, example = bool(_BYTES.fullmatch(value)), "32Gi, 512Mi or 100G"
+        example, step, unit = "32Gi, 512Mi or 100G", Decimal(1), "a whole byte"
     hint = ""
     if kind != "cpu" and re.fullmatch(r"[0-9.]+m", value):
         hint = f" ({value} would be thousandths of a byte; {value[:-1]}Mi is mebibytes)"
-    if not valid or not any(c in "123456789" for c in value.rstrip("mkMGTPEi")):
+    if amount is None or amount <= 0 or amount >= _LARGEST:
         raise UsageError(f"Got {flag} {value!r}{hint}: give a quantity above zero such as {example}.")
+    if amount % step != 0:
+        raise UsageError(f"Got {flag} {value!r}{hint}: Kubernetes counts it in steps of {unit}; give e.g. {example}.")

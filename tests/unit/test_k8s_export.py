@@ -456,6 +456,16 @@ def test_gpus_grace_storage_and_startup(fmt: str) -> None:
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
+def test_cuda_visible_devices_of_the_spec_reaches_the_pods_and_requests_no_gpu(fmt: str) -> None:
+    """Only the hosts' `gpus` ask Kubernetes for GPUs; a spec that hides them (-1) runs on CPU nodes."""
+    for value in ("-1", "0,1,2,3", ""):
+        data = {**COMMAND_SPEC, "env": {"CUDA_VISIBLE_DEVICES": value}}
+        result = export(parse_spec(data), ExportOptions(image=IMAGE, format=fmt, checkpoint_claim="r"), "c.json")
+        for box in _containers(result).values():
+            assert "resources" not in box and _env(box)["CUDA_VISIBLE_DEVICES"] == value, (value, box.get("resources"))
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
 def test_secret_values_are_referenced_never_written(fmt: str) -> None:
     _, result = _export("gpu-2-hosts", fmt)
     written = text(result)
@@ -478,14 +488,17 @@ def test_passwords_outside_the_env_are_refused_not_written() -> None:
         "checkpoint_dir": url,
         "training": {
             "kind": "command",
-            "argv": ["python", "train.py", "--data", url.replace("s3", "https"), "--api-key", SECRET_VALUES[0]],
+            "argv": [
+                *("python", "train.py", "--data", url.replace("s3", "https"), "--api-key", SECRET_VALUES[0]),
+                "--password=correct-horse-battery",
+            ],
         },
     }
     with pytest.raises(SpecError) as caught:
         export(parse_spec(data), ExportOptions(image=IMAGE, secret="s"), "c.json")
     message = str(caught.value)
     assert caught.value.exit_code == 2 and not any(value in message for value in SECRET_VALUES)
-    for path in ("$.checkpoint_dir", "$.training.argv[3]", "$.training.argv[5]"):
+    for path in ("$.checkpoint_dir", "$.training.argv[3]", "$.training.argv[5]", "$.training.argv[6]"):
         assert f"{path}: holds a secret" in message
     assert "$.training.argv[4]" not in message and "Secret" in message
 
@@ -710,3 +723,36 @@ def test_every_export_error_is_a_launch_error() -> None:
     for options in (ExportOptions(image=""), ExportOptions(image=IMAGE, format="x"), ExportOptions(image=IMAGE)):
         with pytest.raises(LaunchError):
             export(spec, options, "c.json")
+
+
+def test_files_of_an_earlier_export_are_refused_and_a_refusal_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = _spec_file(tmp_path, COMMAND_SPEC)
+    out = tmp_path / "manifests"
+    first = ["--image", IMAGE, "--checkpoint-claim", "old", "--claim-size", "1Gi", "--network-policy", "-o", str(out)]
+    assert cli.main(["export", "k8s", "--cluster", spec, *first]) == 0
+    before = {p.name: p.read_text() for p in out.iterdir()}
+    assert sorted(before) == ["claim.yaml", "jobset.yaml", "network-policy.yaml"]
+    assert (
+        cli.main(["export", "k8s", "--cluster", spec, "--image", IMAGE, "--checkpoint-claim", "new", "-o", str(out)])
+        == 2
+    )
+    err = capsys.readouterr().err
+    assert "claim.yaml, network-policy.yaml from an earlier export" in err and "Traceback" not in err
+    assert {p.name: p.read_text() for p in out.iterdir()} == before  # nothing written, nothing removed
+    fresh = tmp_path / "fresh"
+    (fresh / "jobset.yaml").mkdir(parents=True)  # the last file cannot be written: neither is the first
+    assert cli.main(["export", "k8s", "--cluster", spec, *first[:-1], str(fresh)]) == 2
+    assert "jobset.yaml there is not a file" in capsys.readouterr().err
+    assert sorted(p.name for p in fresh.iterdir()) == ["jobset.yaml"]
+
+
+@pytest.mark.parametrize("url", ["file:///data/ckpt", "ram://ckpt", "FILE:///data/ckpt"])
+def test_a_url_that_stays_inside_each_pod_is_no_shared_storage(url: str) -> None:
+    spec = parse_spec({**COMMAND_SPEC, "checkpoint_dir": url})
+    with pytest.raises(UsageError, match="--checkpoint-claim NAME"):
+        export(spec, ExportOptions(image=IMAGE), "c.json")
+    result = export(spec, ExportOptions(image=IMAGE, checkpoint_claim="runs"), "c.json")
+    layout = json.loads(_env(_containers(result)["worker"])["TFLAUNCH_POD_LAYOUT"])
+    assert layout["checkpoint_dir"].startswith("/tflaunch/") and "is a path on the hosts" in text(result)

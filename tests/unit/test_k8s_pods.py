@@ -206,6 +206,19 @@ def test_the_flags_reach_the_manifests(tmp_path: Path, capsys: pytest.CaptureFix
 
 
 @pytest.mark.parametrize(
+    ("flag", "value"),
+    [("--cpu", v) for v in ("1e3", ".5", "1.", "1k", "+2", "250m")]
+    + [("--memory", v) for v in ("1e9", "1.5Gi", "128974848", "129M", "123Mi")],
+)
+def test_quantities_in_kubernetes_grammar_are_taken(flag: str, value: str, tmp_path: Path) -> None:
+    base = ["export", "k8s", "--cluster", _spec_file(tmp_path), "--image", IMAGE, "--checkpoint-claim", "runs"]
+    assert cli.main([*base, flag, value, "-o", str(tmp_path / "out")]) == 0
+    pod = yaml.safe_load((tmp_path / "out" / "jobset.yaml").read_text().split("\n---\n")[-1])
+    requests = pod["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]["resources"]
+    assert requests["requests"][flag.removeprefix("--")] == value
+
+
+@pytest.mark.parametrize(
     ("flags", "says"),
     [
         (["--namespace", "ML_Team"], "--namespace 'ML_Team'"),
@@ -220,6 +233,10 @@ def test_the_flags_reach_the_manifests(tmp_path: Path, capsys: pytest.CaptureFix
         (["--cpu", "lots"], "--cpu 'lots'"),
         (["--cpu", "0"], "--cpu '0': give a quantity above zero"),
         (["--memory", "400m"], "400Mi is mebibytes"),
+        (["--cpu", "1.5m"], "--cpu '1.5m': Kubernetes counts it in steps of 1m"),
+        (["--memory", "0.5"], "--memory '0.5': Kubernetes counts it in steps of a whole byte"),
+        (["--memory", "4GB"], "--memory '4GB': give a quantity above zero"),
+        (["--cpu", "-2"], "--cpu '-2': give a quantity above zero"),
         (["--storage-class", "Fast SSD", "--claim-size", "5Gi"], "--storage-class 'Fast SSD'"),
     ],
 )

@@ -129,6 +129,16 @@ def test_every_spec_string_refuses_line_breaks_and_controls(data: dict[str, Any]
         parse_spec({**data, "env": {"MODE": "a\u2028b"}})
 
 
+@pytest.mark.parametrize("surrogate", ["\ud800", "\udfff", "\udc80"])
+def test_a_lone_surrogate_is_refused_in_every_string(surrogate: str) -> None:
+    """JSON's "\\ud800" without its pair: no UTF-8 for it, and YAML readers (kubectl's) refuse its escape."""
+    with pytest.raises(SpecError) as refused:
+        parse_spec(_with_char(SPEC, surrogate))
+    assert {problem.path for problem in refused.value.problems} == {p for p, _ in _strings(_with_char(SPEC, surrogate))}
+    assert all("a lone surrogate" in problem.message for problem in refused.value.problems)
+    str(refused.value).encode("utf-8")  # the message itself can be printed
+
+
 def _unchecked(char: str) -> ClusterSpec:
     """The spec with `char` in every string that reaches a manifest, past the spec's own check (the
     writer must not depend on it)."""
