@@ -31,7 +31,8 @@ bash scripts/setup.sh test
 .venv/bin/hadolint docker/Dockerfile tests/data/containers/python-base.Containerfile
 
 set +e
-.venv/bin/python -m pytest -q -p no:cacheprovider "$@"
+# --durations: the slowest tests, so the time the suite takes and where it goes is on record in CI
+.venv/bin/python -m pytest -q -p no:cacheprovider --durations=20 "$@"
 status=$?
 set -e
 if [ "$status" -eq 5 ]; then
