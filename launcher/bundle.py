@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from launcher import __version__
 from launcher.errors import UsageError
+from launcher.log_reading import read_end
 from launcher.masking import Redactor, redact, redacted
 from launcher.request import redactor_of
 from worker.contract import RunLayout
@@ -39,6 +40,7 @@ _TOP_LEVEL = ("summary.json", "status.json", "spec.json", "preflight.json", "met
 _SLURM = ("submit.sbatch", "slurm-*.out")
 _SPEC_COPIES = ("spec.json", "submitted-spec.json")  # specs written by launch: masked again on the way in
 MAX_PACKED_BYTES = 8 * 2**20  # per file: a bundle is for reading, and the end of a log holds the failure
+_SMALL_FILE = 16 * 2**20  # a spec or preflight.json the launcher wrote is far smaller
 _RUN_MARKERS = ("summary.json", "status.json", "submit.sbatch")
 
 
@@ -93,9 +95,8 @@ def _versions(run_dir: str) -> dict[str, Any]:
         "python": platform.python_version(),
         "platform": platform.platform(),
     }
-    try:
-        with open(RunLayout(run_dir).preflight_file, encoding="utf-8") as handle:
-            hosts = json.load(handle).get("hosts") or []
+    try:  # a regular file only: a FIFO planted there would hang, a link would copy another file
+        hosts = json.loads(read_end(RunLayout(run_dir).preflight_file, _SMALL_FILE)).get("hosts") or []
     except (OSError, ValueError, AttributeError):  # no preflight.json (an older run, a Slurm submit dir): no hosts
         hosts = []
     versions["hosts"] = [
@@ -233,6 +234,5 @@ def _add_redacted(archive: tarfile.TarFile, path: str, name: str, notes: list[st
 
 def _add_masked_spec(archive: tarfile.TarFile, path: str, name: str) -> None:
     """A spec copy, masked again on the way in (raises ValueError when it is not JSON)."""
-    with open(path, encoding="utf-8") as handle:
-        data = masked_spec(json.load(handle))
+    data = masked_spec(json.loads(read_end(path, _SMALL_FILE)))  # "" (not a regular file): ValueError
     _add_bytes(archive, name, (json.dumps(data, indent=2) + "\n").encode(), os.path.getmtime(path))

@@ -135,6 +135,7 @@ class Console:
                 view.state = "done"
 
     def notice(self, text: str) -> None:
+        text = "\n".join(printable(line) for line in text.split("\n"))  # it may quote a task's error file
         if self._live is not None:  # rich prints it above the table and redraws the table below
             self._live.console.print(f"[launch] {text}", markup=False, highlight=False, soft_wrap=True)
             return

@@ -12,12 +12,14 @@ bundle all go through it. `printable` strips terminal control sequences from wha
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 __all__ = [
     "MASK",
+    "PemLines",
     "Redactor",
     "is_secret",
     "looks_secret",
@@ -36,6 +38,9 @@ _SECRET_WORDS = frozenset(
     "AUTH AUTHORIZATION PRIVATE KEY KEYS APIKEY ACCESSKEY SECRETKEY PAT JWT WEBHOOK SIGNATURE SAS COOKIE "
     "SESSIONID DSN CONNECTIONSTRING".split()
 )
+# Run together with other words (PGPASSWORD, HFTOKEN, DBPASS, SSHKEY): found inside a word, or at its end.
+_SECRET_PARTS = ("PASSWORD", "PASSWD", "PASSPHRASE", "SECRET", "TOKEN", "APIKEY", "CREDENTIAL", "PRIVATEKEY")
+_SECRET_ENDINGS = ("PASS", "PWD", "KEY")
 # Names whose words look secret but whose values are not (paths, switches, counts).
 _NOT_SECRET = frozenset(
     {
@@ -52,7 +57,8 @@ _WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 _VALUE_PATTERNS = re.compile(
     "|".join(
         (
-            r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|$)",
+            r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----[\s\S]*?"
+            r"(?:-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|$)",
             r"\bgh[pousr]_[A-Za-z0-9]{20,}",
             r"\bgithub_pat_[A-Za-z0-9_]{20,}",
             r"\bsk-(?:proj-|ant-)?[A-Za-z0-9_\-]{20,}",
@@ -62,11 +68,15 @@ _VALUE_PATTERNS = re.compile(
             r"\beyJ[A-Za-z0-9_\-]{5,}\.eyJ[A-Za-z0-9_\-]{5,}\.[A-Za-z0-9_\-]+",
             r"(?<=AccountKey=)[^;\s\"']+",
             r"(?<=SharedAccessKey=)[^;\s\"']+",
-            r"(?<=[Bb]earer )[A-Za-z0-9_\-.~+/=]{8,}",
+            r"(?<=(?i:bearer) )[A-Za-z0-9_\-.~+/=]{8,}",
+            r"(?<=(?i:basic) )[A-Za-z0-9+/]{8,}={0,2}",
+            r"(?<=SharedAccessSignature=)[^;\s\"']+",
             r"https://hooks\.slack\.com/services/[A-Za-z0-9/_\-]+",
         )
     )
 )
+_PEM_BEGIN = re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----")
+_PEM_END = re.compile(r"-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----")
 _FLAG = re.compile(r"^--?([A-Za-z][A-Za-z0-9_.\-]*)(?:=(.*))?$", re.S)
 # CSI (ESC [ ... final), OSC (ESC ] ... BEL or ESC \), other two-byte ESC sequences, then any
 # remaining C0/C1 control character except tab.
@@ -80,15 +90,26 @@ def _words(name: str) -> list[str]:
     return [word.upper() for word in _WORDS.findall(name)]
 
 
+def _normal(name: str) -> str:
+    return name.replace("-", "_").upper()
+
+
 def is_secret(name: str, declared: Iterable[str] = ()) -> bool:
-    """Whether an environment variable or flag called `name` holds a secret, by its words."""
-    if name in declared:
+    """Whether an environment variable or flag called `name` holds a secret, by its words (`DB_PASS`,
+    `apiKey`) or run together (`PGPASSWORD`, `SSHKEY`); `declared` names match whatever their case and
+    whether a flag spells them with `-` or `_`."""
+    if name in declared or _normal(name) in {_normal(d) for d in declared}:
         return True
     if name.upper() in _NOT_SECRET:
         return False
     words = _words(name)
     joined = {a + b for a, b in zip(words, words[1:], strict=False)}  # API_KEY -> APIKEY, CONNECTION_STRING
-    return bool(_SECRET_WORDS.intersection(words) or _SECRET_WORDS.intersection(joined))
+    if _SECRET_WORDS.intersection(words) or _SECRET_WORDS.intersection(joined):
+        return True
+    return any(
+        any(part in word for part in _SECRET_PARTS) or word.endswith(_SECRET_ENDINGS) and len(word) > 4
+        for word in words
+    )
 
 
 def looks_secret(value: str) -> bool:
@@ -96,7 +117,10 @@ def looks_secret(value: str) -> bool:
     return bool(_VALUE_PATTERNS.search(value) or _URL_PASSWORD.search(value))
 
 
-_URL_PASSWORD = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*://[^/\s:@]*:)([^@\s/]+)@")
+# scheme://user:PASSWORD@host, the password up to the last @ of the word (it may hold / or @). A
+# scheme starts only where no scheme character precedes it, and every part is bounded: linear in
+# any line (a 64 KiB line of letters took seconds with unbounded parts tried at every position).
+_URL_PASSWORD = re.compile(r"(?<![A-Za-z0-9+.\-])([A-Za-z][A-Za-z0-9+.\-]{0,31}://[^/\s:@]{0,255}:)(\S{1,1024})@")
 
 
 def _patterns(text: str) -> str:
@@ -128,12 +152,38 @@ def secret_arguments(argv: Sequence[str], declared: Iterable[str] = ()) -> list[
     return found
 
 
+def _printed_forms(value: str) -> set[str]:
+    """`value`, and how a script that prints it through repr() or json.dumps() writes it."""
+    return {value, repr(value)[1:-1], json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1]}
+
+
+class PemLines:
+    """Masks the body of a private key printed one line at a time: every line from a BEGIN ...
+    PRIVATE KEY line to its END line (a per-line pattern sees only the BEGIN line). One per stream."""
+
+    def __init__(self) -> None:
+        self._inside = False
+
+    def line(self, text: str) -> str:
+        if _PEM_BEGIN.search(text):
+            self._inside = not _PEM_END.search(text)
+            return text
+        if self._inside:
+            end = _PEM_END.search(text)
+            if end is not None:
+                self._inside = False
+                return MASK + text[end.start() :]
+            return MASK
+        return text
+
+
 class Redactor:
     """Masks the literal secret values of one spec, and every secret-looking pattern, in any text."""
 
     def __init__(self, literals: Iterable[str] = (), declared: Iterable[str] = ()) -> None:
         self.declared = frozenset(declared)
-        kept = sorted({v for v in literals if len(v) >= _MIN_LITERAL}, key=len, reverse=True)
+        forms = {form for value in literals for form in _printed_forms(value)}  # as repr() or JSON show it too
+        kept = sorted({v for v in forms if len(v) >= _MIN_LITERAL}, key=len, reverse=True)
         self._literals = re.compile("|".join(re.escape(v) for v in kept)) if kept else None
 
     @classmethod

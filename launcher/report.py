@@ -153,7 +153,7 @@ def failure_text(result: RunResult) -> str:
     """Name the first failure as the root cause, with its error and log tail; list the rest."""
     ordered = failures(result)
     last = result.attempts[-1] if result.attempts else None
-    lines = [f"launch {result.state.value}: {last.reason if last else 'nothing ran'}"]
+    lines = [f"launch {result.state.value}: {_shown(last.reason) if last else 'nothing ran'}"]
     if ordered:
         attempt, task = ordered[0]
         lines.append(
@@ -187,7 +187,7 @@ def failure_text(result: RunResult) -> str:
             lines += [f"    | {line}" for line in log_tail(cause.log_path)] or ["    (no output)"]
     if len(result.attempts) > 1:
         lines.append("attempts:")
-        lines += [f"  {a.attempt}: {a.reason}" for a in result.attempts]
+        lines += [f"  {a.attempt}: {_shown(a.reason)}" for a in result.attempts]
     return "\n".join(lines)
 
 

@@ -14,6 +14,7 @@ import fcntl
 import os
 import stat
 
+from launcher.agent.safe_paths import unsafe_ancestry
 from launcher.errors import RunDirError, UsageError
 from worker.contract import RunLayout
 
@@ -21,11 +22,24 @@ __all__ = ["RunLock", "check_run_dir", "holder_of", "lock_run", "refuse_if_runni
 
 
 def check_run_dir(run_dir: str) -> None:
-    """Refuse an existing run directory that is not ours alone; a missing one is fine (we make it 0700)."""
+    """Refuse a run directory that is not ours alone, or that another user could swap for theirs (a
+    symbolic link, or a directory above it that others may change: see unsafe_ancestry); a missing
+    one is fine (we make it 0700)."""
+    problem = unsafe_ancestry(run_dir)
+    if problem is not None:
+        raise UsageError(
+            f"{run_dir} is not safe to write in: {problem}, so another user could put their own directory in its "
+            "place. Use a --run-root whose directories only you or root can change. Nothing was started."
+        )
     try:
-        info = os.stat(run_dir)
+        info = os.lstat(run_dir)
     except (FileNotFoundError, NotADirectoryError):  # made later; a file in the way is reported then
         return
+    if stat.S_ISLNK(info.st_mode):
+        raise UsageError(
+            f"{run_dir} is a symbolic link: the launcher writes only in a directory of its own there. Remove it, or "
+            "use another --name or --run-root. Nothing was started."
+        )
     if not stat.S_ISDIR(info.st_mode):
         raise RunDirError(run_dir, "it exists and is not a directory")
     if info.st_uid != os.geteuid():

@@ -23,6 +23,7 @@ from launcher import exit_codes
 from launcher.errors import UsageError
 from launcher.masking import printable, redact
 from launcher.run_status import RunStatusError, launcher_process, read_run
+from launcher.transport.session import CUT_MARKER, MAX_LINE_BYTES
 from worker.contract import RunLayout, task_stem
 
 __all__ = ["POLL_S", "attempts_of", "pick_attempt", "pick_tasks", "show_logs", "task_logs"]
@@ -110,6 +111,7 @@ class _Tail:
     handle: BinaryIO | None = None
     pending: bytes = field(default=b"")
     refused: bool = False
+    cutting: bool = False  # inside a line already shown cut: the rest of it, up to its newline, is skipped
 
     def lines(self, stack: ExitStack) -> Iterator[str]:
         if self.refused:
@@ -128,8 +130,18 @@ class _Tail:
                 return
             self.handle = handle
         while chunk := self.handle.read(_CHUNK):
-            *whole, self.pending = (self.pending + chunk).split(b"\n")
+            data = self.pending + chunk
+            if self.cutting:  # the rest of a line already shown cut: skipped up to its newline
+                end = data.find(b"\n")
+                if end < 0:
+                    self.pending = b""
+                    continue
+                data, self.cutting = data[end + 1 :], False
+            *whole, self.pending = data.split(b"\n")
             yield from (_text(line) for line in whole)
+            if len(self.pending) > MAX_LINE_BYTES:  # shown cut, as the console shows it; linear in any file
+                yield _text(self.pending[:MAX_LINE_BYTES]) + CUT_MARKER
+                self.pending, self.cutting = b"", True
 
     def flush(self) -> Iterator[str]:
         """The last line when the file does not end with a newline (the task died mid-line)."""

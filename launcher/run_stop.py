@@ -14,11 +14,13 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from launcher import exit_codes
 from launcher.errors import UsageError
+from launcher.run_lock import check_run_dir, holder_of
 from launcher.run_status import RunFiles, launcher_process, read_run, summary_outcome
+from worker.contract import RunLayout
 
 if TYPE_CHECKING:
     import psutil
@@ -69,6 +71,23 @@ def _wait_gone(process: psutil.Process, timeout_s: float) -> bool:
             return False
 
 
+def _refuse_a_forged_status(run_dir: str, pid: int, process: Any) -> None:
+    """status.json names a pid, but only a run directory of ours alone, whose lock that very process
+    holds, proves the pid is this run's launcher (anyone can read a process's start time in /proc)."""
+    try:
+        check_run_dir(run_dir)
+    except UsageError as error:
+        raise UsageError(f"{str(error).removesuffix(' Nothing was started.')} Nothing was signalled.") from None
+    holder = holder_of(run_dir)
+    if holder != pid:
+        raise UsageError(
+            f"{run_dir}: pid {pid} does not hold the run's lock ({RunLayout(run_dir).lock_file}), so it is not this "
+            "run's launcher; nothing was signalled."
+        )
+    if process.uids().real != os.getuid() and os.getuid() != 0:
+        raise UsageError(f"{run_dir}: the launcher (pid {pid}) runs as another user; nothing was signalled.")
+
+
 def stop_launcher(
     run_dir: str, timeout_s: float = DEFAULT_TIMEOUT_S, on_signal: Callable[[str], object] | None = None
 ) -> StopResult:
@@ -97,6 +116,7 @@ def stop_launcher(
     process = launcher_process(status)
     if process is None:
         raise UsageError(_ended_text(files))
+    _refuse_a_forged_status(run_dir, status.pid, process)
     try:
         # psutil checks again that the pid still names the process whose create time it read
         process.send_signal(signal.SIGINT)

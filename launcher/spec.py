@@ -900,8 +900,8 @@ def _message(item: Any) -> str:
     kind = item["type"]
     value = item.get("input")
     name = item["loc"][-1] if item.get("loc") and isinstance(item["loc"][-1], str) else ""
-    if isinstance(value, str) and (is_secret(name) or looks_secret(value)):
-        value = MASK  # an error message must not carry a secret to the screen or a CI log
+    if (is_secret(name) and not isinstance(value, (dict, list))) or (isinstance(value, str) and looks_secret(value)):
+        value = MASK  # an error message must not carry a secret (of any type) to the screen or a CI log
     if kind == "extra_forbidden":
         return "unknown key; remove it or check its spelling (`launch schema` lists every key)"
     if kind == "missing":

@@ -148,7 +148,7 @@ def _bad_characters(text: str) -> str | None:
 def _shown(value: Any, path: str = "") -> str:
     """What the user wrote, briefly; a secret (by the name at `path`, or by its form) as a mask."""
     name = ([part for part in re.split(r"[.\[\]\"$]+", path) if part] or [""])[-1]
-    if isinstance(value, str) and (is_secret(name) or looks_secret(value)):
+    if (is_secret(name) and not isinstance(value, (dict, list))) or (isinstance(value, str) and looks_secret(value)):
         return json.dumps(MASK)
     text = json.dumps(value, default=lambda v: type(v).__name__)
     return text if len(text) <= 40 else text[:37] + "..."

@@ -38,10 +38,15 @@ EVENT_FD_VAR = "TFLAUNCH_EVENT_FD"  # set by the host's agent, not by the plan
 ARGV_VAR = "TFLAUNCH_ARGV"  # JSON: a python command's arguments, when they hold a secret (see ARGV_TRAMPOLINE)
 # Runs `python ARGS...` with ARGS taken from ARGV_VAR, so that a secret among them is never on the
 # process's command line (world-readable in /proc); the script sees the same sys.argv and sys.path[0].
+# `-c` puts the working directory first on sys.path: it is taken off before anything is imported
+# (sys and os are loaded at start-up already), so a json.py there cannot run in the trampoline.
 ARGV_TRAMPOLINE = (
-    "import json, os, runpy, sys; a = json.loads(os.environ.pop('TFLAUNCH_ARGV'))\n"
-    "if a[0] == '-m': sys.argv = a[1:]; runpy.run_module(a[1], run_name='__main__', alter_sys=True)\n"
-    "else: sys.argv = a; sys.path[0] = os.path.dirname(os.path.abspath(a[0]))"
+    "import sys, os\n"
+    "if not sys.flags.safe_path: del sys.path[0]\n"
+    "import json, runpy; a = json.loads(os.environ.pop('TFLAUNCH_ARGV'))\n"
+    "if a[0] == '-m': sys.argv = a[1:]; sys.path.insert(0, os.getcwd())"
+    "; runpy.run_module(a[1], run_name='__main__', alter_sys=True)\n"
+    "else: sys.argv = a; sys.path.insert(0, os.path.dirname(os.path.abspath(a[0])))"
     "; runpy.run_path(a[0], run_name='__main__')"
 )
 UMASK_VAR = "TFLAUNCH_UMASK"  # octal; the host's agent starts every task (and spare) with it

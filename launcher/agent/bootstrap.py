@@ -41,6 +41,7 @@ MODULES = (
     "worker.contract",
     "launcher.agent.frames",
     "launcher.agent.cluster",
+    "launcher.agent.safe_paths",
     "launcher.agent.probe",
     "launcher.agent.tasks",
     MAIN,

@@ -20,6 +20,8 @@ import socket
 import sys
 from typing import Any
 
+from launcher.agent.safe_paths import unsafe_ancestry
+
 _listeners: list[socket.socket] = []
 _created: list[str] = []  # directories write_marker made; "remove" takes them away again
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://\S+")
@@ -39,6 +41,9 @@ def creatable(path: str) -> bool:
 def foreign_owner(path: str) -> str | None:
     """Why an existing checkpoint directory is not safe to restore from: another user's, or one
     anybody may write to (a planted checkpoint would be restored); None when it is ours or absent."""
+    above = unsafe_ancestry(path)
+    if above is not None:  # another user could swap it, before or after this check
+        return f"is not safe: {above}"
     try:
         info = os.stat(path)
     except OSError:  # not there (yet): the run makes it, as its own

@@ -24,7 +24,7 @@ from typing import IO, Any
 from launcher.agent import frames
 from launcher.agent.tasks import kill_group
 from launcher.errors import HostError
-from launcher.masking import redact
+from launcher.masking import PemLines, redact
 from launcher.plan import TaskLaunch
 from launcher.private_files import make_private_dir, open_private
 from launcher.transport.base import EventSink, ExitStatus, OutputLine, TaskExited, WorkerReport
@@ -94,6 +94,7 @@ class RedactedLog:
     def __init__(self, handle: IO[bytes]) -> None:
         self._handle = handle
         self._partial = b""
+        self._pem = PemLines()
 
     def write(self, data: bytes) -> None:
         *lines, self._partial = (self._partial + data).split(b"\n")
@@ -105,9 +106,8 @@ class RedactedLog:
             self._handle.write(self._redacted(lines, last_is_whole=True))
         self._handle.flush()
 
-    @staticmethod
-    def _redacted(lines: list[bytes], last_is_whole: bool) -> bytes:
-        text = "\n".join(line.decode("utf-8", "surrogateescape") for line in lines)
+    def _redacted(self, lines: list[bytes], last_is_whole: bool) -> bytes:
+        text = "\n".join(self._pem.line(line.decode("utf-8", "surrogateescape")) for line in lines)
         return (redact(text) + ("\n" if last_is_whole else "")).encode("utf-8", "surrogateescape")
 
     def close(self) -> None:
@@ -132,7 +132,8 @@ class AgentTask:
         self._ending = threading.Lock()
         make_private_dir(Path(launch.log_path).parent)
         self._log = RedactedLog(open_private(launch.log_path, "ab"))
-        self._lines = Lines(lambda line: sink(OutputLine(launch.name, redact(line))))
+        pem = PemLines()  # the console's own: it sees the same lines as the log, cut differently
+        self._lines = Lines(lambda line: sink(OutputLine(launch.name, redact(pem.line(line)))))
 
     def output(self, data: bytes) -> None:
         if self._exited:  # a frame that raced the host's loss

@@ -2,9 +2,10 @@
 
 stand_in_launcher.py STATUS_FILE SUMMARY_FILE [--ignore-int]
 
-On SIGINT it writes an "interrupted" summary and exits 130, as the launcher does after stopping its
-tasks; with --ignore-int it ignores SIGINT (a launcher stuck while stopping). Prints "ready" once
-status.json is written.
+It holds the run's lock (launch.lock in the status file's directory) as a launcher does: `launch
+stop` signals only the lock's holder. On SIGINT it writes an "interrupted" summary and exits 130,
+as the launcher does after stopping its tasks; with --ignore-int it ignores SIGINT (a launcher
+stuck while stopping). Prints "ready" once status.json is written.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import time
 
 import psutil
 
+from launcher.run_lock import lock_run
+
 
 def write_json(path: str, data: dict[str, object]) -> None:
     with open(f"{path}.tmp", "w", encoding="utf-8") as handle:
@@ -28,6 +31,7 @@ def main() -> int:
     status_file, summary_file = sys.argv[1], sys.argv[2]
     if "--ignore-int" in sys.argv[3:]:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+    lock = lock_run(os.path.dirname(os.path.abspath(status_file)))  # held until this process ends
     write_json(
         status_file,
         {
@@ -46,6 +50,8 @@ def main() -> int:
     except KeyboardInterrupt:
         write_json(summary_file, {"state": "interrupted", "final_step": 7, "attempts": [{"attempt": 0}]})
         return 130
+    finally:
+        lock.release()
 
 
 if __name__ == "__main__":

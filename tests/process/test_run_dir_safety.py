@@ -122,3 +122,45 @@ def test_a_checkpoint_directory_others_control_fails_the_preflight(work: Path, o
     os.chown(shared, os.geteuid(), os.getegid())
     ok = run_launch(["--cluster", str(write_spec(work, data)), "--check"], work)
     assert ok.returncode == 0, ok.stderr
+
+
+@as_root
+def test_a_run_directory_another_user_could_swap_is_refused(work: Path) -> None:
+    """A symbolic link planted as the run directory, or a run root inside a directory of another user's
+    (who could rename the run directory away at any time): refused, nothing written."""
+    shared = work / "shared"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o1777)  # as /tmp: anybody may add entries, only their owners rename them
+    victim = work / "victim"
+    victim.mkdir()
+    os.symlink(victim, shared / "r")
+    os.lchown(shared / "r", NOBODY, NOBODY)
+    data = {"name": "r", "run_root": str(shared), "hosts": [{"address": "localhost", "workers": 1}]}
+    proc = run_launch(["--cluster", str(write_spec(work, data)), "--", "true"], work)
+    assert proc.returncode == 2 and "symbolic link of uid" in proc.stderr, proc.stderr
+    (shared / "r").unlink()
+    os.symlink(victim, shared / "r")  # our own link: still not a directory of the run's own
+    proc = run_launch(["--cluster", str(write_spec(work, data)), "--", "true"], work)
+    assert proc.returncode == 2 and "is a symbolic link" in proc.stderr, proc.stderr
+    theirs = shared / "theirs"
+    theirs.mkdir()
+    os.chown(theirs, NOBODY, NOBODY)
+    data["run_root"] = str(theirs / "runs")
+    proc = run_launch(["--cluster", str(write_spec(work, data)), "--", "true"], work)
+    assert proc.returncode == 2 and f"{theirs} belongs to uid {NOBODY}" in proc.stderr, proc.stderr
+    assert list(victim.iterdir()) == [] and list(theirs.iterdir()) == []
+
+
+def test_unsafe_ancestry_follows_links_and_accepts_sticky_shared_directories(tmp_path: Path) -> None:
+    from launcher.agent.safe_paths import unsafe_ancestry
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    assert unsafe_ancestry(str(shared / "mine" / "run")) is None
+    shared.chmod(0o777)
+    assert "is writable by others (mode 0777) and not sticky" in str(unsafe_ancestry(str(shared / "mine" / "run")))
+    (tmp_path / "link").symlink_to(shared)
+    assert "writable by others" in str(unsafe_ancestry(str(tmp_path / "link" / "mine" / "run")))
+    shared.chmod(0o755)
+    assert unsafe_ancestry(str(tmp_path / "link" / "mine" / "run")) is None

@@ -90,3 +90,31 @@ def test_stopping_a_run_that_has_stopped_is_a_usage_error(
     with pytest.raises(UsageError, match=r"already ended: interrupted at step 7") as caught:
         stop_launcher(layout.run_dir, timeout_s=30)
     assert caught.value.exit_code == exit_codes.USAGE
+
+
+def test_a_status_file_naming_a_process_that_is_not_the_runs_launcher_signals_nothing(
+    layout: RunLayout, stand_ins: list[subprocess.Popen[str]]
+) -> None:
+    """Anyone can read a process's start time in /proc: status.json is trusted only for the process
+    that holds the run's lock, in a run directory of ours alone."""
+    import json
+    import os
+
+    bystander = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE, text=True
+    )
+    try:
+        forged = {"launcher_pid": bystander.pid, "launcher_started": psutil.Process(bystander.pid).create_time()}
+        Path(layout.status_file).write_text(
+            json.dumps({**forged, "updated": 0, "attempt": 0, "restarts": 0, "tasks": []})
+        )
+        with pytest.raises(UsageError, match=f"pid {bystander.pid} does not hold the run's lock"):
+            stop_launcher(layout.run_dir, timeout_s=5)
+        os.chmod(layout.run_dir, 0o777)
+        with pytest.raises(UsageError, match="writable by others.*Nothing was signalled"):
+            stop_launcher(layout.run_dir, timeout_s=5)
+        assert bystander.poll() is None, "the bystander was signalled"
+    finally:
+        assert bystander.stdin is not None
+        bystander.stdin.close()
+        bystander.wait(timeout=10)

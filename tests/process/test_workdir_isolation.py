@@ -97,3 +97,20 @@ def test_a_spare_imports_nothing_from_the_working_directory(work: Path) -> None:
         transport.close()
     assert ran.read_text() == "__main__"
     assert imported(markers) == []
+
+
+def test_the_trampoline_that_hides_secret_arguments_imports_nothing_from_the_working_directory(work: Path) -> None:
+    """`-- python3 /elsewhere/train.py --token=...` runs through `python -c TRAMPOLINE`, and `-c` puts
+    the working directory first on sys.path: the trampoline imports nothing from there, and the script
+    still sees its own directory as sys.path[0] and its arguments as given."""
+    directory, markers = planted(work)
+    elsewhere = work / "elsewhere"
+    elsewhere.mkdir()
+    said = work / "said"
+    script = elsewhere / "train.py"
+    script.write_text(f"import sys\nopen({str(said)!r}, 'w').write(repr((sys.argv[1:], sys.path[0])))\n")
+    token = "--token=hf_" + "a" * 30
+    ran = launch(directory, "--local", "1", "--run-root", str(work / "runs"), "--", "python3", str(script), token)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert imported(markers) == []
+    assert said.read_text() == repr(([token], str(elsewhere)))

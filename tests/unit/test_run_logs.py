@@ -258,3 +258,16 @@ def test_follow_waits_for_the_first_attempt_of_a_run_just_launched(
     screen.wait_for("[worker:0] first\n")
     follower[1].set()  # what Ctrl-C is to the command line: stop following
     assert done.result(timeout=WAIT_S) == exit_codes.SUCCEEDED
+
+
+def test_a_line_longer_than_the_consoles_limit_is_shown_cut_and_reading_stays_linear(tmp_path: Path) -> None:
+    from launcher.transport.session import CUT_MARKER, MAX_LINE_BYTES
+
+    layout = _layout(tmp_path)
+    _log(layout, 0, "worker:0", "first\n" + "x" * (40 * MAX_LINE_BYTES) + "\nnext\n")
+    (Path(layout.run_dir) / "summary.json").write_text(json.dumps({"state": "failed", "attempts": []}))
+    screen = Screen()
+    show_logs(layout.run_dir, screen)
+    lines = screen.text().splitlines()
+    assert lines[0] == "[worker:0] first" and lines[-1] == "[worker:0] next", lines[-1][:80]
+    assert lines[1].endswith(CUT_MARKER) and len(lines) == 3

@@ -78,3 +78,61 @@ def test_a_validation_error_never_echoes_a_secret() -> None:
     with pytest.raises(SpecError) as caught:
         parse_spec({**base, "env": {"A": "1"}, "checkpoint_dir": "", "python": SECRETS["GITHUB_PAT"] + "\t"})
     assert "ghp_" not in str(caught.value)
+
+
+def test_names_run_together_and_declared_flags_with_hyphens_are_secret() -> None:
+    from launcher.masking import is_secret
+
+    for name in ("PGPASSWORD", "PGPASS", "DBPASS", "APITOKEN", "HFTOKEN", "SSHKEY", "HTPASSWD"):
+        assert is_secret(name), name
+    for name in ("TOKENIZERS_PARALLELISM", "KEYRING_BACKEND", "PYTHONPATH", "NUM_WORKERS", "HF_HOME"):
+        assert not is_secret(name), name
+    assert is_secret("api_thing", ["api-thing"]) and is_secret("API-THING", ["api_thing"])
+
+
+def test_a_secret_printed_through_repr_or_json_is_masked_too() -> None:
+    import json
+
+    from launcher.masking import Redactor
+
+    value = "q'uo\\te\"Pass1"
+    redactor = Redactor([value])
+    for printed in (repr({"W": value}), json.dumps({"W": value}), str([value])):
+        assert "uo" not in redactor.text(printed), printed
+
+
+def test_authorization_headers_and_sas_are_masked() -> None:
+    from launcher.masking import redact
+
+    text = "BEARER abcdefgh12345678 bearer abcdefgh12345678 Basic dXNlcjpwYXNzd29yZA== SharedAccessSignature=sv=1&sig=x"
+    assert "abcdefgh" not in redact(text) and "dXNlcj" not in redact(text) and "sig=x" not in redact(text)
+
+
+def test_a_private_key_printed_line_by_line_is_masked_in_the_log_and_on_the_console(tmp_path) -> None:
+    from launcher.masking import PemLines
+    from launcher.transport.session import RedactedLog
+
+    key = [
+        "-----BEGIN RSA PRIVATE KEY-----",
+        "MIIEowIBAAKCAQEAu1SU1LfVLPHCozMx",
+        "H2Mo4lgOEePzNm0tRgeLezV6ffAt0",
+        "-----END RSA PRIVATE KEY-----",
+    ]
+    path = tmp_path / "worker-0.log"
+    log = RedactedLog(open(path, "wb"))
+    for line in ["before", *key, "after"]:
+        log.write((line + "\n").encode())  # one line per write, as a script printing with flush does
+    log.close()
+    written = path.read_text()
+    assert "MIIEow" not in written and "H2Mo4" not in written and "before" in written and "after" in written
+    console = PemLines()
+    shown = [console.line(line) for line in ["before", *key, "after"]]
+    assert shown[2:4] == ["****", "****"] and shown[-1] == "after"
+
+
+def test_url_passwords_holding_a_slash_or_an_at_sign_are_masked_whole() -> None:
+    from launcher.masking import redact
+
+    assert redact("https://user:pa/ss@host/p") == "https://user:****@host/p"
+    assert redact("https://u:p@ss@host") == "https://u:****@host"
+    assert redact("see https://host:8080/path ok") == "see https://host:8080/path ok"
