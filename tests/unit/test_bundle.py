@@ -152,3 +152,18 @@ def test_refusals(case: str, needle: str, tmp_path: Path) -> None:
     assert caught.value.exit_code == 2
     if case == "output exists":
         assert output.read_text() == "evidence"
+
+
+def test_a_fifo_or_a_link_planted_as_preflight_json_neither_hangs_nor_leaks(tmp_path: Path) -> None:
+    run = make_run(tmp_path)
+    private = tmp_path / "private.json"
+    private.write_text(json.dumps({"hosts": [{"address": "ROOT-PRIVATE-ADDR"}]}))
+    os.mkfifo(run / "preflight.json")  # nothing ever writes it: an open() would wait for ever
+    result = make_bundle(str(run), str(tmp_path / "fifo.tar.gz"))
+    assert result.path.endswith("fifo.tar.gz")
+    (run / "preflight.json").unlink()
+    (run / "preflight.json").symlink_to(private)
+    result = make_bundle(str(run), str(tmp_path / "link.tar.gz"))
+    with tarfile.open(result.path) as archive:
+        packed = b"".join(archive.extractfile(m).read() for m in archive.getmembers() if m.isfile())  # type: ignore[union-attr]
+    assert b"ROOT-PRIVATE-ADDR" not in packed

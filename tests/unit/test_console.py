@@ -150,3 +150,11 @@ def test_status_of_a_finished_run(tmp_path: Path) -> None:
     assert "succeeded at step 60 after 2 attempt(s)" in text
     assert "first failure: worker:1 on localhost killed by SIGKILL (attempt 0)" in text
     assert "step 60 weights abc" in text
+
+
+def test_a_notice_quoting_a_tasks_error_file_reaches_the_screen_as_text() -> None:
+    err = io.StringIO()
+    Console(out=io.StringIO(), err=err).notice(
+        "worker:0 exit code 1 (Evil\x1b]0;title\x07: msg\x1b[2J\x1b]52;c;RUZ\x07)"
+    )
+    assert "\x1b" not in err.getvalue() and "\x07" not in err.getvalue() and "Evil" in err.getvalue()
