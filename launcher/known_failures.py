@@ -1,9 +1,10 @@
 """TensorFlow and Keras failures users hit, each with one line saying what it is and the fix.
 
-The report matches the root-cause task's exception and log tail against this table and prints the
-first entry that matches, with a link to its section of docs/troubleshooting.md. Every pattern is
-the text TensorFlow 2.21 prints for it, measured with a real script (tests/integration/
-test_known_failures.py runs each). Order matters: the more specific entry comes first.
+The report matches the root-cause task's exception (its log's tail only when it left none, then how
+it exited) against this table and prints the first entry that matches, with a link to its section of
+docs/troubleshooting.md. Every pattern is the text TensorFlow 2.21 prints for it, measured with a
+real script (tests/integration/test_known_failures.py runs each). Order matters: the more specific
+entry comes first. Pure: no files, no processes.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ KNOWN_FAILURES: tuple[KnownFailure, ...] = (
     _known(
         "a-peer-left-the-coordination-service",
         r"Collective ops is aborted by|Failed to send RPC to coordination service|coordination service has stopped"
-        r"|CoordinationService/Heartbeat|Socket closed",
+        r"|CoordinationService/Heartbeat|The following tasks are unhealthy|Socket closed",
         "another task of the gang left (it exited or was lost) while this one waited on it in a collective; every "
         "task must run the same collectives to the same step (a task that returns early leaves the others waiting)",
     ),
@@ -74,8 +75,9 @@ KNOWN_FAILURES: tuple[KnownFailure, ...] = (
     ),
     _known(
         "tf-keras-is-not-installed",
-        r"No module named '?tf_keras'?",
-        "TF_USE_LEGACY_KERAS=1 needs tf-keras: pip install 'tflaunch[fit]' (or tf-keras matching TensorFlow)",
+        r"No module named '?tf_keras'?|Keras cannot be imported",
+        "TF_USE_LEGACY_KERAS=1 needs tf-keras, and tf.keras cannot load it: pip install 'tflaunch[fit]' (or "
+        "tf-keras matching TensorFlow)",
     ),
 )
 

@@ -57,8 +57,12 @@ def diagnose(task: TaskResult) -> Diagnosis:
     error = task.error or {}
     error_text = f"{error.get('type', '')}: {error.get('message', '')}\n{error.get('traceback', '')}" if error else ""
     said = f"{exception.type}: {exception.message}" if exception is not None else ""
-    known = known_failure(said, error_text) or known_failure(tail, task.describe_exit)
-    return Diagnosis(exception, known)
+    known = known_failure(said, error_text)
+    if known is None and exception is None and not error:
+        # Only a task that left no exception is judged by its output: after a user's own error, a
+        # line such as the shutdown's `Socket closed` would name a cause that is not this one.
+        known = known_failure(tail)
+    return Diagnosis(exception, known or known_failure(task.describe_exit))
 
 
 def _failure_time(task: TaskResult) -> float:

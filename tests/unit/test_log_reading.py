@@ -108,3 +108,59 @@ def test_the_report_names_the_exception_and_the_known_cause_and_keeps_them_in_th
 def test_a_task_killed_by_sigkill_without_a_traceback_points_at_the_oom_killer(tmp_path: Path) -> None:
     text = failure_text(_failed_run(tmp_path, "step 3\n", exit_code=None, signal=signal.SIGKILL))
     assert "killed by SIGKILL in attempt 0" in text and "known cause: the task was killed by SIGKILL" in text
+
+
+THREAD_NOISE = (
+    "Exception in thread PeerTerminationWatcher:\nTraceback (most recent call last):\n" + FRAMES + "KeyError: 'x'\n\n"
+    "During handling of the above exception, another exception occurred:\n\n"
+    "Traceback (most recent call last):\n" + FRAMES + "tensorflow.python.framework.errors_impl.UnavailableError: "
+    "Socket closed\n"
+)
+
+
+def test_a_traceback_a_thread_printed_after_the_main_one_is_not_the_exception() -> None:
+    main = "Traceback (most recent call last):\n" + FRAMES + "ValueError: bad batch\n"
+    found = last_exception(main + THREAD_NOISE)
+    assert found is not None and found.shown() == "ValueError: bad batch"
+    alone = last_exception("step 3\n" + THREAD_NOISE)  # no other: the thread's is all there is
+    assert alone is not None and alone.shown() == "UnavailableError: Socket closed"
+
+
+def test_without_a_traceback_the_last_fatal_tensorflow_line_is_the_exception() -> None:
+    text = (
+        "E0000 00:00:1795417469.161697   21747 cuda_platform.cc:52] failed call to cuInit: (303)\n"
+        "F0000 00:00:1795417470.312883   21747 collective_ops.cc:12] Check failed: group_size > 0 (0 vs. 0)\n"
+        "*** Check failure stack trace: ***\n    @     0x7f00 abort\n"
+    )
+    found = last_exception(text)
+    assert found is not None and found.shown() == "fatal: Check failed: group_size > 0 (0 vs. 0) (collective_ops.cc:12)"
+    assert last_exception("E0000 00:00:1.0   1 x.cc:1] an error line only\n") is None
+
+
+def test_the_shown_message_leaves_out_where_tensorflow_ran_the_op() -> None:
+    text = (
+        "Traceback (most recent call last):\n" + FRAMES + "tensorflow.python.framework.errors_impl.UnavailableError: "
+        "{{function_node __wrapped__CollectiveReduceV2_Nordering_token_1_device_/job:worker/replica:0/task:0/device:"
+        "CPU:0}} Collective ops is aborted by: Failed to send RPC to coordination service.\n"
+    )
+    found = last_exception(text)
+    assert found is not None and found.message.startswith("{{function_node")  # summary.json keeps it whole
+    assert (
+        found.shown() == "UnavailableError: Collective ops is aborted by: Failed to send RPC to coordination service."
+    )
+
+
+def test_a_users_own_error_is_not_given_the_cause_its_log_tail_mentions(tmp_path: Path) -> None:
+    log = "Traceback (most recent call last):\n" + FRAMES + "ValueError: bad batch\n" + THREAD_NOISE
+    text = failure_text(_failed_run(tmp_path, log))
+    assert "  ValueError: bad batch" in text.splitlines() and "known cause" not in text
+
+
+def test_a_task_that_left_no_exception_is_judged_by_its_log_tail(tmp_path: Path) -> None:
+    log = (
+        "E0000 00:00:1795417470.3   1 add_port.cc:83] Failed to add port to server: No address added out of total 1 "
+        "resolved for '0.0.0.0:35287'\n"
+    )
+    lines = failure_text(_failed_run(tmp_path, log)).splitlines()
+    assert lines[2].startswith("  known cause: TensorFlow could not listen on the task's port")
+    assert lines[2].endswith("#the-tf-port-is-already-in-use)")
