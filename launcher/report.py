@@ -14,6 +14,7 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from launcher.benign_lines import is_benign
 from launcher.gang import RunResult, TaskResult
 from launcher.known_failures import KnownFailure, known_failure
 from launcher.log_reading import LoggedException, last_exception, read_end, tail_lines
@@ -30,7 +31,15 @@ def _shown(text: object) -> str:
 
 
 def log_tail(path: str, lines: int = LOG_TAIL_LINES) -> list[str]:
-    return [_shown(line) for line in tail_lines(read_end(path), lines)]
+    """The log's last `lines` lines, leaving out TensorFlow's known-harmless start-up lines: a task
+    that failed early would otherwise show little else (they stay in the log)."""
+    kept: list[str] = []
+    for line in reversed(read_end(path).splitlines()):
+        if len(kept) == lines:
+            break
+        if not is_benign(line):
+            kept.append(_shown(line))
+    return kept[::-1]
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from launcher import exit_codes
 from launcher.errors import UsageError
+from launcher.log_reading import LoggedException
 from launcher.masking import printable, redact
 from worker.contract import RunLayout
 
@@ -297,7 +298,7 @@ def _describe_summary(run_dir: str, summary: dict[str, Any], path: str) -> list[
         if error:
             cause = f": {error.get('type')}: {error.get('message')}"
         elif exception:
-            cause = f": {str(exception.get('type')).rsplit('.', 1)[-1]}: {str(exception.get('message'))[:300]}"
+            cause = f": {LoggedException(str(exception.get('type')), str(exception.get('message'))).shown()}"
         else:
             cause = ""
         lines.append(

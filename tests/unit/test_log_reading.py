@@ -164,3 +164,26 @@ def test_a_task_that_left_no_exception_is_judged_by_its_log_tail(tmp_path: Path)
     lines = failure_text(_failed_run(tmp_path, log)).splitlines()
     assert lines[2].startswith("  known cause: TensorFlow could not listen on the task's port")
     assert lines[2].endswith("#the-tf-port-is-already-in-use)")
+
+
+def test_the_log_tail_leaves_out_tensorflows_harmless_start_up_lines(tmp_path: Path) -> None:
+    log = (
+        "starting\nWARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"
+        "I0000 00:00:1795417464.521002   21747 cudart_stub.cc:31] Could not find cuda drivers on your machine, GPU "
+        "will not be used.\nTraceback (most recent call last):\n" + FRAMES + "ValueError: bad batch\n"
+    )
+    text = failure_text(_failed_run(tmp_path, log))
+    assert "cuda" not in text and "absl" not in text and "    | starting" in text.splitlines()
+
+
+def test_launch_status_shows_the_exception_and_the_known_cause_as_the_report_does(tmp_path: Path) -> None:
+    from launcher.run_status import describe_run
+
+    log = "Traceback (most recent call last):\n" + FRAMES + "ResourceExhaustedError: {{function_node x}} OOM when "
+    result = _failed_run(tmp_path, log + "allocating tensor with shape[1048576,1048576]\n")
+    (tmp_path / "summary.json").write_text(json.dumps(summary(result)))
+    lines = describe_run(str(tmp_path)).text.splitlines()
+    failed = next(line for line in lines if line.startswith("  first failure: worker:1"))
+    assert failed.endswith(": ResourceExhaustedError: OOM when allocating tensor with shape[1048576,1048576]")
+    assert "  known cause: out of memory: a tensor did not fit" in "\n".join(lines)
+    assert next(line for line in lines if "known cause" in line).endswith("(see docs/troubleshooting.md#out-of-memory)")
