@@ -42,7 +42,7 @@ def test_the_root_cause_names_the_exception_and_the_known_cause(
         "name": "failing",
         "run_root": str(work / "runs"),
         "hosts": [{"address": "localhost", "workers": workers}],
-        "restart": {"max_restarts": 0, "grace_period_s": 5, "start_timeout_s": 60, "warm_spares": False},
+        "restart": {"max_restarts": 0, "grace_period_s": 5, "stall_timeout_s": 60, "warm_spares": False},
     }
     path = write_spec(work, spec)
     python = ["python3", "-S"] if script == "no_tensorflow.py" else ["python3"]
