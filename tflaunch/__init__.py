@@ -6,21 +6,22 @@
     import tflaunch                     # in a notebook or a pipeline
     result = tflaunch.launch("cluster.json")
 
-`report` and `record` never import TensorFlow nor the launcher; `launch` imports the launcher (never
-TensorFlow) when it is first called.
+`report` and `record` import neither TensorFlow nor the project's `launcher` and `worker` packages,
+so a `worker.py` or `launcher.py` beside a user's script cannot break them; `launch` imports the
+launcher (never TensorFlow) when it is first called.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from launcher import __version__
-from worker.events import record, report
+from tflaunch.events import record, report
 
 if TYPE_CHECKING:
     from tflaunch.api import LaunchResult
 
 __all__ = ["__version__", "launch", "record", "report"]
+__version__ = "0.1.0"  # launcher.__version__ and pyproject's, as tests/unit/test_contract.py checks
 
 
 def launch(spec: Any, **options: Any) -> LaunchResult:

@@ -1,40 +1,7 @@
-"""Report progress to the launcher on the task's event channel.
-
-The launcher hands every task a pipe (its number in TFLAUNCH_EVENT_FD). Reports are JSON lines:
-`joined` once the strategy is built, `step` as training advances, `done` at the end. User
-scripts run through `launch -- python train.py` may call `report(...)` too; without a launcher
-(no TFLAUNCH_EVENT_FD) every call is a no-op. Never raises: reporting must not break training.
-"""
+"""The runtime's way to report to the launcher: `tflaunch.events`, which user scripts import too."""
 
 from __future__ import annotations
 
-import json
-import os
-import time
-from typing import Any
+from tflaunch.events import record, report
 
-from worker.contract import EVENT_FD_VAR, RECORD
-
-
-def report(event: str, **fields: Any) -> None:
-    """Send one event, e.g. `report("step", step=120, loss=0.31)`."""
-    fd = os.environ.get(EVENT_FD_VAR)
-    if not fd:
-        return
-    payload = json.dumps({"event": event, "time": time.time(), **fields}, default=str)
-    try:
-        os.write(int(fd), (payload + "\n").encode())
-    except (OSError, ValueError):  # the launcher is gone or the fd is not ours; keep training
-        pass
-
-
-def record(stream: str, row: dict[str, Any], fallback_path: str) -> None:
-    """One row of a run's record file (metrics, eval). Under a launcher it travels on the event
-    channel and the launcher writes it into its own run directory, wherever this task runs;
-    without one it is appended to `fallback_path` here."""
-    if os.environ.get(EVENT_FD_VAR):
-        report(RECORD, stream=stream, row=row)
-        return
-    os.makedirs(os.path.dirname(fallback_path) or ".", exist_ok=True)
-    with open(fallback_path, "a", encoding="utf-8") as handle:
-        handle.write(json.dumps(row, default=str) + "\n")
+__all__ = ["record", "report"]
