@@ -23,6 +23,8 @@ from worker.contract import RunLayout
 from worker.files import write_atomic
 
 LOG_TAIL_LINES = 15
+TAIL_LINE_CHARS = 1000  # of one line of the tail: a printed tensor must not bury the error below it
+_CUT = " [... cut; the log has the whole line]"
 _MATCHED_LINES = 200  # of the log's end, searched for a known failure
 
 
@@ -38,7 +40,7 @@ def log_tail(path: str, lines: int = LOG_TAIL_LINES) -> list[str]:
         if len(kept) == lines:
             break
         if not is_benign(line):
-            kept.append(_shown(line))
+            kept.append(_shown(line if len(line) <= TAIL_LINE_CHARS else line[:TAIL_LINE_CHARS] + _CUT))
     return kept[::-1]
 
 

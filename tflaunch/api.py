@@ -80,12 +80,12 @@ def launch(
     except InterruptedLaunchError as error:
         return _result(run_dir_of(parsed), "interrupted", error.exit_code, str(error))
     if result.state is LaunchState.SUCCEEDED:
-        console.notice(success_text(result))
-        code = exit_codes.SUCCEEDED
+        verdict, code = success_text(result), exit_codes.SUCCEEDED
     else:
-        console.notice(failure_text(result))
+        verdict = failure_text(result)
         code = exit_codes.PREEMPTED if result.state is LaunchState.PREEMPTED else exit_codes.FAILED
-    return _result(Path(result.run_dir), result.state.value, code, result.message)
+    console.notice(verdict)
+    return _result(Path(result.run_dir), result.state.value, code, verdict)  # the verdict `launch` prints
 
 
 def _result(run_dir: Path, state: str, code: int, message: str) -> LaunchResult:

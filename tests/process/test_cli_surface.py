@@ -111,6 +111,8 @@ def test_the_python_api_returns_the_result_and_restores_signal_handlers(
         assert result.summary["state"] == "succeeded" and result.restarts == 0
         failed = tflaunch.launch(spec, command=[sys.executable, "-c", "raise SystemExit(3)"], echo=False)
         assert failed.state == "failed" and failed.exit_code == 1
+        assert failed.message.startswith("launch failed: ") and "root cause: worker:" in failed.message
+        assert result.message.startswith("launch succeeded: api finished")
         assert all(signal.getsignal(s) is mine for s in before)
         from launcher.errors import SpecError
 

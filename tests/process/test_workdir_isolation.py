@@ -114,3 +114,20 @@ def test_the_trampoline_that_hides_secret_arguments_imports_nothing_from_the_wor
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert imported(markers) == []
     assert said.read_text() == repr(([token], str(elsewhere)))
+
+
+def test_a_script_beside_its_own_worker_and_launcher_modules_reports_through_tflaunch(work: Path) -> None:
+    """The script's directory is first on its sys.path: `from tflaunch import report` must not reach
+    for the project's `worker` or `launcher` there, and the script's own `import worker` stays its own."""
+    project = work / "project"
+    project.mkdir()
+    for name in ("worker", "launcher"):
+        (project / f"{name}.py").write_text(f"MINE = {name!r}\n")
+    (project / "train.py").write_text(
+        "from tflaunch import report\nimport launcher, worker\n"
+        "print('own modules:', worker.MINE, launcher.MINE)\nreport('step', step=5, total=5)\n"
+    )
+    ran = launch(project, "--local", "1", "--plain", "--run-root", str(work / "runs"), "--", "python3", "train.py")
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert "own modules: worker launcher" in ran.stdout
+    assert '"final_step": 5' in (work / "runs" / "local" / "summary.json").read_text()

@@ -85,3 +85,19 @@ def test_chief_outputs_live_beside_the_checkpoints_every_host_shares() -> None:
     assert layout.chief_outputs("/shared/ckpt/r") == ("/shared/ckpt/r/model", "/shared/ckpt/r/tensorboard")
     outputs = layout.outputs("gs://bucket/r")
     assert outputs["metrics"] == "/runs/r/metrics.jsonl" and outputs["model"] == "gs://bucket/r/model"
+
+
+def test_tflaunchs_own_copies_of_the_contract_names_and_version_agree() -> None:
+    """tflaunch imports nothing of `worker` or `launcher` (a user's worker.py could stand in for them),
+    so it keeps copies; they must not drift."""
+    import tomllib
+
+    import launcher
+    import tflaunch
+    import tflaunch.events
+    from tests.conftest import REPO
+    from worker import contract
+
+    assert (tflaunch.events.EVENT_FD_VAR, tflaunch.events.RECORD) == (contract.EVENT_FD_VAR, contract.RECORD)
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    assert tflaunch.__version__ == launcher.__version__ == version

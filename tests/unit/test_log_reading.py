@@ -187,3 +187,11 @@ def test_launch_status_shows_the_exception_and_the_known_cause_as_the_report_doe
     assert failed.endswith(": ResourceExhaustedError: OOM when allocating tensor with shape[1048576,1048576]")
     assert "  known cause: out of memory: a tensor did not fit" in "\n".join(lines)
     assert next(line for line in lines if "known cause" in line).endswith("(see docs/troubleshooting.md#out-of-memory)")
+
+
+def test_a_huge_line_in_the_log_tail_is_cut_so_the_error_below_it_shows(tmp_path: Path) -> None:
+    from launcher.report import TAIL_LINE_CHARS
+
+    text = failure_text(_failed_run(tmp_path, "[" + "0.5, " * 100_000 + "]\n" + "ValueError: bad batch\n"))
+    assert max(len(line) for line in text.splitlines()) < TAIL_LINE_CHARS + 100
+    assert "[... cut; the log has the whole line]" in text and text.rstrip().endswith("ValueError: bad batch")
