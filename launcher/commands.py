@@ -13,10 +13,10 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from launcher import exit_codes
-from launcher.errors import PreflightError
+from launcher.errors import PreflightError, UsageError
 from launcher.masking import printable, redact, redacted
 from worker.contract import ARGV_VAR, TF_CONFIG
 
@@ -106,10 +106,55 @@ def _resume_notice(spec: ClusterSpec) -> str | None:
     from launcher.run import run_dir_of
     from worker.contract import RunLayout
 
-    checkpoints = checkpoint_dir_of(spec, RunLayout(str(run_dir_of(spec))), os.getcwd())
-    if has_checkpoints(checkpoints):
-        return f"run {spec.name}: resuming from the checkpoints in {checkpoints} ('--fresh' starts over)"
-    return None
+    layout = RunLayout(str(run_dir_of(spec)))
+    checkpoints = checkpoint_dir_of(spec, layout, os.getcwd())
+    if not has_checkpoints(checkpoints):
+        return None
+    before, now = _what_trains(_saved_spec(layout.spec_file)), _what_trains(_masked(spec))
+    if before is not None and before != now:
+        raise UsageError(
+            f"{layout.run_dir} holds the checkpoints of another training ({_shown_training(before)}; now "
+            f"{_shown_training(now or {})}), which this one cannot resume: give --fresh to start over (the old files are "
+            "moved aside, not deleted) or --name NAME to keep both. Nothing was started."
+        )
+    return f"run {spec.name}: resuming from the checkpoints in {checkpoints} ('--fresh' starts over)"
+
+
+# What a checkpoint belongs to: the program and model that wrote it (not steps or logging settings,
+# which a resumed run may change).
+_TRAINING_IDENTITY = ("kind", "argv", "target", "model", "dataset")
+
+
+def _masked(spec: ClusterSpec) -> dict[str, Any]:
+    from launcher.bundle import masked_spec
+    from launcher.request import redactor_of
+
+    data: dict[str, Any] = masked_spec(redactor_of(spec).data(spec.model_dump(mode="json")))
+    return data
+
+
+def _saved_spec(path: str) -> dict[str, Any] | None:
+    """The spec the run's last launch kept (spec.json), or None when there is none to read."""
+    from launcher.log_reading import read_end
+
+    try:
+        data = json.loads(read_end(path))
+    except ValueError:  # none (an older run), or not a regular file
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _what_trains(spec: dict[str, Any] | None) -> dict[str, Any] | None:
+    training = spec.get("training") if spec is not None else None
+    if not isinstance(training, dict):
+        return None
+    return {key: training.get(key) for key in _TRAINING_IDENTITY if training.get(key) is not None}
+
+
+def _shown_training(training: dict[str, Any]) -> str:
+    if isinstance(training.get("argv"), list):
+        return "command " + " ".join(str(arg) for arg in training["argv"])
+    return ", ".join(f"{key} {value}" for key, value in training.items())
 
 
 def run(

@@ -93,6 +93,22 @@ def test_a_rerun_says_it_resumes_and_fresh_starts_over(work: Path) -> None:
     assert (aside / "attempt-0").is_dir() and (run_dir / "attempt-0").is_dir()
 
 
+def test_checkpoints_of_another_training_are_not_resumed(work: Path) -> None:
+    """Every `--local` run is named `local`: a second command must not restore the first one's model."""
+    args = ["--local", "1", "--run-root", str(work / "runs"), "--plain"]
+    first = run_launch([*args, "--", "python3", "-c", "pass"], work)
+    assert first.returncode == 0, first.stderr
+    checkpoints = work / "runs" / "local" / "checkpoints"
+    checkpoints.mkdir(exist_ok=True)
+    (checkpoints / "ckpt-1.index").write_text("the first command's")
+    other = run_launch([*args, "--", "python3", "-c", "print('other')"], work)
+    assert other.returncode == 2, other.stderr
+    assert "holds the checkpoints of another training (command python3 -c pass; now command python3 -c" in other.stderr
+    assert "--fresh" in other.stderr and "other" not in other.stdout
+    same = run_launch([*args, "--", "python3", "-c", "pass"], work)
+    assert same.returncode == 0 and "resuming from the checkpoints" in same.stderr, same.stderr
+
+
 def test_the_python_api_returns_the_result_and_restores_signal_handlers(
     work: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
