@@ -114,8 +114,8 @@ def _resume_notice(spec: ClusterSpec) -> str | None:
     if before is not None and before != now:
         raise UsageError(
             f"{layout.run_dir} holds the checkpoints of another training ({_shown_training(before)}; now "
-            f"{_shown_training(now or {})}), which this one cannot resume: give --fresh to start over (the old files are "
-            "moved aside, not deleted) or --name NAME to keep both. Nothing was started."
+            f"{_shown_training(now or {})}), which this one cannot resume: give --fresh to start over (the old "
+            "files are moved aside, not deleted) or --name NAME to keep both. Nothing was started."
         )
     return f"run {spec.name}: resuming from the checkpoints in {checkpoints} ('--fresh' starts over)"
 

@@ -68,6 +68,16 @@ class TaskView:
         return (self.total - self.step) / self.rate
 
 
+_TYPE_ORDER = {"chief": 0, "worker": 1, "evaluator": 2}
+
+
+def _task_order(view: TaskView) -> tuple[int, str, int, str]:
+    """`worker:10@host` after `worker:2`: by type, then index as a number."""
+    name, _, host = view.label.partition("@")
+    task_type, _, index = name.partition(":")
+    return (_TYPE_ORDER.get(task_type, 3), task_type, int(index) if index.isdigit() else -1, host)
+
+
 def _duration(seconds: float | None) -> str:
     if seconds is None:
         return ""
@@ -192,7 +202,7 @@ class Console:
         """The table's cells, header first: what the live view draws."""
         self._sync_states()
         lines = [["task", "state", "attempt", "step", "steps/s", "ETA", "loss", "last line"]]
-        for view in self._views.values():
+        for view in sorted(self._views.values(), key=_task_order):  # chief, worker:0, worker:1, ..., worker:10
             step = "" if view.step is None else str(view.step)
             if view.total is not None and step:
                 step = f"{step}/{view.total}"
@@ -280,7 +290,7 @@ class Console:
                     "eta_s": v.eta_s,
                     "last_line": v.last_line[-_LAST_LINE_KEPT:],
                 }
-                for v in self._views.values()
+                for v in sorted(self._views.values(), key=_task_order)
             ],
         }
         try:

@@ -158,3 +158,20 @@ def test_a_notice_quoting_a_tasks_error_file_reaches_the_screen_as_text() -> Non
         "worker:0 exit code 1 (Evil\x1b]0;title\x07: msg\x1b[2J\x1b]52;c;RUZ\x07)"
     )
     assert "\x1b" not in err.getvalue() and "\x07" not in err.getvalue() and "Evil" in err.getvalue()
+
+
+def test_rows_and_status_file_list_tasks_in_their_order_whatever_spoke_first(tmp_path: Path) -> None:
+    plan = build_plan(
+        parse_spec({"name": "c", "hosts": [{"address": "localhost", "workers": 11, "chief": True}]}),
+        PlanInputs(
+            "/runs/c", 0, "/py", "/work", ports={f"{t}:{i}": 5000 + i for t in ("chief", "worker") for i in range(11)}
+        ),
+    )
+    console = Console(out=io.StringIO(), err=io.StringIO())
+    console.attach(lambda: None, str(tmp_path / "status.json"))
+    for launch in reversed(plan.tasks):
+        console.output(launch, "hello")
+    order = [row[0] for row in console.rows()[1:]]
+    assert order == ["chief:0", *(f"worker:{i}" for i in range(11))]
+    console.close()
+    assert [t["task"] for t in json.loads((tmp_path / "status.json").read_text())["tasks"]] == order
