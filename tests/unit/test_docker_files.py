@@ -267,3 +267,15 @@ def test_the_entry_point_makes_each_key_where_it_is_used_and_pins_every_host_key
     assert (launcher / "known_hosts").read_text().splitlines()[0] == pinned[0], "a failed run kept the old pins"
     nobody = keys()
     assert nobody.returncode == 2 and "name the worker hosts" in nobody.stderr
+
+
+def test_the_image_gets_every_package_the_project_installs() -> None:
+    """A package left out of the build context installs nothing and breaks the image at run time."""
+    import tomllib
+
+    found = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    packages = sorted({pattern.split(".")[0].rstrip("*") for pattern in found["include"]})
+    dockerfile = (REPO / "docker" / "Dockerfile").read_text()
+    ignore = (REPO / ".dockerignore").read_text().splitlines()
+    assert packages and all(f"COPY {name} /tmp/tflaunch-src/{name}" in dockerfile for name in packages), packages
+    assert all(f"!{name}/" in ignore for name in packages), packages
