@@ -69,12 +69,18 @@ def _write_json(path: str, data: Any) -> None:
     write_atomic(path, json.dumps(data, indent=2, default=str) + "\n")
 
 
+def recorded_spec(spec: ClusterSpec) -> dict[str, Any]:
+    """The spec as a run keeps it in spec.json: secret values masked."""
+    data: dict[str, Any] = masked_spec(redactor_of(spec).data(spec.model_dump(mode="json")))
+    return data
+
+
 def write_launch_record(spec: ClusterSpec, report: PreflightReport, run_dir: str) -> None:
     """Keep the spec (secrets masked) and the preflight's findings in the run directory, for a post-mortem.
 
     The run directory exists already: the launch made it, private, just before."""
     layout = RunLayout(run_dir)
-    _write_json(layout.spec_file, masked_spec(redactor_of(spec).data(spec.model_dump(mode="json"))))
+    _write_json(layout.spec_file, recorded_spec(spec))
     found = {"time": time.time(), "passed": report.ok, "lines": report.lines, "problems": report.problems}
     _write_json(layout.preflight_file, {**found, "hosts": report.hosts})
 

@@ -110,7 +110,9 @@ def _resume_notice(spec: ClusterSpec) -> str | None:
     checkpoints = checkpoint_dir_of(spec, layout, os.getcwd())
     if not has_checkpoints(checkpoints):
         return None
-    before, now = _what_trains(_saved_spec(layout.spec_file)), _what_trains(_masked(spec))
+    from launcher.bundle import recorded_spec
+
+    before, now = _what_trains(_saved_spec(layout.spec_file)), _what_trains(recorded_spec(spec))
     if before is not None and before != now:
         raise UsageError(
             f"{layout.run_dir} holds the checkpoints of another training ({_shown_training(before)}; now "
@@ -123,14 +125,6 @@ def _resume_notice(spec: ClusterSpec) -> str | None:
 # What a checkpoint belongs to: the program and model that wrote it (not steps or logging settings,
 # which a resumed run may change).
 _TRAINING_IDENTITY = ("kind", "argv", "target", "model", "dataset")
-
-
-def _masked(spec: ClusterSpec) -> dict[str, Any]:
-    from launcher.bundle import masked_spec
-    from launcher.request import redactor_of
-
-    data: dict[str, Any] = masked_spec(redactor_of(spec).data(spec.model_dump(mode="json")))
-    return data
 
 
 def _saved_spec(path: str) -> dict[str, Any] | None:
