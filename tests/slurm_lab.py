@@ -19,6 +19,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -233,3 +234,25 @@ def _wait(ready: object, what: str, lab: SlurmLab, timeout: float = 30) -> None:
             logs = "\n".join(p.read_text(errors="replace")[-1500:] for p in (lab.directory / "log").iterdir())
             raise RuntimeError(f"timed out waiting for {what}\n{logs}")
         time.sleep(0.2)
+
+
+def lab_or_skip(count: int) -> Iterator[SlurmLab]:
+    """A module fixture's body: a lab of `count` nodes for the tests, skipped where Slurm cannot run."""
+    import pytest
+
+    reason = unavailable_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    lab = make_slurm_lab(count)
+    try:
+        yield lab
+    finally:
+        lab.close()
+
+
+def cancel_left_jobs(lab: SlurmLab) -> list[str]:
+    """Cancel every job still in the queue; the ids of those it found."""
+    queued = lab.run("squeue", "-h", "-o", "%i").stdout.split()
+    for job in queued:
+        lab.run("scancel", job, check=False)
+    return queued

@@ -25,25 +25,18 @@ STEPS = 60
 
 @pytest.fixture(scope="module")
 def slurm() -> Iterator[Any]:
-    from tests.slurm_lab import make_slurm_lab, unavailable_reason
+    from tests.slurm_lab import lab_or_skip
 
-    reason = unavailable_reason()
-    if reason is not None:
-        pytest.skip(reason)
-    lab = make_slurm_lab(2)
-    try:
-        yield lab
-    finally:
-        lab.close()
+    yield from lab_or_skip(2)
 
 
 @pytest.fixture
 def cluster(slurm: Any) -> Iterator[Any]:
     """The module's cluster; after each test no job is left and nothing runs in a node."""
     yield slurm
-    queued = slurm.run("squeue", "-h", "-o", "%i").stdout.split()
-    for job in queued:
-        slurm.run("scancel", job, check=False)
+    from tests.slurm_lab import cancel_left_jobs
+
+    queued = cancel_left_jobs(slurm)
     assert not queued, f"jobs left in the queue: {queued}"
     deadline = time.monotonic() + 30
     while slurm.node_processes() and time.monotonic() < deadline:
