@@ -17,7 +17,6 @@ import json
 import os
 import platform
 import stat
-import tarfile
 import time
 from dataclasses import dataclass
 from fnmatch import fnmatch
@@ -32,6 +31,8 @@ from worker.contract import RunLayout
 from worker.files import new_temporary, write_atomic
 
 if TYPE_CHECKING:
+    import tarfile
+
     from launcher.preflight import PreflightReport
     from launcher.spec import ClusterSpec
 
@@ -156,6 +157,8 @@ def _selected(run_dir: str) -> tuple[list[str], list[str]]:
 
 
 def _add_bytes(archive: tarfile.TarFile, name: str, data: bytes, mtime: float) -> None:
+    import tarfile
+
     member = tarfile.TarInfo(name)
     member.size = len(data)
     member.mtime = int(mtime)
@@ -183,6 +186,8 @@ def make_bundle(run_dir: str, output: str | None = None) -> BundleResult:
     if not os.path.isdir(os.path.dirname(output)):
         raise BundleError(f"{output}: its directory does not exist; create it or give another file with -o.")
     root = f"{os.path.basename(os.path.abspath(run_dir))}-bundle"
+    import tarfile  # only a bundle needs it: not loaded by every launch
+
     chosen, left_out = _selected(run_dir)
     packed: list[str] = []
     fd, tmp = new_temporary(output)

@@ -71,6 +71,21 @@ class TaskView:
 _TYPE_ORDER = {"chief": 0, "worker": 1, "evaluator": 2}
 
 
+def own_create_time() -> float:
+    """When this process started, as psutil's `create_time()` says it (`launch status` compares the
+    two), read from /proc without importing psutil on the launch's own path."""
+    try:
+        with open("/proc/self/stat", encoding="ascii") as handle:
+            ticks = int(handle.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/stat", encoding="ascii") as handle:
+            booted = next(int(line.split()[1]) for line in handle if line.startswith("btime "))
+        return ticks / os.sysconf("SC_CLK_TCK") + booted
+    except (OSError, ValueError, IndexError, StopIteration):  # no /proc as Linux has it
+        import psutil
+
+        return float(psutil.Process().create_time())
+
+
 def _task_order(view: TaskView) -> tuple[int, str, int, str]:
     """`worker:10@host` after `worker:2`: by type, then index as a number."""
     name, _, host = view.label.partition("@")
@@ -262,9 +277,7 @@ class Console:
     def _launcher_started(self) -> float:
         """With the pid, tells `launch status` whether this launcher still runs (pids get reused)."""
         if self._started is None:
-            import psutil
-
-            self._started = psutil.Process().create_time()
+            self._started = own_create_time()
         return self._started
 
     def _write_status_file(self, force: bool = False) -> None:
@@ -294,6 +307,6 @@ class Console:
             ],
         }
         try:
-            write_atomic(self._status_path, json.dumps(data, indent=2))
+            write_atomic(self._status_path, json.dumps(data, indent=2), durable=False)
         except OSError:  # the run directory vanished; the console output still tells
             pass

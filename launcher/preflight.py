@@ -6,7 +6,8 @@ nvidia-smi with the same driver and CUDA versions everywhere and every GPU id of
 launcher.gpus), the working directory and the checkpoint directory present, the checkpoint
 directory really shared (a marker written on one host is read on all), each task's port free, and
 every host able to open a TCP connection to every other host's task ports while they are bound
-(full mesh). Starts no task; leaves no file behind.
+(full mesh; two hosts both on this machine through the local transport are not checked
+against each other). Starts no task; leaves no file behind.
 """
 
 from __future__ import annotations
@@ -233,6 +234,13 @@ def _check_shared_checkpoints(hosts: list[_Host], plan: LaunchPlan, report: Pref
         writer.session.probe({"op": "remove", "path": path})
 
 
+def _apart(host: _Host, other: _Host) -> bool:
+    """Whether `host` must prove it reaches `other`'s ports: two hosts the local transport runs
+    are both this machine (one kernel, loopback: a check between them proves nothing and costs a
+    connection per task, thousands at the size of a simulated fleet)."""
+    return other is not host and not (host.is_local and other.is_local)
+
+
 def _check_ports_and_mesh(hosts: list[_Host], report: PreflightReport) -> None:
     bound = _parallel(hosts, lambda h: h.session.probe({"op": "bind", "ports": [t.port for t in h.tasks]}))  # type: ignore[union-attr]
     try:
@@ -247,7 +255,7 @@ def _check_ports_and_mesh(hosts: list[_Host], report: PreflightReport) -> None:
                     )
 
         def reach(host: _Host) -> dict[str, Any]:
-            targets = [[t.host, t.port] for other in hosts if other is not host for t in other.tasks]
+            targets = [[t.host, t.port] for other in hosts if _apart(host, other) for t in other.tasks]
             if not targets:
                 return {"results": {}}
             return host.session.probe({"op": "connect", "addresses": targets, "timeout": 3})  # type: ignore[union-attr]

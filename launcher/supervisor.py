@@ -68,7 +68,7 @@ class _Task:
     error: tuple[str, str] | None = None
     times: dict[str, float] = field(default_factory=dict)  # milestone -> wall time the launcher got it
     warm: dict[str, Any] | None = None  # the agent's `warm` report: ran in a spare, or why not
-    snapshot: tuple[tuple[Any, ...], TaskStatus] | None = None  # the last TaskStatus and what it was made of
+    snapshot: TaskStatus | None = None  # the last TaskStatus made of it; None once anything in it changed
 
 
 def _error_of(path: str) -> tuple[str, str] | None:
@@ -165,27 +165,29 @@ class Supervisor:
         )
 
     def _task_status(self, t: _Task) -> TaskStatus:
-        """The task's snapshot, made anew only when something in it changed (a gang of a thousand
-        tasks is snapshotted at every step)."""
-        fields = (
-            t.process.pid if t.process else None,
-            t.joined or not self._reports_progress,
-            t.step,
-            t.exit,
-            t.started_mono,
-            t.last_progress,
-            t.reported,
-            t.milestone,
-            t.stopped_since,
-            t.error,
-        )
-        if t.snapshot is None or t.snapshot[0] != fields:
-            t.snapshot = (fields, TaskStatus(t.launch.name, t.launch.host, *fields))
-        return t.snapshot[1]
+        """The task's snapshot, made anew only after something in it changed (a gang of a thousand
+        tasks is snapshotted at every step): whatever changes a task drops its snapshot."""
+        if t.snapshot is None:
+            t.snapshot = TaskStatus(
+                t.launch.name,
+                t.launch.host,
+                t.process.pid if t.process else None,
+                t.joined or not self._reports_progress,
+                t.step,
+                t.exit,
+                t.started_mono,
+                t.last_progress,
+                t.reported,
+                t.milestone,
+                t.stopped_since,
+                t.error,
+            )
+        return t.snapshot
 
     def _apply(self, task: _Task, event: Event) -> None:
         if self._tasks.get(task.launch.name) is not task:  # a straggler from an earlier attempt
             return
+        task.snapshot = None
         if isinstance(event, OutputLine):
             if not self._reports_progress:
                 task.last_progress = self._clock()
@@ -278,6 +280,7 @@ class Supervisor:
                 self._deliver(task, TaskExited(task.launch.name, lost))
             else:
                 task.process = outcome
+            task.snapshot = None
         log.info("attempt %d: started %d tasks", attempt, len(self._tasks))
 
     def step(self, timeout: float = 0.5) -> LaunchState:

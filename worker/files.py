@@ -28,8 +28,12 @@ def new_temporary(target: str, mode: int = FILE_MODE) -> tuple[int, str]:
             continue
 
 
-def write_atomic(path: str | os.PathLike[str], data: bytes | str, mode: int = FILE_MODE) -> None:
-    """Replace `path` with `data` in one step; the file is created with `mode` (0600 by default)."""
+def write_atomic(path: str | os.PathLike[str], data: bytes | str, mode: int = FILE_MODE, durable: bool = True) -> None:
+    """Replace `path` with `data` in one step; the file is created with `mode` (0600 by default).
+
+    `durable=False` skips the sync, for a file rewritten every second that only shows the present
+    (a sync can take tens of milliseconds on a busy disk): a reader still sees the old or the new
+    whole file, and only a crash of the machine itself can lose the last version."""
     target = os.fspath(path)
     payload = data.encode("utf-8") if isinstance(data, str) else data
     fd, temporary = new_temporary(target, mode)
@@ -37,7 +41,8 @@ def write_atomic(path: str | os.PathLike[str], data: bytes | str, mode: int = FI
         with os.fdopen(fd, "wb") as handle:
             handle.write(payload)
             handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                os.fsync(handle.fileno())
         os.replace(temporary, target)
     except BaseException:
         try:

@@ -90,9 +90,21 @@ def unpack(packed: dict[str, list[list[Any]]]) -> dict[str, list[str]]:
     }
 
 
+_encoded: list[tuple[dict[str, list[str]], str]] = []  # the last cluster and its JSON: the same for every task
+
+
+def _cluster_json(cluster: dict[str, list[str]]) -> str:
+    if not _encoded or _encoded[0][0] is not cluster:
+        _encoded[:] = [(cluster, json.dumps(cluster, sort_keys=True))]
+    return _encoded[0][1]
+
+
 def tf_config(cluster: dict[str, list[str]], task_type: str, index: int, own_address: str | None = None) -> str:
-    """A task's TF_CONFIG as JSON. The evaluator sits outside the coordination service: its
-    cluster lists only itself (`own_address`)."""
+    """A task's TF_CONFIG as JSON, keys sorted. The evaluator sits outside the coordination
+    service: its cluster lists only itself (`own_address`). The cluster part is encoded once for
+    all of a host's tasks (a thousand tasks' cluster is tens of kilobytes)."""
     if task_type == "evaluator":
-        cluster = {"evaluator": [own_address or ""]}
-    return json.dumps({"cluster": cluster, "task": {"type": task_type, "index": index}}, sort_keys=True)
+        alone = {"cluster": {"evaluator": [own_address or ""]}, "task": {"type": task_type, "index": index}}
+        return json.dumps(alone, sort_keys=True)
+    task = json.dumps({"index": index, "type": task_type})
+    return f'{{"cluster": {_cluster_json(cluster)}, "task": {task}}}'

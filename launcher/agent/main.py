@@ -248,6 +248,7 @@ def main(settings: dict[str, Any]) -> int:
     signal.signal(signal.SIGHUP, lambda signum, frame: threading.Thread(target=agent.leave).start())
     _raise_open_files_limit()
     agent.hello()
+    threading.Thread(target=probe.host_facts, daemon=True, name="facts").start()
     threading.Thread(target=agent.beat, daemon=True, name="beat").start()
     if agent.liveness_s and agent.watch_silence:
         threading.Thread(target=agent.watch, daemon=True, name="watch").start()

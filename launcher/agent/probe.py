@@ -18,6 +18,7 @@ import platform
 import re
 import socket
 import sys
+import threading
 from typing import Any
 
 from launcher.agent.safe_paths import unsafe_ancestry
@@ -140,14 +141,35 @@ def _worker_importable() -> bool:
         return False
 
 
+_facts_lock = threading.Lock()
+_facts: dict[str, Any] = {}
+
+
+def host_facts() -> dict[str, Any]:
+    """What every `info` answer says of this host whatever it asks (the lookups take tens of
+    milliseconds); found once. The agent calls it as soon as it starts, while the launcher is still
+    validating the spec, so that the preflight's first question is answered at once."""
+    with _facts_lock:
+        if not _facts:
+            _facts.update(
+                hostname=socket.gethostname(),
+                python=platform.python_version(),
+                executable=sys.executable,
+                tensorflow=_tensorflow_version(),
+                worker_ok=_worker_importable(),
+            )
+        return dict(_facts)
+
+
 def _info(request: dict[str, Any]) -> dict[str, Any]:
+    facts = host_facts()
     workdir = os.path.expanduser(request.get("workdir") or ".")
     checkpoint_dir = os.path.join(workdir, os.path.expanduser(request.get("checkpoint_dir") or ""))
     answer: dict[str, Any] = {
-        "hostname": socket.gethostname(),
-        "python": platform.python_version(),
-        "executable": sys.executable,
-        "tensorflow": _tensorflow_version(),
+        "hostname": facts["hostname"],
+        "python": facts["python"],
+        "executable": facts["executable"],
+        "tensorflow": facts["tensorflow"],
         "workdir_ok": os.path.isdir(workdir),
         # an object store is TensorFlow's to reach; a directory may be made by the run itself
         "checkpoint_url": bool(_URL.fullmatch(request.get("checkpoint_dir") or "")),
@@ -157,7 +179,7 @@ def _info(request: dict[str, Any]) -> dict[str, Any]:
         else foreign_owner(checkpoint_dir),
     }
     if request.get("need_worker"):
-        answer["worker_ok"] = _worker_importable()
+        answer["worker_ok"] = facts["worker_ok"]
     if request.get("gpus"):
         answer["gpus"] = _nvidia_smi()
     return answer

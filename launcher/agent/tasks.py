@@ -58,16 +58,18 @@ LATE_KEYS = ("TF_CONFIG", "CUDA_VISIBLE_DEVICES")
 _PR_SET_PDEATHSIG = 1
 
 
+_prctl: list[Any] = []  # libc's prctl once looked up (ctypes is loaded by the agent only, at its first task)
+
+
 def _libc_prctl() -> Any:
-    try:
-        import ctypes
+    if not _prctl:
+        try:
+            import ctypes
 
-        return ctypes.CDLL(None, use_errno=True).prctl
-    except (ImportError, OSError, AttributeError):  # not Linux, or no ctypes: the lifeline alone must do
-        return None
-
-
-_PRCTL = _libc_prctl()
+            _prctl.append(ctypes.CDLL(None, use_errno=True).prctl)
+        except (ImportError, OSError, AttributeError):  # not Linux, or no ctypes: the lifeline alone must do
+            _prctl.append(None)
+    return _prctl[0]
 
 
 def _umask_of(env: dict[str, str]) -> int | None:
@@ -82,13 +84,14 @@ def _own_group_dying_with(agent_pid: int, env: dict[str, str]) -> Callable[[], N
     and nothing else), take the run's umask (files only their owner reads, by default), and get
     SIGKILL should the agent itself die without cleaning up (killed)."""
     umask = _umask_of(env)
+    prctl = _libc_prctl()
 
     def setup() -> None:
         os.setpgrp()
         if umask is not None:
             os.umask(umask)
-        if _PRCTL is not None:
-            _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if prctl is not None:
+            prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
             if os.getppid() != agent_pid:  # the agent died before the request took effect
                 os._exit(137)
 

@@ -175,3 +175,11 @@ def test_rows_and_status_file_list_tasks_in_their_order_whatever_spoke_first(tmp
     assert order == ["chief:0", *(f"worker:{i}" for i in range(11))]
     console.close()
     assert [t["task"] for t in json.loads((tmp_path / "status.json").read_text())["tasks"]] == order
+
+
+def test_the_launchers_create_time_is_the_one_launch_status_compares_with() -> None:
+    import psutil
+
+    from launcher.console import own_create_time
+
+    assert abs(own_create_time() - psutil.Process().create_time()) < 0.05

@@ -59,3 +59,27 @@ def test_the_probe_sees_what_the_task_will_import(tmp_path: Path) -> None:
     # the suite runs from an editable install: outside the checkout only site's .pth processing
     # finds `worker`, so this passes only if the probe falls back to running site
     assert answer["worker_ok"] is True
+
+
+def test_host_facts_are_looked_up_once_and_shared_by_every_info(monkeypatch: object, tmp_path: Path) -> None:
+    calls: list[str] = []
+    monkeypatch.setattr(probe, "_facts", {})  # type: ignore[attr-defined]
+    monkeypatch.setattr(probe, "_tensorflow_version", lambda: calls.append("tf") or "2.21.0")  # type: ignore[attr-defined]
+    monkeypatch.setattr(probe, "_worker_importable", lambda: calls.append("worker") or True)  # type: ignore[attr-defined]
+    probe.host_facts()  # what the agent does as soon as it has said it is ready
+    first = probe.handle({"op": "info", "workdir": str(tmp_path), "need_worker": True})
+    second = probe.handle({"op": "info", "workdir": str(tmp_path / "missing")})
+    assert calls == ["tf", "worker"]
+    assert first["tensorflow"] == second["tensorflow"] == "2.21.0" and first["worker_ok"] is True
+    assert first["workdir_ok"] is True and second["workdir_ok"] is False and "worker_ok" not in second
+
+
+def test_the_mesh_check_skips_pairs_of_hosts_that_are_both_this_machine() -> None:
+    from launcher.preflight import _apart, _Host
+
+    def host(index: int, local: bool) -> _Host:
+        return _Host(index, f"127.0.0.{index + 2}", local, "python3", ".", [])
+
+    a, b, remote, other = host(0, True), host(1, True), host(2, False), host(3, False)
+    assert not _apart(a, a) and not _apart(a, b) and not _apart(b, a)
+    assert _apart(a, remote) and _apart(remote, a) and _apart(remote, other)
