@@ -6,12 +6,13 @@ nvidia-smi with the same driver and CUDA versions everywhere and every GPU id of
 launcher.gpus), the working directory and the checkpoint directory present, the checkpoint
 directory really shared (a marker written on one host is read on all), each task's port free, and
 every host able to open a TCP connection to every other host's task ports while they are bound
-(full mesh; two hosts both on this machine through the local transport are not checked
+(full mesh; two hosts the local transport runs under loopback addresses are not checked
 against each other). Starts no task; leaves no file behind.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import secrets
 from collections.abc import Callable
@@ -235,10 +236,24 @@ def _check_shared_checkpoints(hosts: list[_Host], plan: LaunchPlan, report: Pref
 
 
 def _apart(host: _Host, other: _Host) -> bool:
-    """Whether `host` must prove it reaches `other`'s ports: two hosts the local transport runs
-    are both this machine (one kernel, loopback: a check between them proves nothing and costs a
-    connection per task, thousands at the size of a simulated fleet)."""
-    return other is not host and not (host.is_local and other.is_local)
+    """Whether `host` must prove it reaches `other`'s ports. Not between two hosts that the local
+    transport runs on this machine under loopback addresses (127.x.y.z, ::1, localhost): one kernel,
+    where such a connection always succeeds, so checking it proves nothing and costs a connection
+    per task (thousands for a simulated fleet). Any other address of a local host is what its
+    peers will dial, so it is checked like a remote one."""
+    return other is not host and not (_loopback_local(host) and _loopback_local(other))
+
+
+def _loopback_local(host: _Host) -> bool:
+    if not host.is_local:
+        return False
+    name = host.address.lower().rstrip(".")
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:  # a host name: it may resolve anywhere
+        return False
 
 
 def _check_ports_and_mesh(hosts: list[_Host], report: PreflightReport) -> None:

@@ -166,12 +166,14 @@ class Supervisor:
 
     def _task_status(self, t: _Task) -> TaskStatus:
         """The task's snapshot, made anew only after something in it changed (a gang of a thousand
-        tasks is snapshotted at every step): whatever changes a task drops its snapshot."""
-        if t.snapshot is None:
+        tasks is snapshotted at every step): whatever changes a task drops its snapshot. Its pid
+        is the one thing a transport learns without an event (the agent's `started`)."""
+        pid = t.process.pid if t.process else None
+        if t.snapshot is None or t.snapshot.pid != pid:
             t.snapshot = TaskStatus(
                 t.launch.name,
                 t.launch.host,
-                t.process.pid if t.process else None,
+                pid,
                 t.joined or not self._reports_progress,
                 t.step,
                 t.exit,

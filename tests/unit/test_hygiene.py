@@ -53,3 +53,15 @@ def test_run_files_are_for_the_owner_only(tmp_path: Path) -> None:
     for directory in ("runs", "runs/r", "runs/r/attempt-0"):
         assert stat.S_IMODE((tmp_path / directory).stat().st_mode) == 0o700
     assert stat.S_IMODE((tmp_path / "runs/r/attempt-0/w.log").stat().st_mode) == 0o600
+
+
+def test_only_files_that_must_survive_a_crash_are_synced(tmp_path: Path, monkeypatch: object) -> None:
+    from worker import files
+
+    synced: list[int] = []
+    monkeypatch.setattr(files.os, "fsync", synced.append)  # type: ignore[attr-defined]
+    files.write_atomic(tmp_path / "status.json", "{}", durable=False)  # rewritten every second
+    assert synced == [] and (tmp_path / "status.json").read_text() == "{}"
+    files.write_atomic(tmp_path / "summary.json", '{"state": "succeeded"}')
+    assert len(synced) == 1 and stat.S_IMODE((tmp_path / "summary.json").stat().st_mode) == 0o600
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["status.json", "summary.json"]  # no temporary left

@@ -74,12 +74,13 @@ def test_host_facts_are_looked_up_once_and_shared_by_every_info(monkeypatch: obj
     assert first["workdir_ok"] is True and second["workdir_ok"] is False and "worker_ok" not in second
 
 
-def test_the_mesh_check_skips_pairs_of_hosts_that_are_both_this_machine() -> None:
+def test_the_mesh_check_skips_only_pairs_of_local_hosts_on_loopback_addresses() -> None:
     from launcher.preflight import _apart, _Host
 
-    def host(index: int, local: bool) -> _Host:
-        return _Host(index, f"127.0.0.{index + 2}", local, "python3", ".", [])
+    def host(address: str, local: bool) -> _Host:
+        return _Host(0, address, local, "python3", ".", [])
 
-    a, b, remote, other = host(0, True), host(1, True), host(2, False), host(3, False)
-    assert not _apart(a, a) and not _apart(a, b) and not _apart(b, a)
-    assert _apart(a, remote) and _apart(remote, a) and _apart(remote, other)
+    a, b, named = host("127.0.0.2", True), host("127.0.0.3", True), host("localhost", True)
+    typo, remote = host("10.0.0.5", True), host("127.0.0.4", False)  # a local host's peers dial its address
+    assert not _apart(a, a) and not _apart(a, b) and not _apart(b, named)
+    assert _apart(a, typo) and _apart(typo, a) and _apart(a, remote) and _apart(remote, a)
