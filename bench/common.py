@@ -118,7 +118,8 @@ def worker_processes(run_dir: Path, task: str | None = None, spares: bool = Fals
         try:
             cmdline = proc.cmdline()
             spare = any("tflaunch_spare" in part for part in cmdline)
-            if "worker" not in cmdline[1:3] and not (spares and spare):
+            runtime = cmdline[1:3] == ["-m", "worker"] or cmdline[1:4] == ["-P", "-m", "worker"]
+            if not runtime and not (spares and spare):
                 continue
             env = proc.environ()
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):  # gone or not ours
