@@ -31,6 +31,8 @@ def main() -> int:
     status_file, summary_file = sys.argv[1], sys.argv[2]
     if "--ignore-int" in sys.argv[3:]:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+    else:  # as launch does, whatever it inherited (a shell's `&` starts a job with SIGINT ignored)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     lock = lock_run(os.path.dirname(os.path.abspath(status_file)))  # held until this process ends
     write_json(
         status_file,
