@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -16,6 +17,18 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 HELPERS = REPO / "tests" / "helpers"
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A suite stopped by SIGTERM or SIGINT still tears its fixtures down (pytest does so for
+    KeyboardInterrupt): daemons, namespaces and containers are removed however a run ends, save
+    SIGKILL. SIGINT is handled even when the suite inherited it ignored (a shell's `&` does that)."""
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def processes_mentioning(marker: str) -> list[psutil.Process]:
