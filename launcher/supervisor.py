@@ -282,7 +282,6 @@ class Supervisor:
                 self._deliver(task, TaskExited(task.launch.name, lost))
             else:
                 task.process = outcome
-            task.snapshot = None
         log.info("attempt %d: started %d tasks", attempt, len(self._tasks))
 
     def step(self, timeout: float = 0.5) -> LaunchState:

@@ -165,18 +165,14 @@ def _info(request: dict[str, Any]) -> dict[str, Any]:
     facts = host_facts()
     workdir = os.path.expanduser(request.get("workdir") or ".")
     checkpoint_dir = os.path.join(workdir, os.path.expanduser(request.get("checkpoint_dir") or ""))
+    url = bool(_URL.fullmatch(request.get("checkpoint_dir") or ""))
     answer: dict[str, Any] = {
-        "hostname": facts["hostname"],
-        "python": facts["python"],
-        "executable": facts["executable"],
-        "tensorflow": facts["tensorflow"],
+        **{key: facts[key] for key in ("hostname", "python", "executable", "tensorflow")},
         "workdir_ok": os.path.isdir(workdir),
         # an object store is TensorFlow's to reach; a directory may be made by the run itself
-        "checkpoint_url": bool(_URL.fullmatch(request.get("checkpoint_dir") or "")),
-        "checkpoint_ok": bool(_URL.fullmatch(request.get("checkpoint_dir") or "")) or creatable(checkpoint_dir),
-        "checkpoint_unsafe": None
-        if _URL.fullmatch(request.get("checkpoint_dir") or "")
-        else foreign_owner(checkpoint_dir),
+        "checkpoint_url": url,
+        "checkpoint_ok": url or creatable(checkpoint_dir),
+        "checkpoint_unsafe": None if url else foreign_owner(checkpoint_dir),
     }
     if request.get("need_worker"):
         answer["worker_ok"] = facts["worker_ok"]
