@@ -8,22 +8,10 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from typing import Any
 
 import tensorflow as tf
 
 MAX_TO_KEEP = 3
-
-
-class CheckedCheckpoint(tf.train.Checkpoint):
-    """A checkpoint whose every restore checks that each object of the program found its values:
-    a checkpoint of another model or optimizer fails loudly instead of training on half restored.
-    The check holds for restores made by others too (the preemption handler's, on the chief)."""
-
-    def restore(self, save_path: str, options: tf.train.CheckpointOptions | None = None) -> Any:
-        status = super().restore(save_path, options)
-        status.assert_existing_objects_matched()
-        return status
 
 
 class CheckpointStore:
@@ -41,7 +29,7 @@ class CheckpointStore:
         """Restore the newest checkpoint in the shared directory; None when there is none."""
         latest = tf.train.latest_checkpoint(self.shared_dir)
         if latest is not None:
-            self.checkpoint.restore(latest).assert_existing_objects_matched()  # checked whatever the object
+            self.checkpoint.restore(latest).assert_existing_objects_matched()
         return latest
 
     def save(self, step: int) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 import tensorflow as tf
 
 from worker import example
-from worker.checkpoints import CheckedCheckpoint, CheckpointStore
+from worker.checkpoints import CheckpointStore
 from worker.cluster import ClusterInfo
 from worker.contract import RESTORED, STEP, TaskEnv
 from worker.events import record as record_row
@@ -179,18 +179,15 @@ def train_builtin(strategy: tf.distribute.Strategy, cluster: ClusterInfo, settin
         model = build_model(config)
         optimizer = build_optimizer(config)
         optimizer.build(model.trainable_variables)
-    checkpoint = CheckedCheckpoint(model=model, optimizer=optimizer)
+    checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
     store = CheckpointStore(checkpoint, settings.checkpoint_dir, cluster.is_chief, cluster.name)
     # SIGTERM to any worker (a preemption notice) makes every worker save at the same next
     # step through this handler and leave with the preemption exit code; the launcher then
-    # restarts the gang, which resumes from that very step. The handler attaches its run counter
-    # to the checkpoint, restores the newest checkpoint of the manager it is given and reads the
-    # counter. On the chief that manager is the shared directory's: the handler's restore is the
-    # chief's only one (a second cost every restart a third of a second), checked like any
-    # restore of a CheckedCheckpoint. The other workers' managers write to a scratch directory
-    # of their own: they restore from the shared one first, so that the counter is already
-    # restored when the handler reads it (all workers must agree on it at the next preemption).
-    restored = None if cluster.is_chief else store.restore()
+    # restarts the gang, which resumes from that very step. Its constructor restores the newest
+    # checkpoint of the manager it is given: on the chief that is the shared directory, so the
+    # handler is made first and the chief's restore is that one (a second one cost a restart a
+    # third of a second); the other workers' managers write to a scratch directory of their own,
+    # so they restore from the shared one below.
     preemption = tf.distribute.experimental.PreemptionCheckpointHandler(
         strategy.cluster_resolver,
         store.manager,
@@ -198,8 +195,7 @@ def train_builtin(strategy: tf.distribute.Strategy, cluster: ClusterInfo, settin
             exit_fn=lambda: sys.exit(settings.preemption_exit_code)
         ),
     )
-    if cluster.is_chief:
-        restored = store.manager.latest_checkpoint
+    restored = store.manager.latest_checkpoint if cluster.is_chief else store.restore()
     start_step = int(optimizer.iterations.numpy())
     report(RESTORED, step=start_step)
     if restored:
