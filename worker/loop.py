@@ -181,21 +181,7 @@ def train_builtin(strategy: tf.distribute.Strategy, cluster: ClusterInfo, settin
         optimizer.build(model.trainable_variables)
     checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
     store = CheckpointStore(checkpoint, settings.checkpoint_dir, cluster.is_chief, cluster.name)
-    # SIGTERM to any worker (a preemption notice) makes every worker save at the same next
-    # step through this handler and leave with the preemption exit code; the launcher then
-    # restarts the gang, which resumes from that very step. Its constructor restores the newest
-    # checkpoint of the manager it is given: on the chief that is the shared directory, so the
-    # handler is made first and the chief's restore is that one (a second one cost a restart a
-    # third of a second); the other workers' managers write to a scratch directory of their own,
-    # so they restore from the shared one below.
-    preemption = tf.distribute.experimental.PreemptionCheckpointHandler(
-        strategy.cluster_resolver,
-        store.manager,
-        termination_config=tf.distribute.experimental.TerminationConfig(
-            exit_fn=lambda: sys.exit(settings.preemption_exit_code)
-        ),
-    )
-    restored = store.manager.latest_checkpoint if cluster.is_chief else store.restore()
+    restored = store.restore()
     start_step = int(optimizer.iterations.numpy())
     report(RESTORED, step=start_step)
     if restored:
@@ -207,6 +193,16 @@ def train_builtin(strategy: tf.distribute.Strategy, cluster: ClusterInfo, settin
     iterator = iter(data)
     train_step = make_train_step(strategy, model, optimizer, config, global_batch)
 
+    # SIGTERM to any worker (a preemption notice) makes every worker save at the same next
+    # step through this handler and leave with the preemption exit code; the launcher then
+    # restarts the gang, which resumes from that very step.
+    preemption = tf.distribute.experimental.PreemptionCheckpointHandler(
+        strategy.cluster_resolver,
+        store.manager,
+        termination_config=tf.distribute.experimental.TerminationConfig(
+            exit_fn=lambda: sys.exit(settings.preemption_exit_code)
+        ),
+    )
     metrics = MetricsWriter(settings, cluster.is_chief, config.tensorboard)
     faults = FaultInjector()
     step, loss, first_loss = start_step, None, None
