@@ -122,9 +122,19 @@ def _resume_notice(spec: ClusterSpec) -> str | None:
     return f"run {spec.name}: resuming from the checkpoints in {checkpoints} ('--fresh' starts over)"
 
 
-# What a checkpoint belongs to: the program and model that wrote it (not steps or logging settings,
-# which a resumed run may change).
-_TRAINING_IDENTITY = ("kind", "argv", "target", "model", "dataset")
+# What a checkpoint belongs to: the program, model and optimizer that wrote it, each setting that
+# changes what is saved (not steps or logging settings, which a resumed run may change).
+_TRAINING_IDENTITY = (
+    "kind",
+    "argv",
+    "target",
+    "model",
+    "dataset",
+    "optimizer",
+    "features",
+    "hidden_units",
+    "mixed_precision",
+)
 
 
 def _saved_spec(path: str) -> dict[str, Any] | None:

@@ -237,7 +237,7 @@ def _check_shared_checkpoints(hosts: list[_Host], plan: LaunchPlan, report: Pref
 
 def _apart(host: _Host, other: _Host) -> bool:
     """Whether `host` must prove it reaches `other`'s ports. Not between two hosts that the local
-    transport runs on this machine under loopback addresses (127.x.y.z, ::1, localhost): one kernel,
+    transport runs on this machine under loopback addresses (127.x.y.z, ::1, or the name localhost): one kernel,
     where such a connection always succeeds, so checking it proves nothing and costs a connection
     per task (thousands for a simulated fleet). Any other address of a local host is what its
     peers will dial, so it is checked like a remote one."""
@@ -248,7 +248,7 @@ def _loopback_local(host: _Host) -> bool:
     if not host.is_local:
         return False
     name = host.address.lower().rstrip(".")
-    if name == "localhost" or name.endswith(".localhost"):
+    if name == "localhost":  # a name under .localhost is dialled through the resolver: checked
         return True
     try:
         return ipaddress.ip_address(name).is_loopback

@@ -82,5 +82,7 @@ def test_the_mesh_check_skips_only_pairs_of_local_hosts_on_loopback_addresses() 
 
     a, b, named = host("127.0.0.2", True), host("127.0.0.3", True), host("localhost", True)
     typo, remote = host("10.0.0.5", True), host("127.0.0.4", False)  # a local host's peers dial its address
+    resolved = host("train.localhost", True)  # resolved by every peer: it may not resolve at all
     assert not _apart(a, a) and not _apart(a, b) and not _apart(b, named)
     assert _apart(a, typo) and _apart(typo, a) and _apart(a, remote) and _apart(remote, a)
+    assert _apart(a, resolved) and _apart(resolved, named)

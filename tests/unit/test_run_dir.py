@@ -242,3 +242,15 @@ def test_a_status_naming_pid_0_is_never_a_live_launcher(tmp_path: Path) -> None:
     layout = _layout(tmp_path)
     _write(layout.status_file, _status(0, None))
     assert describe_run(layout.run_dir).exit_code == exit_codes.STOPPED
+
+
+def test_a_resume_refuses_checkpoints_of_another_model_or_optimizer_but_not_other_steps() -> None:
+    from launcher.commands import _what_trains
+
+    def trains(**changed: object) -> object:
+        training = {"kind": "builtin", "steps": 200, "optimizer": "adam", "hidden_units": 64, "features": 16}
+        return _what_trains({"training": {**training, **changed}})
+
+    assert trains(steps=400, log_every=5) == trains()  # training further resumes
+    for changed in ({"optimizer": "sgd"}, {"hidden_units": 32}, {"features": 8}, {"mixed_precision": "mixed_float16"}):
+        assert trains(**changed) != trains(), changed
