@@ -142,7 +142,10 @@ class Console:
         view = self._view(launch)
         view.last_line = line
         if not self.quiet and not self.live and (not self.show or launch.name in self.show):
-            self._out.write(f"[{launch.label}] {line}\n")
+            try:
+                self._out.write(f"[{launch.label}] {line}\n")
+            except BrokenPipeError:
+                self._reader_left()
 
     def report(self, launch: TaskLaunch, data: dict[str, Any]) -> None:
         view = self._view(launch)
@@ -164,16 +167,32 @@ class Console:
         if self._live is not None:  # rich prints it above the table and redraws the table below
             self._live.console.print(f"[launch] {text}", markup=False, highlight=False, soft_wrap=True)
             return
-        self._err.write(f"[launch] {text}\n")
-        self._err.flush()
+        try:
+            self._err.write(f"[launch] {text}\n")
+            self._err.flush()
+        except BrokenPipeError:  # nobody reads the notices either: the run's files still say it all
+            pass
 
     def flush(self) -> None:
         """Called whenever the supervisor has handled every queued event."""
         if self.live:
             self._redraw()
         else:
-            self._out.flush()
+            try:
+                self._out.flush()
+            except BrokenPipeError:
+                self._reader_left()
         self._write_status_file()
+
+    def _reader_left(self) -> None:
+        """Standard output's reader is gone (`launch ... | head`): the run goes on, as if --quiet; the
+        tasks' output is in their logs. What is still buffered for it is dropped."""
+        self.quiet = True
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), self._out.fileno())
+        except (OSError, ValueError, AttributeError):  # not a file (a StringIO): nothing more to write there
+            pass
+        self.notice("standard output was closed by its reader; the run goes on, and the tasks' output is in their logs")
 
     def close(self) -> None:
         if self.live:

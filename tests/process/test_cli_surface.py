@@ -71,6 +71,27 @@ def test_show_echoes_only_the_tasks_named_and_logs_all(work: Path) -> None:
     assert "hello from" in (work / "runs" / "local" / "attempt-0" / "worker-0.log").read_text()
 
 
+@pytest.mark.parametrize(("code", "exit_code"), [(0, 0), (3, 1)])
+def test_a_reader_that_leaves_neither_ends_the_run_nor_hides_its_outcome(work: Path, code: int, exit_code: int) -> None:
+    """`launch ... | head -2`: the run goes on to its end, its summary is written, its exit code is the run's."""
+    import subprocess
+
+    from tests.conftest import launch_cmd
+
+    task = f"import sys, time; [print(i, flush=True) or time.sleep(0.01) for i in range(300)]; sys.exit({code})"
+    args = ["--local", "2", "--run-root", str(work / "runs"), "--plain", "--", "python3", "-c", task]
+    proc = subprocess.Popen(launch_cmd(*args), cwd=work, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stderr is not None
+    first = proc.stdout.readline()
+    proc.stdout.close()  # as `head -1` does once it has its line
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == exit_code, err
+    assert first.startswith("[worker:") and "standard output was closed by its reader; the run goes on" in err
+    summary = json.loads((work / "runs" / "local" / "summary.json").read_text())
+    assert summary["state"] == ("succeeded" if code == 0 else "failed")
+    assert "299" in (work / "runs" / "local" / "attempt-0" / "worker-1.log").read_text()
+
+
 def test_show_refuses_a_task_that_does_not_exist(tmp_path: Path) -> None:
     proc = run_launch(["--local", "2", "--show", "worker:7", "--", "true"], tmp_path)
     assert proc.returncode == 2 and "no task worker:7" in proc.stderr
