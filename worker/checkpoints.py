@@ -14,8 +14,22 @@ import tensorflow as tf
 MAX_TO_KEEP = 3
 
 
+class RestoredManager(tf.train.CheckpointManager):
+    """A manager whose checkpoint the store has already restored (and checked).
+
+    PreemptionCheckpointHandler attaches its run counter to the checkpoint and then calls
+    restore_or_initialize(), a second full restore of the same files (about 0.5 s of a
+    recovery). It is not needed: an object attached after a restore gets its saved value
+    from that restore (deferred restoration), the handler's counter included when the
+    checkpoint has one, and stays at its initial value when it has none.
+    """
+
+    def restore_or_initialize(self) -> None:
+        return None
+
+
 class CheckpointStore:
-    """Lifecycle: restore() once before training, save(step) as often as wanted, close()."""
+    """Lifecycle: restore() once before training (before the preemption handler is made), save(step) as often as wanted, close()."""
 
     def __init__(self, checkpoint: tf.train.Checkpoint, shared_dir: str, is_chief: bool, task: str) -> None:
         self.checkpoint = checkpoint
@@ -23,7 +37,7 @@ class CheckpointStore:
         self.is_chief = is_chief
         self.temp_dir = None if is_chief else tempfile.mkdtemp(prefix=f"tflaunch-ckpt-{task.replace(':', '-')}-")
         write_dir = shared_dir if is_chief else self.temp_dir
-        self.manager = tf.train.CheckpointManager(checkpoint, write_dir, max_to_keep=MAX_TO_KEEP)
+        self.manager = RestoredManager(checkpoint, write_dir, max_to_keep=MAX_TO_KEEP)
 
     def restore(self) -> str | None:
         """Restore the newest checkpoint in the shared directory; None when there is none."""
