@@ -52,3 +52,28 @@ def test_remote_command_is_fixed_and_quoted() -> None:
     assert command.startswith("'/opt/my env/python3' -I -S -u -c ")
     assert BOOTSTRAP in command.replace("'\"'\"'", "'")
     assert "TF_CONFIG" not in command
+
+
+_LAZY_INVOKE = """
+import sys
+from launcher.spec import HostSpec
+from launcher.transport.ssh_client import resolve_target
+import paramiko
+before = [m for m in ("asyncio", "yaml") if m in sys.modules]  # what invoke would have brought
+target = resolve_target(HostSpec.model_validate({"address": "box", "workers": 1}), sys.argv[1])
+print(before, target.hostname, target.port, [m for m in ("asyncio", "yaml") if m in sys.modules])
+"""
+
+
+def test_paramiko_loads_invoke_only_for_a_match_exec(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    config = tmp_path / "config"
+    config.write_text('Match exec "test -d /"\n  HostName 127.0.0.9\n  Port 2222\n')
+    proc = subprocess.run(
+        [sys.executable, "-c", _LAZY_INVOKE, str(config)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split()[:3] == ["[]", "127.0.0.9", "2222"], "invoke was loaded before a Match exec needed it"
+    assert proc.stdout.split()[3] != "[]", "the Match exec did not load invoke"
