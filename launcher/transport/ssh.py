@@ -14,6 +14,7 @@ import threading
 from typing import Any
 
 from launcher.errors import HostError
+from launcher.malloc_arenas import limit_malloc_arenas
 from launcher.spec import HostSpec
 from launcher.transport.fleet import side_by_side
 from launcher.transport.session import Channel
@@ -33,6 +34,7 @@ class SshMedium:
     """The SSH connections of a launch, one per host, opened on first use."""
 
     def __init__(self, hosts: list[HostSpec], pythons: list[str]) -> None:
+        limit_malloc_arenas()  # before the transports' threads start
         self._hosts = hosts
         self._pythons = pythons
         self._lock = threading.Lock()
