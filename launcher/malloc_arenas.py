@@ -2,18 +2,25 @@
 
 glibc gives threads that allocate at the same moment arenas of their own, up to 8 per core; with a
 paramiko transport thread per host, each arena keeps its own free pages, which the launcher's
-resident memory then carries (about 3 MiB at 64 hosts). Two arenas are enough: Python allocates
-small objects under its own lock (the GIL) in pools of its own, not through malloc's arenas.
+resident memory then carries (about 3 MiB at 64 hosts). Two are enough: Python allocates small
+objects in pools of its own, under its own lock, not through malloc's arenas. The cap is set before
+the transports' threads start; glibc keeps arenas it already made. A user's own setting
+(MALLOC_ARENA_MAX, or glibc.malloc.arena_max in GLIBC_TUNABLES) is left as it is.
 """
 
 from __future__ import annotations
+
+import os
 
 _M_ARENA_MAX = -8  # glibc's malloc.h
 ARENAS = 2
 
 
 def limit_malloc_arenas(arenas: int = ARENAS) -> bool:
-    """Cap this process's malloc arenas, before its threads start; False where libc has no mallopt."""
+    """Let malloc make at most `arenas` arenas in this process; False where it was not changed
+    (a user's setting, or a libc without glibc's mallopt)."""
+    if "MALLOC_ARENA_MAX" in os.environ or "arena_max" in os.environ.get("GLIBC_TUNABLES", ""):
+        return False
     import ctypes  # loaded only by launches that reach SSH hosts
 
     try:

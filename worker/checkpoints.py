@@ -29,7 +29,8 @@ class RestoredManager(tf.train.CheckpointManager):
 
 
 class CheckpointStore:
-    """Lifecycle: restore() once before training (before the preemption handler is made), save(step) as often as wanted, close()."""
+    """Lifecycle: restore() once before training and before the preemption handler is made,
+    save(step) as often as wanted, close()."""
 
     def __init__(self, checkpoint: tf.train.Checkpoint, shared_dir: str, is_chief: bool, task: str) -> None:
         self.checkpoint = checkpoint

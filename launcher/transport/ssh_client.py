@@ -19,13 +19,9 @@ from __future__ import annotations
 
 import errno
 import functools
-import importlib.util
 import logging
 import os
 import socket
-import sys
-import threading
-import types
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -33,6 +29,7 @@ from typing import Any
 
 from launcher.errors import HostError
 from launcher.spec import HostSpec, SshSpec
+from launcher.transport.deferred_invoke import defer_invoke
 from launcher.transport.host_keys import (
     HostKeyAction,
     HostKeyPolicy,
@@ -56,30 +53,6 @@ from launcher.transport.ssh_options import JumpHop, expand_path, parse_proxy_jum
 __all__ = ["DEFAULT_SSH_CONFIG", "HostKeyRefused", "SshTarget", "connect", "resolve_target"]
 
 log = logging.getLogger(__name__)
-
-
-class _InvokeOnFirstUse(types.ModuleType):
-    """Stands for invoke in sys.modules until an attribute is asked for, then imports the real one."""
-
-    def __getattr__(self, name: str) -> Any:
-        with _INVOKE_LOCK:
-            if sys.modules.get("invoke") is self:
-                del sys.modules["invoke"]
-            real = importlib.import_module("invoke")
-        return getattr(real, name)
-
-
-_INVOKE_LOCK = threading.Lock()
-
-
-def defer_invoke() -> None:
-    """paramiko imports invoke at its own import, only to run ssh_config's `Match exec` commands;
-    invoke brings asyncio, yaml and unittest (about 7 MiB and 70 ms). A stand-in takes its place
-    until paramiko uses it: a `Match exec` still runs as before. (importlib's LazyLoader would load
-    it at paramiko's `import invoke` already on Python 3.11.)"""
-    if "invoke" in sys.modules or importlib.util.find_spec("invoke") is None:
-        return  # loaded already, or not installed: paramiko says so at a `Match exec`
-    sys.modules["invoke"] = _InvokeOnFirstUse("invoke")
 
 
 defer_invoke()  # before anything here imports paramiko

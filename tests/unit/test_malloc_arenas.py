@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
 import pytest
+
+from tests.conftest import REPO
 
 _COUNT_ARENAS = """
 import ctypes, sys, threading
@@ -23,16 +26,37 @@ ctypes.CDLL(None).malloc_stats()  # one "Arena n:" block per arena, on stderr
 """
 
 
+def _glibc() -> bool:
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None)
+    except OSError:
+        return False
+    return hasattr(libc, "mallopt") and hasattr(libc, "malloc_stats")
+
+
+def test_a_users_own_setting_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    from launcher.malloc_arenas import limit_malloc_arenas
+
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "4")
+    assert not limit_malloc_arenas()
+    monkeypatch.delenv("MALLOC_ARENA_MAX")
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.arena_max=4")
+    assert not limit_malloc_arenas()
+
+
 def _arenas(mode: str) -> int:
+    env = {k: v for k, v in os.environ.items() if k not in ("MALLOC_ARENA_MAX", "GLIBC_TUNABLES")}
     proc = subprocess.run(
-        [sys.executable, "-c", _COUNT_ARENAS, mode], capture_output=True, text=True, timeout=60, check=False
+        [sys.executable, "-c", _COUNT_ARENAS, mode], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
     )
     assert proc.returncode == 0, proc.stderr
     return sum(line.startswith("Arena ") for line in proc.stderr.splitlines())
 
 
 def test_threads_share_two_arenas() -> None:
-    if not sys.platform.startswith("linux"):
+    if not _glibc():
         pytest.skip("glibc's mallopt and malloc_stats")
     assert _arenas("default") > 2, "the threads got no arenas of their own: this test shows nothing"
     assert _arenas("limit") <= 2

@@ -7,6 +7,7 @@ from pathlib import Path
 from launcher.agent.bootstrap import BOOTSTRAP, remote_command
 from launcher.spec import HostSpec
 from launcher.transport.ssh_client import resolve_target
+from tests.conftest import REPO
 
 
 def test_ssh_config_supplies_hostname_user_port_and_identity(tmp_path: Path) -> None:
@@ -55,10 +56,11 @@ def test_remote_command_is_fixed_and_quoted() -> None:
 
 
 _LAZY_INVOKE = """
-import sys
+import inspect, sys
 from launcher.spec import HostSpec
 from launcher.transport.ssh_client import resolve_target
 import paramiko
+inspect.getmodule(resolve_target.__code__)  # reads every module's __file__, the stand-in's too
 before = [m for m in ("asyncio", "yaml") if m in sys.modules]  # what invoke would have brought
 target = resolve_target(HostSpec.model_validate({"address": "box", "workers": 1}), sys.argv[1])
 print(before, target.hostname, target.port, [m for m in ("asyncio", "yaml") if m in sys.modules])
@@ -72,7 +74,12 @@ def test_paramiko_loads_invoke_only_for_a_match_exec(tmp_path: Path) -> None:
     config = tmp_path / "config"
     config.write_text('Match exec "test -d /"\n  HostName 127.0.0.9\n  Port 2222\n')
     proc = subprocess.run(
-        [sys.executable, "-c", _LAZY_INVOKE, str(config)], capture_output=True, text=True, timeout=60, check=False
+        [sys.executable, "-c", _LAZY_INVOKE, str(config)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split()[:3] == ["[]", "127.0.0.9", "2222"], "invoke was loaded before a Match exec needed it"
