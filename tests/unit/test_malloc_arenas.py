@@ -1,4 +1,4 @@
-"""A launcher with a thread per SSH host caps malloc's arenas: threads share two instead of one each."""
+"""A launcher with a thread per SSH host caps malloc's arenas: threads share them instead of one each."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from tests.conftest import REPO
 _COUNT_ARENAS = """
 import ctypes, sys, threading
 from launcher.malloc_arenas import limit_malloc_arenas
-limited = sys.argv[1] == "limit" and limit_malloc_arenas()
+limited = sys.argv[1] == "limit" and limit_malloc_arenas(2)
 held = []
 together = threading.Barrier(8)
 def allocate():
