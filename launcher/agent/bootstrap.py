@@ -42,7 +42,6 @@ MODULES = (
     "launcher.agent.frames",
     "launcher.agent.cluster",
     "launcher.agent.safe_paths",
-    "launcher.agent.scratch",
     "launcher.agent.probe",
     "launcher.agent.tasks",
     MAIN,

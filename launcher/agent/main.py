@@ -38,12 +38,12 @@ import shutil
 import signal
 import socket
 import sys
+import tempfile
 import threading
 import time
 from typing import Any
 
 from launcher.agent import cluster, frames, probe
-from launcher.agent.scratch import make_scratch, sweep
 from launcher.agent.tasks import LATE_KEYS, Tasks
 from worker.contract import ALIVE
 
@@ -72,8 +72,7 @@ class Agent:
         self.spare_code: dict[str, str] = settings.get("spare") or {}
         self.rank = int(os.environ["SLURM_PROCID"]) if settings.get("addressed") else None
         self.heard = time.monotonic()
-        sweep()  # what agents killed before they could clean up left here
-        self.scratch = make_scratch()
+        self.scratch = tempfile.mkdtemp(prefix="tflaunch-agent-")
         self.task_tmp = os.path.join(self.scratch, "tmp")
         os.mkdir(self.task_tmp, 0o700)
         self.cluster: dict[str, list[str]] = {}
