@@ -322,6 +322,12 @@ class Supervisor:
         self._spares_asked = True
         self._transport.prepare_spares([t.launch for t in self._tasks.values() if t.exit is None])
 
+    def _why_no_spare_made(self) -> str:
+        rule = f"spares are made restart.warm_spares_after_s ({self._policy.spec.warm_spares_after_s:g}s) after"
+        if self._trained_since is None:
+            return f"no spare was made: {rule} every task reported a step, and not every task had"
+        return f"no spare was made: {rule} every task reported a step; the attempt ended sooner"
+
     def _made_progress(self) -> bool:
         """Whether every training task of this attempt reported a step (a script that reports nothing
         cannot tell: it backs off as in a crash loop)."""
@@ -348,8 +354,7 @@ class Supervisor:
         self._why_no_spare = (
             "restart.warm_spares is off"
             if not self._policy.spec.warm_spares
-            else "no spare was made: the attempt ended before every task had reported a step and "
-            "restart.warm_spares_after_s had passed"
+            else self._why_no_spare_made()
             if not self._spares_asked
             else "no spare was ready for it"
         )

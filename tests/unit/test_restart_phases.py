@@ -120,6 +120,31 @@ def test_spares_are_prepared_once_the_gang_runs_and_the_restart_is_broken_down(t
     assert recovery["total_s"] == pytest.approx(sum(recovery["phases_s"].values()), abs=0.01)
 
 
+@pytest.mark.parametrize("both_stepped", [True, False])
+def test_a_cold_restart_says_which_condition_for_spares_was_not_met(tmp_path: Path, both_stepped: bool) -> None:
+    sup, transport, clock, _ = make(tmp_path, max_restarts=1)
+    join_all(transport, 2)
+    assert sup.step(0) is LaunchState.RUNNING
+    transport.started[0].say("step", step=1)
+    if both_stepped:
+        transport.started[1].say("step", step=1)
+    sup.step(0)
+    clock.now += RestartSpec().warm_spares_after_s / 2
+    transport.started[1].exit(None, signal.SIGKILL)
+    assert sup.step(0) is LaunchState.STARTING
+    assert transport.spares_for == []
+    for task in transport.current(2):
+        task.say("step", step=1)
+        task.exit(0)
+    sup.step(0)
+    assert sup.result is not None
+    recovery = sup.result.attempts[1].recovery
+    assert recovery is not None
+    why = set(recovery["cold_because"].values())
+    ending = "the attempt ended sooner" if both_stepped else "and not every task had"
+    assert len(why) == 1 and why.pop().endswith(ending), why
+
+
 def test_no_spares_for_tasks_that_report_no_step_nor_for_tasks_that_ended(tmp_path: Path) -> None:
     sup, transport, clock, _ = make(tmp_path, workers=3, reports=False)
     clock.now += 10 * RestartSpec().warm_spares_after_s
