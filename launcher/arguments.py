@@ -53,7 +53,13 @@ def run_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"launch (tflaunch) {__version__}")
     _spec_flags(parser)
-    parser.add_argument("--local", metavar="N", type=int, help="simulate N workers on this machine without a spec")
+    parser.add_argument(
+        "--local",
+        metavar="N",
+        type=int,
+        help="simulate N workers on this machine without a spec: they run the command after --, or "
+        "without one the built-in example training",
+    )
     parser.add_argument(
         "-H",
         "--hosts",
