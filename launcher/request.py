@@ -99,12 +99,22 @@ def _no_repeats(entries: tuple[tuple[str, int], ...], where: str) -> tuple[tuple
     return entries
 
 
+def _quiet_tensorflow() -> dict[str, Any]:
+    """TensorFlow's C++ INFO lines (about a dozen per task at start-up) off, as cluster.example.json
+    has them, unless this environment sets TF_CPP_MIN_LOG_LEVEL itself (the tasks inherit it)."""
+    return {} if "TF_CPP_MIN_LOG_LEVEL" in os.environ else {"env": {"TF_CPP_MIN_LOG_LEVEL": "1"}}
+
+
 def _base_data(request: LaunchRequest) -> dict[str, Any] | None:
     """The spec of a run without a spec file; None when a spec file (or object) is given."""
     if request.local is not None:
         if not 1 <= request.local <= MAX_LOCAL_WORKERS:
             raise UsageError(f"Got --local {request.local}: give between 1 and {MAX_LOCAL_WORKERS} workers.")
-        return {"name": request.name or "local", "hosts": [{"address": "localhost", "workers": request.local}]}
+        return {
+            "name": request.name or "local",
+            "hosts": [{"address": "localhost", "workers": request.local}],
+            **_quiet_tensorflow(),
+        }
     if request.hosts:
         from launcher.spec import is_this_machine
 
@@ -114,7 +124,7 @@ def _base_data(request: LaunchRequest) -> dict[str, Any] | None:
             if not is_this_machine(host):  # free ports are picked on this machine only
                 entry["ports"] = list(range(HOST_LIST_PORT, HOST_LIST_PORT + count))
             hosts.append(entry)
-        return {"name": request.name or "hosts", "hosts": hosts}
+        return {"name": request.name or "hosts", "hosts": hosts, **_quiet_tensorflow()}
     return None
 
 

@@ -54,6 +54,19 @@ def test_a_host_list_makes_a_spec_with_those_hosts(tmp_path: Path) -> None:
     assert spec.hosts[0].ports is None and spec.hosts[1].ports == [HOST_LIST_PORT]
 
 
+@pytest.mark.parametrize("request_kind", ["local", "hosts"])
+def test_spec_less_runs_quiet_tensorflow_unless_the_environment_says(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request_kind: str
+) -> None:
+    asked = {"local": 2} if request_kind == "local" else {"hosts": (("localhost", 2),)}
+    monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL", raising=False)
+    spec = request_spec(LaunchRequest(run_root=str(tmp_path), **asked))  # type: ignore[arg-type]
+    assert spec.env == {"TF_CPP_MIN_LOG_LEVEL": "1"}
+    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "0")
+    spec = request_spec(LaunchRequest(run_root=str(tmp_path), **asked))  # type: ignore[arg-type]
+    assert "TF_CPP_MIN_LOG_LEVEL" not in spec.env, "the launcher's own setting reaches the tasks instead"
+
+
 def test_a_spec_given_as_a_dict_is_validated_like_a_file(tmp_path: Path) -> None:
     data = json.loads((REPO / "cluster.example.json").read_text())
     spec = request_spec(LaunchRequest(cluster=data, run_root=str(tmp_path), command=("python3", "-c", "pass")))
