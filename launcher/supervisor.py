@@ -322,7 +322,12 @@ class Supervisor:
         self._spares_asked = True
         self._transport.prepare_spares([t.launch for t in self._tasks.values() if t.exit is None])
 
-    def _why_no_spare_made(self) -> str:
+    def _why_cold(self) -> str:
+        """Why the next attempt's tasks start without a warm spare, when the agents say no more."""
+        if not self._policy.spec.warm_spares:
+            return "restart.warm_spares is off"
+        if self._spares_asked:
+            return "no spare was ready for it"
         rule = f"spares are made restart.warm_spares_after_s ({self._policy.spec.warm_spares_after_s:g}s) after"
         if self._trained_since is None:
             return f"no spare was made: {rule} every task reported a step, and not every task had"
@@ -351,13 +356,7 @@ class Supervisor:
             self._causes.append(decision.signature)
         self._on_notice(f"{decision.reason}; restarting every task" + (f" in {wait:g}s" if wait else ""))
         stopped_at = time.time()
-        self._why_no_spare = (
-            "restart.warm_spares is off"
-            if not self._policy.spec.warm_spares
-            else self._why_no_spare_made()
-            if not self._spares_asked
-            else "no spare was ready for it"
-        )
+        self._why_no_spare = self._why_cold()
         failed = [t.exit.time for t in self._tasks.values() if t.exit is not None and not t.exit.ok and not t.stopped]
         if wait:
             self._sleep(wait)
