@@ -104,9 +104,11 @@ def _resume_notice(spec: ClusterSpec) -> str | None:
     from launcher.fresh import has_checkpoints
     from launcher.plan import checkpoint_dir_of
     from launcher.run import run_dir_of
+    from launcher.run_lock import check_run_dir
     from worker.contract import RunLayout
 
     layout = RunLayout(str(run_dir_of(spec)))
+    check_run_dir(layout.run_dir)  # another user's, or swappable: refused before anything is read from it
     checkpoints = checkpoint_dir_of(spec, layout, os.getcwd())
     if not has_checkpoints(checkpoints):
         return None
@@ -157,8 +159,8 @@ def _what_trains(spec: dict[str, Any] | None) -> dict[str, Any] | None:
 
 def _shown_training(training: dict[str, Any]) -> str:
     if isinstance(training.get("argv"), list):
-        return "command " + " ".join(str(arg) for arg in training["argv"])
-    return ", ".join(f"{key} {value}" for key, value in training.items())
+        return printable("command " + " ".join(str(arg) for arg in training["argv"]))
+    return printable(", ".join(f"{key} {value}" for key, value in training.items()))
 
 
 def run(

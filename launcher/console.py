@@ -189,7 +189,11 @@ class Console:
         tasks' output is in their logs. What is still buffered for it is dropped."""
         self.quiet = True
         try:
-            os.dup2(os.open(os.devnull, os.O_WRONLY), self._out.fileno())
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            try:
+                os.dup2(devnull, self._out.fileno())
+            finally:
+                os.close(devnull)
         except (OSError, ValueError, AttributeError):  # not a file (a StringIO): nothing more to write there
             pass
         self.notice("standard output was closed by its reader; the run goes on, and the tasks' output is in their logs")

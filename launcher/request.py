@@ -101,8 +101,9 @@ def _no_repeats(entries: tuple[tuple[str, int], ...], where: str) -> tuple[tuple
 
 def _quiet_tensorflow() -> dict[str, Any]:
     """TensorFlow's C++ INFO lines (about a dozen per task at start-up) off, as cluster.example.json
-    has them, unless this environment sets TF_CPP_MIN_LOG_LEVEL itself (the tasks inherit it)."""
-    return {} if "TF_CPP_MIN_LOG_LEVEL" in os.environ else {"env": {"TF_CPP_MIN_LOG_LEVEL": "1"}}
+    has them, unless this environment sets TF_CPP_MIN_LOG_LEVEL itself: then every task gets that
+    value (a remote host's tasks would not inherit it)."""
+    return {"env": {"TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "1")}}
 
 
 def _base_data(request: LaunchRequest) -> dict[str, Any] | None:

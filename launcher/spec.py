@@ -715,11 +715,15 @@ class ClusterSpec(StrictModel):
                 where = f"hosts[{i}].tasks[{j}].port" if host.tasks is not None else f"hosts[{i}].ports[{j}]"
                 if task.port == 0:
                     if not host.is_local:
+                        given = bool(host.ports or host.tasks)
                         problems.append(
                             (
-                                where if host.ports or host.tasks else f"hosts[{i}].ports",
+                                where if given else f"hosts[{i}].ports",
                                 f"port 0 (pick a free one) only works for local hosts; give {host.address} explicit "
-                                f"ports",
+                                "ports"
+                                if given
+                                else f"a remote host needs explicit ports: give {host.address} one per task "
+                                "(its peers dial them)",
                             )
                         )
                         break

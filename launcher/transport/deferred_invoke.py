@@ -24,6 +24,9 @@ _LOADS_ON = ("__path__", "__all__")  # what `from invoke import x` and `import *
 
 class _InvokeOnFirstUse(types.ModuleType):
     def __getattr__(self, name: str) -> Any:
+        loaded = sys.modules.get("invoke")
+        if loaded is not None and loaded is not self:  # the real one: it answers for everything now
+            return getattr(loaded, name)
         if name.startswith("__") and name.endswith("__") and name not in _LOADS_ON:
             if name == "__file__" and self.__spec__ is not None and self.__spec__.has_location:
                 return self.__spec__.origin

@@ -56,6 +56,18 @@ def test_a_run_directory_of_another_user_is_refused(work: Path) -> None:
     assert list(run_dir.iterdir()) == [], "something was written into another user's directory"
 
 
+@as_root
+def test_another_users_planted_checkpoints_are_not_read_before_the_refusal(work: Path) -> None:
+    run_dir = work / "runs" / "r"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    (run_dir / "checkpoints" / "checkpoint").write_text('model_checkpoint_path: "ckpt-1"\n')
+    (run_dir / "spec.json").write_text('{"training": {"kind": "command", "argv": ["x", "\\u001b[2JFAKE"]}}')
+    os.chown(run_dir, NOBODY, NOBODY)
+    proc = run_launch(["--cluster", str(spec(work)), "--", "true"], work)
+    assert proc.returncode == 2 and f"belongs to uid {NOBODY}" in proc.stderr, proc.stderr
+    assert "FAKE" not in proc.stderr and "another training" not in proc.stderr
+
+
 def test_a_run_directory_others_can_write_is_refused(work: Path) -> None:
     run_dir = work / "runs" / "r"
     run_dir.mkdir(parents=True)

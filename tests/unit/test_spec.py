@@ -284,6 +284,14 @@ def test_broken_json(text: str, needle: str, tmp_path: Path, capsys: pytest.Capt
         (with_("training", {"kind": "magic", "steps": 5}), 'got kind "magic"'),
         (with_("training", {"steps": 5}), "training.kind is required"),
         (with_("hosts.0.workers", {"n": 2}), "got an object"),
+        (
+            {"name": "m", "hosts": [{"address": "10.0.0.1"}, {"address": "10.0.0.2", "ports": [2222]}]},
+            "a remote host needs explicit ports: give 10.0.0.1 one per task",
+        ),
+        (
+            {"name": "m", "hosts": [{"address": "10.0.0.1", "ports": [0]}, {"address": "10.0.0.2", "ports": [2]}]},
+            "port 0 (pick a free one) only works for local hosts",
+        ),
     ],
 )
 def test_messages_show_what_the_user_wrote(spec: dict[str, Any], needle: str) -> None:
