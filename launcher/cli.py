@@ -135,7 +135,7 @@ def _subcommand(name: str, own: list[str], command: list[str]) -> int:
         from launcher.run_status import describe_run
 
         description = describe_run(args.run_dir)
-        print(description.text)
+        _say(description.text)
         return description.exit_code
     if name == "logs":
         from launcher.run_logs import show_logs
@@ -144,7 +144,7 @@ def _subcommand(name: str, own: list[str], command: list[str]) -> int:
     if name == "stop":
         from launcher.run_stop import stop_run
 
-        return stop_run(args.run_dir, timeout_s=args.timeout, say=print)
+        return stop_run(args.run_dir, timeout_s=args.timeout, say=_say)
     if name == "schema":
         return commands.schema(args.output)
     if name == "bundle":
@@ -174,11 +174,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exit_codes.INTERRUPTED
 
 
+def _say(text: str) -> None:
+    """Print a line of a command whose exit code carries its result: a reader that left does not
+    change that result, nor stop the command half-way (`launch stop RUN | head -1`)."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        _drop_stdout()
+
+
+def _drop_stdout() -> None:
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
 def entry() -> None:
+    code: int | None = None
     try:
         code = main()
         sys.stdout.flush()
     except BrokenPipeError:  # `launch ... | head`: the reader left; not an error of ours
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        code = 0
-    raise SystemExit(code)
+        _drop_stdout()
+    # a run's own outcome stands when only the last flush found the reader gone
+    raise SystemExit(0 if code is None else code)

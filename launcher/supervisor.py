@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import math
 import queue
 import signal
 import time
@@ -46,6 +47,7 @@ OutputCallback = Callable[[TaskLaunch, str], None]
 _QUEUE_LIMIT = 4096
 NoticeCallback = Callable[[str], None]
 _KILL_WAIT_S = 10.0
+_QUIET_STOP_S = 1.0  # a stop that takes longer says what it waits for
 _HELPER_REPORTS = (STOPPED, CONTINUED)
 
 
@@ -133,6 +135,7 @@ class Supervisor:
         self.preemptions = 0
         self._causes: list[str | None] = []  # root-cause signature of each restarted (not preempted) attempt
         self.hurry = False  # set on a second interrupt: skip the grace period
+        self._interrupted = False  # stopping because the launcher was told to stop
         self.state = LaunchState.STARTING
         self.result: RunResult | None = None
         self._restart_times: RestartTimes | None = None  # how the current attempt came about, if by a restart
@@ -382,19 +385,31 @@ class Supervisor:
         for task in live if send_term else []:
             assert task.process is not None
             task.process.signal(signal.SIGTERM)
-        self._await_exits(self._clock() + grace)
+        deadline = self._clock() + grace
+        self._await_exits(min(deadline, self._clock() + _QUIET_STOP_S))
+        self._say_who_is_awaited([t for t in live if t.exit is None], deadline - self._clock())
+        self._await_exits(deadline)
         for task in self._tasks.values():
             if task.process is not None and (task.exit is None or not task.process.gone()):
                 task.process.signal(signal.SIGKILL)
-        self._await_exits(self._clock() + _KILL_WAIT_S)
+        self._await_exits(self._clock() + _KILL_WAIT_S, cut_short_by_hurry=False)  # SIGKILL ends them soon
         for task in self._tasks.values():
             if task.process is not None and not task.process.gone():
                 log.warning("%s (pid %s) survived SIGKILL wait", task.launch.name, task.process.pid)
 
-    def _await_exits(self, deadline: float) -> None:
+    def _say_who_is_awaited(self, waiting: list[_Task], left_s: float) -> None:
+        """A stop that takes longer than a moment says what it waits for, and how to cut it short."""
+        if not waiting or left_s <= 0 or self.hurry:
+            return
+        more = f" and {len(waiting) - 3} more" if len(waiting) > 3 else ""
+        names = ", ".join(t.launch.name for t in waiting[:3]) + more
+        hint = "; interrupt again (Ctrl-C) to kill them now" if self._interrupted else ""
+        self._on_notice(f"waiting up to {math.ceil(left_s):d}s for {names} to exit, then SIGKILL{hint}")
+
+    def _await_exits(self, deadline: float, cut_short_by_hurry: bool = True) -> None:
         while any(t.exit is None for t in self._tasks.values() if t.process is not None):
             remaining = deadline - self._clock()
-            if remaining <= 0 or self.hurry:
+            if remaining <= 0 or (self.hurry and cut_short_by_hurry):
                 return
             self._pump(min(remaining, 0.2))
 
@@ -468,6 +483,7 @@ class Supervisor:
         if self._plan is None:
             return
         if any(t.exit is None for t in self._tasks.values() if t.process is not None):
+            self._interrupted = True
             self._finish_attempt(Decision(Action.FAIL, FailureKind.NONE, None, "the launcher was interrupted"))
         if not self.state.is_terminal:  # stopped from outside: tasks running, or waiting to restart
             self.state = LaunchState.INTERRUPTED

@@ -95,6 +95,35 @@ def test_a_reader_that_leaves_neither_ends_the_run_nor_hides_its_outcome(work: P
     assert sum("299" in log for log in logs) >= (2 if code == 0 else 1), [log[-40:] for log in logs]
 
 
+@pytest.mark.parametrize("unbuffered", ["", "1"])
+def test_a_reader_gone_before_the_status_is_printed_keeps_its_exit_code(work: Path, unbuffered: str) -> None:
+    """`launch status RUN | true`: the status of a failed run is still its exit code, not 0, whether
+    the print or the last flush finds the reader gone."""
+    import os
+    import subprocess
+
+    from tests.conftest import launch_cmd
+
+    fail = ["python3", "-c", "raise SystemExit(3)"]
+    failed = run_launch(["--local", "1", "--run-root", str(work / "runs"), "--", *fail], work)
+    assert failed.returncode == 1, failed.stderr
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader has left before the status is printed
+    try:
+        status = subprocess.run(
+            launch_cmd("status", str(work / "runs" / "local")),
+            cwd=work,
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            timeout=60,
+            env={**os.environ, "PYTHONUNBUFFERED": unbuffered},
+        )
+    finally:
+        os.close(write_end)
+    assert status.returncode == 1, status.stderr
+    assert b"Traceback" not in status.stderr
+
+
 def test_show_refuses_a_task_that_does_not_exist(tmp_path: Path) -> None:
     proc = run_launch(["--local", "2", "--show", "worker:7", "--", "true"], tmp_path)
     assert proc.returncode == 2 and "no task worker:7" in proc.stderr

@@ -5,6 +5,8 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
+import pytest
+
 from launcher.gang import LaunchState
 from launcher.policy import RestartPolicy
 from launcher.supervisor import Supervisor
@@ -199,13 +201,17 @@ def test_shutdown_stops_running_tasks_and_marks_interrupted(tmp_path: Path) -> N
     sup.shutdown()  # idempotent
 
 
-def test_hurry_skips_the_grace_period(tmp_path: Path) -> None:
+def test_hurry_skips_the_grace_period_but_not_the_wait_for_killed_tasks(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     sup, transport, clock, _ = make(tmp_path, grace_period_s=3600)
     for task in transport.started:
         task.ignore_term = True
     sup.hurry = True
     sup.stop_all(3600)
     assert all(t.signals == [signal.SIGTERM, signal.SIGKILL] for t in transport.started)
+    assert "survived" not in caplog.text  # they did not: their exits were awaited
+    assert all(t.exit is not None for t in sup.status().tasks)
 
 
 def test_run_returns_the_result_and_shuts_down(tmp_path: Path) -> None:
@@ -265,3 +271,18 @@ def test_a_crash_loop_backs_off_but_a_failure_after_training_restarts_at_once(tm
     sup.step(0)
     assert waits == [1, 2, 4, 1]
     assert sup.restarts == 5
+
+
+def test_a_stop_that_takes_long_says_what_it_waits_for_and_how_to_cut_it_short(tmp_path: Path) -> None:
+    spec = fake_spec(2, grace_period_s=1.5)
+    for ignore_term, expected in ((False, []), (True, ["worker:0, worker:1 to exit, then SIGKILL; interrupt again"])):
+        transport, notices = FakeTransport(), []
+        planner = fake_planner(spec, str(tmp_path))
+        sup = Supervisor(planner, transport, RestartPolicy(spec.restart), True, on_notice=notices.append)
+        sup.start()
+        for task in transport.started:
+            task.ignore_term = ignore_term
+        sup.shutdown()
+        waits = [n for n in notices if n.startswith("waiting up to")]
+        assert len(waits) == len(expected) and all(e in w for e, w in zip(expected, waits, strict=True)), notices
+        assert all(t.signals[-1] == (signal.SIGKILL if ignore_term else signal.SIGTERM) for t in transport.started)
