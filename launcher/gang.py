@@ -117,7 +117,9 @@ class TaskResult:
     def describe_exit(self) -> str:
         if self.exit_code is None and self.signal is None and self.lost is None:
             return "did not exit"
-        return ExitStatus(self.exit_code, self.signal, lost=self.lost).describe()
+        text = ExitStatus(self.exit_code, self.signal, lost=self.lost).describe()
+        # a task the launcher stopped did not fail by itself: "killed by SIGKILL" alone says it did
+        return f"{text} (stopped by the launcher)" if self.stopped and self.lost is None else text
 
     @property
     def failed(self) -> bool:

@@ -236,9 +236,13 @@ def summary_outcome(summary: dict[str, Any]) -> str:
     attempts = summary.get("attempts")
     step = summary.get("final_step")
     at = f"at step {step}" if _is_int(step) else "before any step"
-    count = len(attempts) if isinstance(attempts, list) else 0
+    listed = attempts if isinstance(attempts, list) else []
+    count = len(listed)
+    first = listed[0].get("attempt") if listed and isinstance(listed[0], dict) else 0
+    # a resumed run numbers its attempts on from the launches before it: say whose attempts are counted
+    these = " of this launch" if isinstance(first, int) and first > 0 else ""
     return (
-        f"{summary.get('state')} {at} after {count} attempt(s) "
+        f"{summary.get('state')} {at} after {count} attempt(s){these} "
         f"({summary.get('restarts', 0)} restart(s), {summary.get('preemptions', 0)} preemption(s))"
     )
 

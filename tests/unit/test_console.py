@@ -150,6 +150,11 @@ def test_status_of_a_finished_run(tmp_path: Path) -> None:
     assert "succeeded at step 60 after 2 attempt(s)" in text
     assert "first failure: worker:1 on localhost killed by SIGKILL (attempt 0)" in text
     assert "step 60 weights abc" in text
+    # a resumed run's attempts are numbered on from its earlier launches: its count says whose they are
+    for attempt in summary["attempts"]:
+        attempt["attempt"] += 2
+    (tmp_path / "summary.json").write_text(json.dumps(summary))
+    assert "succeeded at step 60 after 2 attempt(s) of this launch" in describe_run(str(tmp_path)).text
 
 
 def test_a_notice_quoting_a_tasks_error_file_reaches_the_screen_as_text() -> None:

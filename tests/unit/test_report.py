@@ -18,3 +18,12 @@ def test_a_host_lost_while_being_stopped_is_the_root_cause_of_its_attempt() -> N
     result = RunResult("r", "/tmp/r", LaunchState.FAILED, [attempt])
     assert [t.name for _, t in failures(result)] == ["worker:1", "worker:0"]  # the stopped one is not a failure
     assert "root cause: worker:1 on 10.0.0.2 (pid 7) lost: nothing from 10.0.0.2" in failure_text(result)
+
+
+def test_a_task_the_launcher_stopped_says_so_beside_its_signal() -> None:
+    stopped = ended("worker:0", "localhost", 8.0, stopped=True, exit_code=-9)
+    crashed = ended("worker:1", "localhost", 8.0, exit_code=-9)
+    assert stopped.describe_exit.endswith("(stopped by the launcher)")
+    assert "stopped" not in crashed.describe_exit and crashed.describe_exit
+    cut = ended("worker:2", "10.0.0.3", 8.0, stopped=True, lost="nothing from 10.0.0.3 for 15s")
+    assert "stopped by the launcher" not in cut.describe_exit  # a lost host is a failure of its own
