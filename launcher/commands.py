@@ -13,7 +13,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from launcher import exit_codes
 from launcher.errors import PreflightError, UsageError
@@ -99,70 +99,6 @@ def check(spec: ClusterSpec, allocation: Allocation | None) -> int:
     return exit_codes.SUCCEEDED
 
 
-def _resume_notice(spec: ClusterSpec) -> str | None:
-    """Say so when a launch will resume from earlier checkpoints of the same run."""
-    from launcher.fresh import has_checkpoints
-    from launcher.plan import checkpoint_dir_of
-    from launcher.run import run_dir_of
-    from launcher.run_lock import check_run_dir
-    from worker.contract import RunLayout
-
-    layout = RunLayout(str(run_dir_of(spec)))
-    check_run_dir(layout.run_dir)  # another user's, or swappable: refused before anything is read from it
-    checkpoints = checkpoint_dir_of(spec, layout, os.getcwd())
-    if not has_checkpoints(checkpoints):
-        return None
-    from launcher.bundle import recorded_spec
-
-    before, now = _what_trains(_saved_spec(layout.spec_file)), _what_trains(recorded_spec(spec))
-    if before is not None and before != now:
-        raise UsageError(
-            f"{layout.run_dir} holds the checkpoints of another training ({_shown_training(before)}; now "
-            f"{_shown_training(now or {})}), which this one cannot resume: give --fresh to start over (the old "
-            "files are moved aside, not deleted) or --name NAME to keep both. Nothing was started."
-        )
-    return f"run {spec.name}: resuming from the checkpoints in {checkpoints} ('--fresh' starts over)"
-
-
-# What a checkpoint belongs to: the program, model and optimizer that wrote it, each setting that
-# changes what is saved (not steps or logging settings, which a resumed run may change).
-_TRAINING_IDENTITY = (
-    "kind",
-    "argv",
-    "target",
-    "model",
-    "dataset",
-    "optimizer",
-    "features",
-    "hidden_units",
-    "mixed_precision",
-)
-
-
-def _saved_spec(path: str) -> dict[str, Any] | None:
-    """The spec the run's last launch kept (spec.json), or None when there is none to read."""
-    from launcher.log_reading import read_end
-
-    try:
-        data = json.loads(read_end(path))
-    except ValueError:  # none (an older run), or not a regular file
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _what_trains(spec: dict[str, Any] | None) -> dict[str, Any] | None:
-    training = spec.get("training") if spec is not None else None
-    if not isinstance(training, dict):
-        return None
-    return {key: training.get(key) for key in _TRAINING_IDENTITY if training.get(key) is not None}
-
-
-def _shown_training(training: dict[str, Any]) -> str:
-    if isinstance(training.get("argv"), list):
-        return printable("command " + " ".join(str(arg) for arg in training["argv"]))
-    return printable(", ".join(f"{key} {value}" for key, value in training.items()))
-
-
 def run(
     spec: ClusterSpec,
     console_options: ConsoleOptions,
@@ -173,6 +109,7 @@ def run(
     from launcher.console import Console
     from launcher.gang import LaunchState
     from launcher.report import failure_text, success_text
+    from launcher.resume import resume_notice
     from launcher.run import launch, run_dir_of
 
     freeze_start_up()
@@ -187,7 +124,7 @@ def run(
 
         for line in start_over(spec, run_dir_of(spec), os.getcwd()):
             console.notice(f"--fresh: moved {line}")
-    elif (notice := _resume_notice(spec)) is not None:
+    elif (notice := resume_notice(spec)) is not None:
         console.notice(notice)
     result = launch(spec, console, faults, allocation)
     if result.state is LaunchState.SUCCEEDED:
@@ -228,7 +165,6 @@ def schema(output: str | None) -> int:
     if output is None:
         print(text, end="")
         return exit_codes.SUCCEEDED
-    from launcher.errors import UsageError
 
     try:
         Path(output).write_text(text, encoding="utf-8")

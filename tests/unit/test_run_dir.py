@@ -245,11 +245,11 @@ def test_a_status_naming_pid_0_is_never_a_live_launcher(tmp_path: Path) -> None:
 
 
 def test_a_resume_refuses_checkpoints_of_another_model_or_optimizer_but_not_other_steps() -> None:
-    from launcher.commands import _what_trains
+    from launcher.resume import what_trains
 
     def trains(**changed: object) -> object:
         training = {"kind": "builtin", "steps": 200, "optimizer": "adam", "hidden_units": 64, "features": 16}
-        return _what_trains({"training": {**training, **changed}})
+        return what_trains({"training": {**training, **changed}})
 
     assert trains(steps=400, log_every=5) == trains()  # training further resumes
     for changed in ({"optimizer": "sgd"}, {"hidden_units": 32}, {"features": 8}, {"mixed_precision": "mixed_float16"}):
