@@ -9,7 +9,6 @@ from __future__ import annotations
 import gc
 import json
 import logging
-import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -109,8 +108,8 @@ def run(
     from launcher.console import Console
     from launcher.gang import LaunchState
     from launcher.report import failure_text, success_text
-    from launcher.resume import resume_notice
-    from launcher.run import launch, run_dir_of
+    from launcher.resume import resume_or_start_over
+    from launcher.run import launch
 
     freeze_start_up()
     console = Console(
@@ -119,13 +118,7 @@ def run(
         verbose=console_options.verbose,
         show=console_options.show,
     )
-    if fresh:
-        from launcher.fresh import start_over
-
-        for line in start_over(spec, run_dir_of(spec), os.getcwd()):
-            console.notice(f"--fresh: moved {line}")
-    elif (notice := resume_notice(spec)) is not None:
-        console.notice(notice)
+    resume_or_start_over(spec, fresh, console.notice)
     result = launch(spec, console, faults, allocation)
     if result.state is LaunchState.SUCCEEDED:
         console.notice(success_text(result))

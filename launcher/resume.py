@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from launcher.errors import UsageError
@@ -12,7 +13,21 @@ from launcher.masking import printable
 if TYPE_CHECKING:
     from launcher.spec import ClusterSpec
 
-__all__ = ["resume_notice", "what_trains"]
+__all__ = ["resume_or_start_over", "resume_notice", "what_trains"]
+
+
+def resume_or_start_over(spec: ClusterSpec, fresh: bool, say: Callable[[str], None]) -> None:
+    """Before a launch, from the command line or Python alike: with `fresh` move the run's old files
+    aside, else refuse another training's checkpoints and say when this one resumes its own."""
+    from launcher.run import run_dir_of
+
+    if fresh:
+        from launcher.fresh import start_over
+
+        for line in start_over(spec, run_dir_of(spec), os.getcwd()):
+            say(f"--fresh: moved {line}")
+    elif (notice := resume_notice(spec)) is not None:
+        say(notice)
 
 
 def resume_notice(spec: ClusterSpec) -> str | None:
@@ -34,8 +49,9 @@ def resume_notice(spec: ClusterSpec) -> str | None:
     if before is not None and before != now:
         raise UsageError(
             f"{layout.run_dir} holds the checkpoints of another training ({_shown_training(before)}; now "
-            f"{_shown_training(now or {})}), which this one cannot resume: give --fresh to start over (the old "
-            "files are moved aside, not deleted) or --name NAME to keep both. Nothing was started."
+            f"{_shown_training(now or {})}), which this one cannot resume: give --fresh (fresh=True in Python) to "
+            "start over (the old files are moved aside, not deleted) or --name NAME (name=) to keep both. Nothing "
+            "was started."
         )
     return f"run {spec.name}: resuming from the checkpoints in {checkpoints} ('--fresh' starts over)"
 

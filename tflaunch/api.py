@@ -59,10 +59,10 @@ def launch(
     known-harmless start-up lines too; `show`: echo only these tasks (`["worker:0"]`)."""
     from launcher.console import Console
     from launcher.errors import InterruptedLaunchError
-    from launcher.fresh import start_over
     from launcher.gang import LaunchState
     from launcher.report import failure_text, success_text
     from launcher.request import LaunchRequest, request_spec, shown_tasks
+    from launcher.resume import resume_or_start_over
     from launcher.run import launch as run_launch
     from launcher.run import run_dir_of
 
@@ -72,9 +72,7 @@ def launch(
     names = show if isinstance(show, str) else ",".join(show)  # "worker:0,worker:1" or a list of names
     shown = shown_tasks(parsed, names, flag="show=") if show else frozenset()
     console = Console(quiet=not echo, live=False, out=sys.stdout, err=sys.stdout, verbose=verbose, show=shown)
-    if fresh:
-        for line in start_over(parsed, run_dir_of(parsed), os.getcwd()):
-            console.notice(f"--fresh: moved {line}")
+    resume_or_start_over(parsed, fresh, console.notice)  # another training's checkpoints are refused
     try:
         result = run_launch(parsed, console)
     except InterruptedLaunchError as error:

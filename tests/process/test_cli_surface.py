@@ -162,6 +162,24 @@ def test_checkpoints_of_another_training_are_not_resumed(work: Path) -> None:
     assert same.returncode == 0 and "resuming from the checkpoints" in same.stderr, same.stderr
 
 
+def test_the_python_api_refuses_another_trainings_checkpoints_too(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tflaunch
+    from launcher.errors import UsageError
+
+    monkeypatch.chdir(work)
+    spec = {"name": "api", "run_root": str(work / "runs"), "hosts": [{"address": "localhost", "workers": 1}]}
+    assert tflaunch.launch(spec, command=["python3", "-c", "pass"], echo=False).succeeded
+    checkpoints = work / "runs" / "api" / "checkpoints"
+    checkpoints.mkdir(exist_ok=True)
+    (checkpoints / "ckpt-1.index").write_text("the first command's")
+    saved = (work / "runs" / "api" / "spec.json").read_text()
+    with pytest.raises(UsageError, match="holds the checkpoints of another training"):
+        tflaunch.launch(spec, command=["python3", "-c", "print('other')"], echo=False)
+    assert (work / "runs" / "api" / "spec.json").read_text() == saved  # nothing started, nothing rewritten
+    assert not (work / "runs" / "api" / "attempt-1").exists()
+    assert tflaunch.launch(spec, command=["python3", "-c", "print('other')"], fresh=True, echo=False).succeeded
+
+
 def test_the_python_api_returns_the_result_and_restores_signal_handlers(
     work: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
