@@ -80,7 +80,8 @@ def run_parser() -> argparse.ArgumentParser:
         "--check",
         action="store_true",
         help="run the preflight checks on every host (SSH, python, "
-        "tensorflow, directories, shared checkpoints, ports, full mesh) and start nothing",
+        "tensorflow, directories, shared checkpoints, ports, full mesh) and on the run directory "
+        "(ours, not running, no other training's checkpoints) and start nothing",
     )
     parser.add_argument(
         "--inject",

@@ -81,9 +81,17 @@ def dry_run(plan: LaunchPlan, as_json: bool) -> int:
 
 
 def check(spec: ClusterSpec, allocation: Allocation | None) -> int:
-    from launcher.run import make_planner, make_transport, preflight
+    """The preflight, and what the launch would refuse in its run directory (another user's, a run
+    still going, another training's checkpoints), without starting anything."""
+    from launcher.resume import resume_notice
+    from launcher.run import make_planner, make_transport, preflight, run_dir_of
+    from launcher.run_lock import check_run_dir, refuse_if_running
 
     freeze_start_up()
+    run_dir = str(run_dir_of(spec))
+    check_run_dir(run_dir)
+    refuse_if_running(run_dir)
+    resuming = resume_notice(spec)
     plan = make_planner(spec)(0)
     transport = make_transport(spec, allocation)
     try:
@@ -94,6 +102,8 @@ def check(spec: ClusterSpec, allocation: Allocation | None) -> int:
         print(f"  {line}")
     if not report.ok:
         raise PreflightError(report.problems)
+    if resuming is not None:
+        print(f"  {resuming}")
     print(f"preflight passed: {len(spec.hosts)} host(s), {len(plan.tasks)} task(s)")
     return exit_codes.SUCCEEDED
 

@@ -158,6 +158,11 @@ def test_checkpoints_of_another_training_are_not_resumed(work: Path) -> None:
     assert other.returncode == 2, other.stderr
     assert "holds the checkpoints of another training (command python3 -c pass; now command python3 -c" in other.stderr
     assert "--fresh" in other.stderr and "other" not in other.stdout
+    checked = run_launch([*args, "--check", "--", "python3", "-c", "print('other')"], work)
+    assert checked.returncode == 2 and "holds the checkpoints of another training" in checked.stderr, checked.stderr
+    assert (checkpoints / "ckpt-1.index").exists()  # --check moves nothing aside
+    same = run_launch([*args, "--check", "--", "python3", "-c", "pass"], work)
+    assert same.returncode == 0 and "resuming from the checkpoints" in same.stdout, same.stdout
     same = run_launch([*args, "--", "python3", "-c", "pass"], work)
     assert same.returncode == 0 and "resuming from the checkpoints" in same.stderr, same.stderr
 
