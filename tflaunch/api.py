@@ -62,7 +62,7 @@ def launch(
     from launcher.gang import LaunchState
     from launcher.report import failure_text, success_text
     from launcher.request import LaunchRequest, request_spec, shown_tasks
-    from launcher.resume import resume_or_start_over
+    from launcher.resume import PYTHON_WORDS, resume_or_start_over
     from launcher.run import launch as run_launch
     from launcher.run import run_dir_of
 
@@ -72,7 +72,7 @@ def launch(
     names = show if isinstance(show, str) else ",".join(show)  # "worker:0,worker:1" or a list of names
     shown = shown_tasks(parsed, names, flag="show=") if show else frozenset()
     console = Console(quiet=not echo, live=False, out=sys.stdout, err=sys.stdout, verbose=verbose, show=shown)
-    resume_or_start_over(parsed, fresh, console.notice)  # another training's checkpoints are refused
+    resume_or_start_over(parsed, fresh, console.notice, PYTHON_WORDS)  # another training's checkpoints are refused
     try:
         result = run_launch(parsed, console)
     except InterruptedLaunchError as error:

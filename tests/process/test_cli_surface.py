@@ -165,6 +165,11 @@ def test_checkpoints_of_another_training_are_not_resumed(work: Path) -> None:
     assert same.returncode == 0 and "resuming from the checkpoints" in same.stdout, same.stdout
     same = run_launch([*args, "--", "python3", "-c", "pass"], work)
     assert same.returncode == 0 and "resuming from the checkpoints" in same.stderr, same.stderr
+    assert "fresh=True" not in other.stderr and "arguments changed" not in same.stderr
+    # the same program told something else (more steps, say) trains on from its checkpoints
+    further = run_launch([*args, "--", "python", "-c", "pass", "--steps", "40"], work)
+    assert further.returncode == 0 and "resuming from the checkpoints" in further.stderr, further.stderr
+    assert "the command's arguments changed since they were written (was: command python3 -c pass)" in further.stderr
 
 
 def test_the_python_api_refuses_another_trainings_checkpoints_too(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -178,7 +183,7 @@ def test_the_python_api_refuses_another_trainings_checkpoints_too(work: Path, mo
     checkpoints.mkdir(exist_ok=True)
     (checkpoints / "ckpt-1.index").write_text("the first command's")
     saved = (work / "runs" / "api" / "spec.json").read_text()
-    with pytest.raises(UsageError, match="holds the checkpoints of another training"):
+    with pytest.raises(UsageError, match="holds the checkpoints of another training.*fresh=True"):
         tflaunch.launch(spec, command=["python3", "-c", "print('other')"], echo=False)
     assert (work / "runs" / "api" / "spec.json").read_text() == saved  # nothing started, nothing rewritten
     assert not (work / "runs" / "api" / "attempt-1").exists()

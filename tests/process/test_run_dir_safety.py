@@ -79,8 +79,9 @@ def test_a_run_directory_others_can_write_is_refused(work: Path) -> None:
 
 def test_a_second_launch_of_a_running_run_is_refused_naming_the_first(work: Path) -> None:
     path = spec(work)
+    sleeper = ["python3", "-c", "import time; time.sleep(60)"]
     first = subprocess.Popen(
-        launch_cmd("--cluster", str(path), "--plain", "--", "python3", "-c", "import time; time.sleep(60)"),
+        launch_cmd("--cluster", str(path), "--plain", "--", *sleeper),
         cwd=work,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -91,15 +92,20 @@ def test_a_second_launch_of_a_running_run_is_refused_naming_the_first(work: Path
         while not (lock.exists() and lock.read_text().strip()):
             assert time.monotonic() < deadline and first.poll() is None
             time.sleep(0.05)
-        second = run_launch(["--cluster", str(path), "--", "true"], work)
+        (work / "runs" / "r" / "checkpoints").mkdir(exist_ok=True)
+        (work / "runs" / "r" / "checkpoints" / "ckpt-1.index").write_text("the first launch's")
+        second = run_launch(["--cluster", str(path), "--", *sleeper], work)
         assert second.returncode == 2 and f"another launcher (pid {first.pid})" in second.stderr, second.stderr
+        assert "resuming" not in second.stderr  # refused before any word of resuming
+        checked = run_launch(["--cluster", str(path), "--check", "--", *sleeper], work)
+        assert checked.returncode == 2 and f"another launcher (pid {first.pid})" in checked.stderr, checked.stderr
         fresh = run_launch(["--cluster", str(path), "--fresh", "--", "true"], work)
         assert fresh.returncode == 2 and f"pid {first.pid}" in fresh.stderr and (work / "runs" / "r").is_dir()
         assert not list((work / "runs" / "r").glob("attempt-1")), "the refused launch started an attempt"
     finally:
         first.send_signal(signal.SIGINT)
         assert first.wait(30) == 130
-    again = run_launch(["--cluster", str(path), "--", "true"], work)
+    again = run_launch(["--cluster", str(path), "--fresh", "--", "true"], work)
     assert again.returncode == 0, again.stderr  # the lock went with the first launcher
 
 

@@ -254,3 +254,29 @@ def test_a_resume_refuses_checkpoints_of_another_model_or_optimizer_but_not_othe
     assert trains(steps=400, log_every=5) == trains()  # training further resumes
     for changed in ({"optimizer": "sgd"}, {"hidden_units": 32}, {"features": 8}, {"mixed_precision": "mixed_float16"}):
         assert trains(**changed) != trains(), changed
+
+
+def test_a_command_resumes_whatever_its_own_arguments_but_not_another_program() -> None:
+    from launcher.resume import what_trains
+
+    def trains(*argv: str) -> object:
+        return what_trains({"training": {"kind": "command", "argv": list(argv)}})
+
+    same = trains("python3", "train.py")
+    for argv in (
+        ("python3", "train.py", "--steps", "40"),
+        ("python", "./train.py"),
+        ("/usr/bin/python3.11", "-u", "-X", "dev", "train.py", "--lr", "0.1"),
+    ):
+        assert trains(*argv) == same, argv
+    assert trains("python3", "-m", "pkg.train", "--steps", "9") == trains("python", "-mpkg.train")
+    for argv in (
+        ("python3", "other.py"),
+        ("python3", "-m", "train"),
+        ("python3", "-c", "pass"),
+        ("bash", "train.py"),
+        ("./train", "--steps", "4"),
+    ):
+        assert trains(*argv) != same, argv
+    assert trains("./train", "--steps", "4") == trains("train", "--steps", "8")
+    assert trains("bash", "a.sh", "-x") != trains("bash", "b.sh", "-x")
