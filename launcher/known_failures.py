@@ -70,8 +70,8 @@ KNOWN_FAILURES: tuple[KnownFailure, ...] = (
     _known(
         "tensorflow-is-not-installed",
         r"No module named '?tensorflow'?(?:$|\s)",
-        "TensorFlow is not installed for the python this task runs: pip install 'tflaunch[tf]' on that host, "
-        "or point the spec's `python` at an environment that has it",
+        "TensorFlow is not installed for the python this task runs: pip install 'tensorflow==2.21.*' (or this "
+        "project's '.[tf]') for it on that host, or point the spec's `python` at an environment that has it",
     ),
     _known(
         "tf-keras-is-not-installed",

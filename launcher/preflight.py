@@ -112,7 +112,7 @@ def run_preflight(spec: ClusterSpec, plan: LaunchPlan, transport: Transport) -> 
     for host in live:
         info = host.info
         report.lines.append(
-            f"{host.address}: python {info['python']}, tensorflow {info['tensorflow'] or 'MISSING'}, "
+            f"{host.address}: python {info['python']}, tensorflow {info['tensorflow'] or _NO_TENSORFLOW[need_worker]}, "
             f"{len(host.tasks)} task(s) on port(s) {', '.join(str(t.port) for t in host.tasks)}"
         )
         report.hosts.append(_host_record(host))
@@ -155,6 +155,7 @@ def _check_gpus(hosts: list[_Host], report: PreflightReport) -> None:
             report.lines.append(f"{host.address}: GPUs {', '.join(map(str, host.wanted))} of {host.found.describe()}")
 
 
+_NO_TENSORFLOW = {True: "MISSING", False: "not installed for this python (the command must bring its own)"}
 WORKER_PYTHON = (3, 11)  # the runtime starts as `python -P -m worker` (-P: 3.11+)
 
 
@@ -168,10 +169,10 @@ def _older_than(version: object, least: tuple[int, int]) -> bool:
 def _check_info(hosts: list[_Host], plan: LaunchPlan, need_worker: bool, report: PreflightReport) -> None:
     for host in hosts:
         info = host.info
-        if not info["tensorflow"]:
+        if not info["tensorflow"] and need_worker:  # a command of yours may run another python, with its own
             report.problems.append(
-                f"{host.address}: tensorflow is not installed for {info['executable']}; install it there with the "
-                "project's TensorFlow extra (pip install 'tflaunch[tf]', or pip install 'tensorflow==2.21.*')"
+                f"{host.address}: tensorflow is not installed for {info['executable']}; install it there with this "
+                "project's TensorFlow extra (pip install '.[tf]' in a clone of it, or pip install 'tensorflow==2.21.*')"
             )
         if need_worker and _older_than(info.get("python"), WORKER_PYTHON):
             report.problems.append(

@@ -235,3 +235,23 @@ def test_the_python_api_echoes_only_the_tasks_shown(
     assert "[worker:0] hello from" in out and "[worker:1]" not in out
     with pytest.raises(UsageError, match="no task worker:5"):
         tflaunch.launch(spec, command=hello, show=["worker:5"])
+
+
+def test_a_python_without_tensorflow_runs_a_command_but_not_the_built_in_runtime(work: Path) -> None:
+    """The launcher alone (no TensorFlow) starts a command, which may bring its own interpreter; the
+    built-in runtime is refused by the preflight, naming the host and the python."""
+    import subprocess
+
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(work / "bare")], check=True, timeout=120)
+    bare = str(work / "bare" / "bin" / "python")
+    spec = {"name": "bare", "run_root": str(work / "runs"), "python": bare, "hosts": [{"address": "localhost"}]}
+    path = write_spec(work, spec)
+    checked = run_launch(["--cluster", str(path), "--check", "--", "python3", "-c", "pass"], work)
+    assert checked.returncode == 0, checked.stderr
+    assert "tensorflow not installed for this python (the command must bring its own)" in checked.stdout
+    ran = run_launch(
+        ["--cluster", str(path), "--plain", "--", "python3", "-c", "import sys; print(sys.executable)"], work
+    )
+    assert ran.returncode == 0 and f"[worker:0] {bare}" in ran.stdout, ran.stderr
+    built_in = run_launch(["--cluster", str(path), "--check"], work)
+    assert built_in.returncode != 0 and f"localhost: tensorflow is not installed for {bare}" in built_in.stderr
