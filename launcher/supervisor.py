@@ -389,6 +389,9 @@ class Supervisor:
         self._await_exits(min(deadline, self._clock() + _QUIET_STOP_S))
         self._say_who_is_awaited([t for t in live if t.exit is None], deadline - self._clock())
         self._await_exits(deadline)
+        cut_short = [t for t in live if t.exit is None] if self.hurry and grace > 0 else []
+        if cut_short:
+            self._on_notice(f"interrupted again: SIGKILL to {len(cut_short)} task(s) now, without their grace period")
         for task in self._tasks.values():
             if task.process is not None and (task.exit is None or not task.process.gone()):
                 task.process.signal(signal.SIGKILL)

@@ -286,3 +286,20 @@ def test_a_stop_that_takes_long_says_what_it_waits_for_and_how_to_cut_it_short(t
         waits = [n for n in notices if n.startswith("waiting up to")]
         assert len(waits) == len(expected) and all(e in w for e, w in zip(expected, waits, strict=True)), notices
         assert all(t.signals[-1] == (signal.SIGKILL if ignore_term else signal.SIGTERM) for t in transport.started)
+
+
+def test_a_second_interrupt_during_the_grace_period_says_it_kills_now(tmp_path: Path) -> None:
+    spec = fake_spec(2, grace_period_s=3600)
+    transport, notices = FakeTransport(), []
+    sup = Supervisor(
+        fake_planner(spec, str(tmp_path)), transport, RestartPolicy(spec.restart), True, on_notice=notices.append
+    )
+    sup.start()
+    for task in transport.started:
+        task.ignore_term = True
+    # the second Ctrl-C, once the first stop has said what it waits for
+    sup._on_drained = lambda: setattr(sup, "hurry", any(n.startswith("waiting up to") for n in notices))
+    sup.shutdown()
+    assert any("waiting up to" in n and "interrupt again" in n for n in notices), notices
+    assert "interrupted again: SIGKILL to 2 task(s) now" in notices[-1], notices
+    assert all(t.signals == [signal.SIGTERM, signal.SIGKILL] for t in transport.started)
