@@ -232,7 +232,9 @@ class Console:
                 continue
             if task.exit is not None:
                 row.state = "exited 0" if task.exit.ok else task.exit.describe()
-            elif task.joined and row.state == "starting":
+            elif status.stopping:
+                row.state = "stopping"
+            elif task.joined and row.state in ("starting", "stopping"):
                 row.state = "running"
         return status
 
@@ -314,6 +316,7 @@ class Console:
             "updated": time.time(),
             "attempt": status.attempt if status else self._attempt,
             "restarts": status.restarts if status else 0,
+            "stopping": status.stopping if status else False,
             "spares": {"ready": status.spares[0], "standing_by": status.spares[1]} if status else None,
             "tasks": [
                 {

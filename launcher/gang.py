@@ -77,6 +77,7 @@ class GangStatus:
     tasks: tuple[TaskStatus, ...]
     earlier_causes: tuple[str | None, ...] = ()  # root-cause signature of every earlier restarted attempt
     spares: tuple[int, int] = (0, 0)  # warm spares for the next attempt: (ready, standing by)
+    stopping: bool = False  # the launcher is stopping the gang's tasks (to restart, or to end)
 
     @property
     def all_succeeded(self) -> bool:

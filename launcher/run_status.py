@@ -75,6 +75,7 @@ class LauncherStatus:
     attempt: int
     restarts: int
     tasks: tuple[dict[str, Any], ...]
+    stopping: bool = False  # its tasks were being stopped (to restart, or to end the run)
 
 
 @dataclass(frozen=True)
@@ -162,6 +163,7 @@ def _launcher_status(data: dict[str, Any], path: str) -> LauncherStatus:
         attempt=_field(data, "attempt", int, path),
         restarts=_field(data, "restarts", int, path),
         tasks=tuple(tasks),
+        stopping=data.get("stopping") is True,
     )
 
 
@@ -229,6 +231,12 @@ def _task_rows(tasks: tuple[dict[str, Any], ...]) -> list[str]:
             f"{f'{rate:.1f}' if _is_number(rate) else '':>8}{loss_cell}  {str(task.get('last_line', ''))[:60]}"
         )
     return lines
+
+
+def _as_last_seen(task: dict[str, Any]) -> dict[str, Any]:
+    """A task row of a launcher that is gone: its state is what was last seen, its rate no longer is."""
+    state = str(task.get("state", ""))
+    return {**task, "state": f"was {state}" if state else "", "steps_per_s": None}
 
 
 def summary_outcome(summary: dict[str, Any]) -> str:
@@ -324,8 +332,8 @@ def describe_run(run_dir: str) -> RunDescription:
         age = time.time() - live.updated
         if launcher_process(live) is not None:
             head = (
-                f"{run_dir}: running (launcher pid {live.pid}, attempt {live.attempt}, restarts {live.restarts}, "
-                f"updated {age:.0f}s ago)"
+                f"{run_dir}: {'stopping its tasks' if live.stopping else 'running'} (launcher pid {live.pid}, "
+                f"attempt {live.attempt}, restarts {live.restarts}, updated {age:.0f}s ago)"
             )
             code = exit_codes.RUNNING
         else:
@@ -334,7 +342,8 @@ def describe_run(run_dir: str) -> RunDescription:
                 f"(killed?); last status from {age:.0f}s ago, attempt {live.attempt}, restarts {live.restarts}"
             )
             code = exit_codes.STOPPED
-        return RunDescription(_screen_text([head, *_task_rows(live.tasks)]), code)
+        tasks = live.tasks if code == exit_codes.RUNNING else tuple(_as_last_seen(task) for task in live.tasks)
+        return RunDescription(_screen_text([head, *_task_rows(tasks)]), code)
     layout = files.layout
     if files.summary is None:
         raise RunStatusError(

@@ -136,6 +136,7 @@ class Supervisor:
         self._causes: list[str | None] = []  # root-cause signature of each restarted (not preempted) attempt
         self.hurry = False  # set on a second interrupt: skip the grace period
         self._interrupted = False  # stopping because the launcher was told to stop
+        self._stopping = False  # in stop_all: what the status shows while tasks are given time to leave
         self.state = LaunchState.STARTING
         self.result: RunResult | None = None
         self._restart_times: RestartTimes | None = None  # how the current attempt came about, if by a restart
@@ -165,6 +166,7 @@ class Supervisor:
             tasks=tuple(self._task_status(t) for t in self._tasks.values() if not t.launch.sidecar),
             earlier_causes=tuple(self._causes),
             spares=self._transport.spares(),
+            stopping=self._stopping,
         )
 
     def _task_status(self, t: _Task) -> TaskStatus:
@@ -380,6 +382,13 @@ class Supervisor:
 
     def stop_all(self, grace_s: float, send_term: bool = True) -> None:
         """SIGTERM every live group, wait out one deadline, SIGKILL, wait until all are gone."""
+        self._stopping = True
+        try:
+            self._stop_all(grace_s, send_term)
+        finally:
+            self._stopping = False
+
+    def _stop_all(self, grace_s: float, send_term: bool) -> None:
         grace = 0.0 if self.hurry else grace_s
         live = [t for t in self._tasks.values() if t.process is not None and t.exit is None]
         for task in live if send_term else []:

@@ -157,6 +157,16 @@ def test_a_launcher_killed_without_summary_exits_5(tmp_path: Path) -> None:
     shown = describe_run(layout.run_dir)
     assert shown.exit_code == exit_codes.STOPPED
     assert "stopped: its launcher" in shown.text and "is gone and wrote no summary" in shown.text
+    row = shown.text.splitlines()[-1]
+    assert "was running" in row and "3.0" not in row  # last seen, not running now
+
+
+def test_a_launcher_stopping_its_tasks_says_so(tmp_path: Path) -> None:
+    layout = _layout(tmp_path)
+    _write(layout.status_file, _own_status(stopping=True))
+    shown = describe_run(layout.run_dir)
+    assert shown.exit_code == exit_codes.RUNNING
+    assert f": stopping its tasks (launcher pid {os.getpid()}, attempt 1" in shown.text
 
 
 def test_a_summary_of_an_earlier_launch_does_not_hide_a_killed_one(tmp_path: Path) -> None:

@@ -282,9 +282,12 @@ def test_a_stop_that_takes_long_says_what_it_waits_for_and_how_to_cut_it_short(t
         sup.start()
         for task in transport.started:
             task.ignore_term = ignore_term
+        stopping: list[bool] = []
+        sup._on_drained = lambda sup=sup, seen=stopping: seen.append(sup.status().stopping)  # type: ignore[misc]
         sup.shutdown()
         waits = [n for n in notices if n.startswith("waiting up to")]
         assert len(waits) == len(expected) and all(e in w for e, w in zip(expected, waits, strict=True)), notices
+        assert stopping and all(stopping) and not sup.status().stopping  # shown while it stops, and only then
         assert all(t.signals[-1] == (signal.SIGKILL if ignore_term else signal.SIGTERM) for t in transport.started)
 
 
