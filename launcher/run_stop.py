@@ -132,8 +132,9 @@ def stop_launcher(
     if not _wait_gone(process, timeout_s):
         return StopResult(
             f"{run_dir}: the launcher (pid {status.pid}) is still running {timeout_s:g}s after SIGINT; it may still "
-            f"be stopping its tasks. See `launch status {run_dir}`; to force it: kill -TERM {status.pid}.",
-            exit_codes.FAILED,
+            f"be giving its tasks their grace period to save. See `launch status {run_dir}`; `launch stop {run_dir}` "
+            f"again (or kill -TERM {status.pid}) kills its tasks at once.",
+            exit_codes.RUNNING,
         )
     after = read_run(run_dir)
     if after.summary is not None and after.summary_is_current:
