@@ -18,9 +18,11 @@ from typing import TYPE_CHECKING, Any
 from tflaunch.events import record, report
 
 if TYPE_CHECKING:
+    from launcher.errors import LaunchError, SpecError, UsageError
     from tflaunch.api import LaunchResult
 
-__all__ = ["__version__", "launch", "record", "report"]
+__all__ = ["LaunchError", "SpecError", "UsageError", "__version__", "launch", "record", "report"]
+_ERRORS = ("LaunchError", "SpecError", "UsageError")  # what `launch` raises, to catch without the launcher's name
 __version__ = "0.1.0"  # launcher.__version__ and pyproject's, as tests/unit/test_contract.py checks
 
 
@@ -29,3 +31,12 @@ def launch(spec: Any, **options: Any) -> LaunchResult:
     from tflaunch.api import launch as _launch
 
     return _launch(spec, **options)
+
+
+def __getattr__(name: str) -> Any:
+    """The errors `launch` raises, imported only when asked for (`report` stays free of the launcher)."""
+    if name in _ERRORS:
+        import launcher.errors
+
+        return getattr(launcher.errors, name)
+    raise AttributeError(f"module 'tflaunch' has no attribute {name!r}")

@@ -174,7 +174,7 @@ def test_checkpoints_of_another_training_are_not_resumed(work: Path) -> None:
 
 def test_the_python_api_refuses_another_trainings_checkpoints_too(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import tflaunch
-    from launcher.errors import UsageError
+    from tflaunch import UsageError
 
     monkeypatch.chdir(work)
     spec = {"name": "api", "run_root": str(work / "runs"), "hosts": [{"address": "localhost", "workers": 1}]}

@@ -101,3 +101,21 @@ def test_tflaunchs_own_copies_of_the_contract_names_and_version_agree() -> None:
     assert (tflaunch.events.EVENT_FD_VAR, tflaunch.events.RECORD) == (contract.EVENT_FD_VAR, contract.RECORD)
     version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
     assert tflaunch.__version__ == launcher.__version__ == version
+
+
+def test_tflaunch_offers_the_errors_launch_raises_without_loading_the_launcher_for_report() -> None:
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    code = (
+        "import sys, tflaunch\n"
+        "loaded_by_import = 'launcher' in sys.modules\n"
+        "from tflaunch import LaunchError, SpecError, UsageError\n"
+        "import launcher.errors as errors\n"
+        "assert (LaunchError, SpecError, UsageError) == (errors.LaunchError, errors.SpecError, errors.UsageError)\n"
+        "print(loaded_by_import, hasattr(tflaunch, 'Nope'))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert out.stdout.split() == ["False", "False"], out.stderr
