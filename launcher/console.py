@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from launcher.benign_lines import is_benign
+from launcher.durations import duration_text
 from launcher.gang import GangStatus
 from launcher.masking import printable
 from launcher.plan import TaskLaunch
@@ -91,15 +92,6 @@ def _task_order(view: TaskView) -> tuple[int, str, int, str]:
     name, _, host = view.label.partition("@")
     task_type, _, index = name.partition(":")
     return (_TYPE_ORDER.get(task_type, 3), task_type, int(index) if index.isdigit() else -1, host)
-
-
-def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return ""
-    seconds = int(round(seconds))
-    if seconds >= 3600:
-        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
-    return f"{seconds // 60}:{seconds % 60:02d}"
 
 
 class Console:
@@ -253,7 +245,7 @@ class Console:
                     str(self._attempt),
                     step,
                     "" if view.rate is None else f"{view.rate:.1f}",
-                    _duration(view.eta_s),
+                    duration_text(view.eta_s),
                     "" if view.loss is None else f"{view.loss:.4g}",
                     view.last_line,
                 ]
