@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from launcher import exit_codes
+from launcher.durations import duration_text
 from launcher.errors import UsageError
 from launcher.log_reading import LoggedException
 from launcher.masking import printable, redact
@@ -222,21 +223,34 @@ def _is_number(value: object) -> bool:
 def _task_rows(tasks: tuple[dict[str, Any], ...]) -> list[str]:
     with_loss = any(_is_number(task.get("loss")) for task in tasks)
     loss_head = f" {'loss':>9}" if with_loss else ""
-    lines = [f"  {'task':<22} {'state':<18} {'step':>13} {'steps/s':>8}{loss_head}  last line"]
+    with_eta = any(_is_number(task.get("eta_s")) for task in tasks)
+    eta_head = f" {'ETA':>7}" if with_eta else ""
+    lines = [f"  {'task':<22} {'state':<18} {'step':>13} {'steps/s':>8}{eta_head}{loss_head}  last line"]
     for task in tasks:
-        rate, loss = task.get("steps_per_s"), task.get("loss")
+        rate, loss, eta = task.get("steps_per_s"), task.get("loss"), task.get("eta_s")
         loss_cell = f" {f'{loss:.4g}' if _is_number(loss) else '':>9}" if with_loss else ""
+        eta_cell = f" {_eta_text(eta):>7}" if with_eta else ""
+        rate_cell = f"{f'{rate:.1f}' if _is_number(rate) else '':>8}"
         lines.append(
             f"  {str(task['task']):<22} {str(task.get('state', ''))[:18]:<18} {_step_text(task):>13} "
-            f"{f'{rate:.1f}' if _is_number(rate) else '':>8}{loss_cell}  {str(task.get('last_line', ''))[:60]}"
+            f"{rate_cell}{eta_cell}{loss_cell}  {str(task.get('last_line', ''))[:60]}"
         )
     return lines
+
+
+_LONGEST_ETA_S = 10 * 365 * 86400.0  # more than any run: a file that says more is not ours to believe
+
+
+def _eta_text(value: object) -> str:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= _LONGEST_ETA_S:
+        return ""  # also NaN, which compares false
+    return duration_text(value)
 
 
 def _as_last_seen(task: dict[str, Any]) -> dict[str, Any]:
     """A task row of a launcher that is gone: its state is what was last seen, its rate no longer is."""
     state = str(task.get("state", ""))
-    return {**task, "state": f"was {state}" if state else "", "steps_per_s": None}
+    return {**task, "state": f"was {state}" if state else "", "steps_per_s": None, "eta_s": None}
 
 
 def summary_outcome(summary: dict[str, Any]) -> str:

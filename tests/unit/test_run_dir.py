@@ -130,7 +130,15 @@ def test_a_run_that_failed_before_any_step_says_so_and_never_none(tmp_path: Path
 def test_a_running_run_exits_3_and_shows_step_of_total_and_loss(tmp_path: Path) -> None:
     layout = _layout(tmp_path)
     tasks = [
-        {"task": "worker:0", "state": "running", "step": 12, "total": 60, "loss": 0.123456, "steps_per_s": 3.0},
+        {
+            "task": "worker:0",
+            "state": "running",
+            "step": 12,
+            "total": 60,
+            "loss": 0.123456,
+            "steps_per_s": 3.0,
+            "eta_s": 16,
+        },
         {"task": "worker:1", "state": "joining", "step": None, "steps_per_s": None},
     ]
     _write(layout.status_file, _own_status(tasks=tasks))
@@ -139,6 +147,10 @@ def test_a_running_run_exits_3_and_shows_step_of_total_and_loss(tmp_path: Path) 
     assert f": running (launcher pid {os.getpid()}, attempt 1, restarts 1" in shown.text
     header, first, second = shown.text.splitlines()[1:]
     assert "loss" in header and "12/60" in first and "0.1235" in first and "3.0" in first
+    assert "ETA" in header and " 0:16 " in first
+    for forged in (float("inf"), 1e308, -5, "soon", True):
+        _write(layout.status_file, _own_status(tasks=[{**tasks[0], "eta_s": forged}]))
+        assert "12/60" in describe_run(layout.run_dir).text  # shown without an ETA, not a traceback
     assert "worker:1" in second and "None" not in second
 
 
