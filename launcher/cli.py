@@ -22,7 +22,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 from launcher import exit_codes
 from launcher.arguments import SUBCOMMANDS, run_parser, sub_parsers
@@ -168,31 +168,46 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _subcommand(own[0], own[1:], command)
         return _run(own, command)
     except LaunchError as error:
-        print(f"launch: {error}", file=sys.stderr)
+        _say(f"launch: {error}", to_stderr=True)
         return error.exit_code
     except KeyboardInterrupt:
         return exit_codes.INTERRUPTED
 
 
-def _say(text: str) -> None:
-    """Print a line of a command whose exit code carries its result: a reader that left does not
-    change that result, nor stop the command half-way (`launch stop RUN | head -1`)."""
+def _say(text: str, to_stderr: bool = False) -> None:
+    """Print a line of a command whose exit code carries its result: a reader that left (or a full
+    disk, or a closed stream) does not change that result, nor stop the command half-way
+    (`launch stop RUN | head -1`, `launch ... 2>&1 | head`)."""
+    stream = sys.stderr if to_stderr else sys.stdout
+    if stream is None:  # started with the stream closed (`>&-`)
+        return
     try:
-        print(text, flush=True)
-    except BrokenPipeError:
-        _drop_stdout()
+        print(text, file=stream, flush=True)
+    except OSError:  # EPIPE, ENOSPC, EIO: the line is lost, the result is not
+        _drop(stream)
 
 
-def _drop_stdout() -> None:
-    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+def _drop(stream: TextIO) -> None:
+    """Send what is still buffered or written to `stream` to /dev/null, so that nothing raises again."""
+    try:
+        fd = stream.fileno()
+    except (OSError, ValueError):  # not a real file: nothing to redirect
+        return
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, fd)
+    finally:
+        os.close(null)
 
 
 def entry() -> None:
     code: int | None = None
     try:
         code = main()
-        sys.stdout.flush()
-    except BrokenPipeError:  # `launch ... | head`: the reader left; not an error of ours
-        _drop_stdout()
+        if sys.stdout is not None:
+            sys.stdout.flush()
+    except BrokenPipeError:  # `launch logs ... | head`: the reader left; not an error of ours
+        if sys.stdout is not None:
+            _drop(sys.stdout)
     # a run's own outcome stands when only the last flush found the reader gone
     raise SystemExit(0 if code is None else code)

@@ -109,6 +109,7 @@ class TaskResult:
     log_path: str
     reported: bool = False
     stopped: bool = False  # still running when the launcher stopped the gang: not a failure of its own
+    killed_by_launcher: bool = False  # died of a signal the launcher sent it (SIGTERM or SIGKILL)
     lost: str | None = None  # the connection to its host was lost: why
     sidecar: bool = False  # the evaluator: its outcome never fails the run
     error: dict[str, Any] | None = None
@@ -119,8 +120,8 @@ class TaskResult:
         if self.exit_code is None and self.signal is None and self.lost is None:
             return "did not exit"
         text = ExitStatus(self.exit_code, self.signal, lost=self.lost).describe()
-        # a task the launcher stopped did not fail by itself: "killed by SIGKILL" alone says it did
-        return f"{text} (stopped by the launcher)" if self.stopped and self.lost is None else text
+        # "killed by SIGKILL" alone reads as the kernel's out-of-memory killer: say whose signal it was
+        return f"{text} (stopped by the launcher)" if self.killed_by_launcher and self.lost is None else text
 
     @property
     def failed(self) -> bool:

@@ -121,7 +121,9 @@ def _install_signals(supervisor: Supervisor) -> SignalHandlers:
 
     def handler(signum: int, frame: FrameType | None) -> None:
         if state["stopping"]:
-            supervisor.hurry = True  # a second signal: skip the grace period
+            # a second signal skips the grace period; a third, the wait for SIGKILLed tasks too
+            supervisor.give_up = supervisor.hurry
+            supervisor.hurry = True
             return
         state["stopping"] = True
         raise InterruptedLaunchError(signum)

@@ -64,6 +64,7 @@ class _Task:
     started_at: float = 0.0
     last_progress: float = 0.0
     stopped: bool = False
+    signals_sent: set[int] = field(default_factory=set)  # what the launcher sent its group to stop it
     reported: bool = False
     milestone: str | None = None
     stopped_since: float | None = None
@@ -135,6 +136,7 @@ class Supervisor:
         self.preemptions = 0
         self._causes: list[str | None] = []  # root-cause signature of each restarted (not preempted) attempt
         self.hurry = False  # set on a second interrupt: skip the grace period
+        self.give_up = False  # set on a third: stop waiting even for SIGKILLed tasks (a host that hangs)
         self._interrupted = False  # stopping because the launcher was told to stop
         self._stopping = False  # in stop_all: what the status shows while tasks are given time to leave
         self.state = LaunchState.STARTING
@@ -300,13 +302,14 @@ class Supervisor:
         if decision.action is Action.KEEP_GOING:
             return self.state
         self._decided_at = time.time()
+        wait = self._count_restart(decision) if decision.action is Action.RESTART else 0.0  # said before the stop
         self._finish_attempt(decision)
         if decision.action is Action.SUCCEED:
             self.state = LaunchState.SUCCEEDED
         elif decision.action is Action.FAIL:
             self.state = LaunchState.FAILED
-        else:
-            self._restart(decision)
+        elif self.state is not LaunchState.PREEMPTED:  # a preemption that ends the run is not restarted
+            self._restart(decision, wait)
         return self.state
 
     def _prepare_spares(self) -> None:
@@ -344,15 +347,17 @@ class Supervisor:
         trainers = [t for t in self._tasks.values() if not t.launch.sidecar]
         return bool(trainers) and all(FIRST_STEP in t.times for t in trainers)
 
-    def _restart(self, decision: Decision) -> None:
+    def _count_restart(self, decision: Decision) -> float:
+        """Count a restart (or a preemption) and say why, before its stop says what it waits for;
+        returns how long to wait before the next attempt starts."""
         self.state = LaunchState.RESTARTING
         if decision.kind is FailureKind.PREEMPTED:
             self.preemptions += 1
-            wait = 0.0
             if self._preemption_ends_run:
                 self._on_notice(f"{decision.reason}; every task saved: the run ends here to be requeued")
                 self.state = LaunchState.PREEMPTED
-                return
+                return 0.0
+            wait = 0.0
         else:
             # a crash loop backs off; an attempt that trained before it failed is restarted at once
             self._unproductive = 0 if self._made_progress() else self._unproductive + 1
@@ -360,6 +365,9 @@ class Supervisor:
             self.restarts += 1
             self._causes.append(decision.signature)
         self._on_notice(f"{decision.reason}; restarting every task" + (f" in {wait:g}s" if wait else ""))
+        return wait
+
+    def _restart(self, decision: Decision, wait: float) -> None:
         stopped_at = time.time()
         self._why_no_spare = self._why_cold()
         failed = [t.exit.time for t in self._tasks.values() if t.exit is not None and not t.exit.ok and not t.stopped]
@@ -375,7 +383,10 @@ class Supervisor:
         if decision.action is Action.FAIL:
             self._on_notice(decision.reason)
         for task in self._tasks.values():
-            task.stopped = task.exit is None and not (decision.action is Action.SUCCEED and task.launch.sidecar)
+            # once stopped, stays so (a Ctrl-C during a restart's stop decides again)
+            task.stopped = task.stopped or (
+                task.exit is None and not (decision.action is Action.SUCCEED and task.launch.sidecar)
+            )
         grace, send_term = self._policy.grace_s(decision)
         self.stop_all(grace, send_term=send_term)
         self._record(decision)
@@ -394,6 +405,7 @@ class Supervisor:
         for task in live if send_term else []:
             assert task.process is not None
             task.process.signal(signal.SIGTERM)
+            task.signals_sent.add(signal.SIGTERM)
         deadline = self._clock() + grace
         self._await_exits(min(deadline, self._clock() + _QUIET_STOP_S))
         self._say_who_is_awaited([t for t in live if t.exit is None], deadline - self._clock())
@@ -404,6 +416,8 @@ class Supervisor:
         for task in self._tasks.values():
             if task.process is not None and (task.exit is None or not task.process.gone()):
                 task.process.signal(signal.SIGKILL)
+                if task.exit is None:
+                    task.signals_sent.add(signal.SIGKILL)
         self._await_exits(self._clock() + _KILL_WAIT_S, cut_short_by_hurry=False)  # SIGKILL ends them soon
         for task in self._tasks.values():
             if task.process is not None and not task.process.gone():
@@ -415,13 +429,13 @@ class Supervisor:
             return
         more = f" and {len(waiting) - 3} more" if len(waiting) > 3 else ""
         names = ", ".join(t.launch.name for t in waiting[:3]) + more
-        hint = "; interrupt again (Ctrl-C) to kill them now" if self._interrupted else ""
+        hint = "; a second Ctrl-C (or `launch stop`) kills them now" if self._interrupted else ""
         self._on_notice(f"waiting up to {math.ceil(left_s):d}s for {names} to exit, then SIGKILL{hint}")
 
     def _await_exits(self, deadline: float, cut_short_by_hurry: bool = True) -> None:
         while any(t.exit is None for t in self._tasks.values() if t.process is not None):
             remaining = deadline - self._clock()
-            if remaining <= 0 or (self.hurry and cut_short_by_hurry):
+            if remaining <= 0 or (self.hurry and cut_short_by_hurry) or self.give_up:
                 return
             self._pump(min(remaining, 0.2))
 
@@ -443,6 +457,7 @@ class Supervisor:
                     log_path=launch.log_path,
                     reported=task.reported,
                     stopped=task.stopped,
+                    killed_by_launcher=task.exit is not None and task.exit.signal in task.signals_sent,
                     sidecar=task.launch.sidecar,
                     lost=task.exit.lost if task.exit else None,
                     error=_read_json(launch.error_path),

@@ -124,6 +124,34 @@ def test_a_reader_gone_before_the_status_is_printed_keeps_its_exit_code(work: Pa
     assert b"Traceback" not in status.stderr
 
 
+def test_exit_codes_hold_with_both_streams_gone_closed_or_full(work: Path) -> None:
+    """`launch ... 2>&1 | head`, `>&-`, a full disk: what the command says is lost, not its exit code."""
+    import os
+    import subprocess
+
+    from tests.conftest import launch_cmd
+
+    failed = run_launch(["--local", "1", "--run-root", str(work / "runs"), "--", "python3", "-c", "exit(3)"], work)
+    assert failed.returncode == 1, failed.stderr
+    cases = [(["status", str(work / "runs" / "local")], 1), (["status", "nowhere"], 2), (["--cluster", "no.json"], 2)]
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    with open(write_end, "wb") as gone, open("/dev/full", "wb") as full:
+        for args, code in cases:
+            for out, err in ((gone, gone), (None, gone), (full, full)):
+                outcome = subprocess.run(launch_cmd(*args), cwd=work, stdout=out, stderr=err, timeout=60)
+                assert outcome.returncode == code, (args, out, err)
+            closed = subprocess.run(
+                launch_cmd(*args),
+                cwd=work,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                timeout=60,
+                preexec_fn=lambda: os.close(1),
+            )
+            assert closed.returncode == code and b"Traceback" not in closed.stderr, closed.stderr
+
+
 def test_show_refuses_a_task_that_does_not_exist(tmp_path: Path) -> None:
     proc = run_launch(["--local", "2", "--show", "worker:7", "--", "true"], tmp_path)
     assert proc.returncode == 2 and "no task worker:7" in proc.stderr

@@ -20,10 +20,15 @@ def test_a_host_lost_while_being_stopped_is_the_root_cause_of_its_attempt() -> N
     assert "root cause: worker:1 on 10.0.0.2 (pid 7) lost: nothing from 10.0.0.2" in failure_text(result)
 
 
-def test_a_task_the_launcher_stopped_says_so_beside_its_signal() -> None:
-    stopped = ended("worker:0", "localhost", 8.0, stopped=True, exit_code=-9)
-    crashed = ended("worker:1", "localhost", 8.0, exit_code=-9)
-    assert stopped.describe_exit.endswith("(stopped by the launcher)")
-    assert "stopped" not in crashed.describe_exit and crashed.describe_exit
-    cut = ended("worker:2", "10.0.0.3", 8.0, stopped=True, lost="nothing from 10.0.0.3 for 15s")
+def test_a_task_killed_by_the_launchers_signal_says_so_and_no_other() -> None:
+    def exited(name: str, **how: object) -> TaskResult:
+        signal = how.pop("signal", None)
+        return TaskResult(name, "localhost", 7, how.pop("exit_code", None), signal, 0.0, 8.0, True, 20, "/x.log", **how)  # type: ignore[arg-type]
+
+    killed = exited("worker:0", signal=9, stopped=True, killed_by_launcher=True)
+    assert killed.describe_exit == "killed by SIGKILL (stopped by the launcher)"
+    assert exited("worker:1", signal=9).describe_exit == "killed by SIGKILL"  # the kernel's, say
+    # stopped while it ran, but it left by itself (a preemption's save, or an exit already on its way)
+    assert exited("worker:2", exit_code=42, stopped=True).describe_exit == "exit code 42"
+    cut = exited("worker:3", stopped=True, killed_by_launcher=True, lost="nothing from 10.0.0.3 for 15s")
     assert "stopped by the launcher" not in cut.describe_exit  # a lost host is a failure of its own

@@ -275,7 +275,10 @@ def test_a_crash_loop_backs_off_but_a_failure_after_training_restarts_at_once(tm
 
 def test_a_stop_that_takes_long_says_what_it_waits_for_and_how_to_cut_it_short(tmp_path: Path) -> None:
     spec = fake_spec(2, grace_period_s=1.5)
-    for ignore_term, expected in ((False, []), (True, ["worker:0, worker:1 to exit, then SIGKILL; interrupt again"])):
+    for ignore_term, expected in (
+        (False, []),
+        (True, ["worker:0, worker:1 to exit, then SIGKILL; a second Ctrl-C (or `launch stop`) kills them now"]),
+    ):
         transport, notices = FakeTransport(), []
         planner = fake_planner(spec, str(tmp_path))
         sup = Supervisor(planner, transport, RestartPolicy(spec.restart), True, on_notice=notices.append)
@@ -303,6 +306,24 @@ def test_a_second_interrupt_during_the_grace_period_says_it_kills_now(tmp_path: 
     # the second Ctrl-C, once the first stop has said what it waits for
     sup._on_drained = lambda: setattr(sup, "hurry", any(n.startswith("waiting up to") for n in notices))
     sup.shutdown()
-    assert any("waiting up to" in n and "interrupt again" in n for n in notices), notices
+    assert any("waiting up to" in n and "a second Ctrl-C" in n for n in notices), notices
     assert "interrupted again: SIGKILL to 2 task(s) now" in notices[-1], notices
     assert all(t.signals == [signal.SIGTERM, signal.SIGKILL] for t in transport.started)
+
+
+def test_only_a_death_by_the_launchers_own_signal_is_called_stopped_by_the_launcher(tmp_path: Path) -> None:
+    sup, transport, _, _ = make(tmp_path, workers=3, max_restarts=0)
+    join_all(transport, 3)
+    first, killed, preempted = transport.current(3)
+    preempted.ignore_term = True
+    first.exit(1)  # a crash: the others are stopped
+    # the third leaves by itself with the preemption code while it is given its grace period
+    sup._on_drained = lambda: None if preempted.exited else preempted.exit(42)
+    assert sup.step(0) is LaunchState.FAILED
+    assert sup.result is not None
+    shown = {t.name: t.describe_exit for t in sup.result.attempts[-1].tasks}
+    assert shown == {
+        "worker:0": "exit code 1",
+        "worker:1": "killed by SIGTERM (stopped by the launcher)",
+        "worker:2": "exit code 42",
+    }
