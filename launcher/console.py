@@ -119,11 +119,14 @@ class Console:
         self._attempt = 0
         self._restarts = 0
         self._started: float | None = None
+        self._attached_at: float | None = None
         self._live: Any = None  # rich.live.Live while the table is on screen
 
     def attach(self, status: Callable[[], GangStatus | None], status_path: str) -> None:
+        """Called once the run is ours (its lock taken): a summary written since is this launch's."""
         self._status = status
         self._status_path = status_path
+        self._attached_at = time.time()
 
     # ---- callbacks from the supervisor ---------------------------------------------------
 
@@ -305,6 +308,7 @@ class Console:
         data = {
             "launcher_pid": os.getpid(),
             "launcher_started": self._launcher_started(),
+            "run_since": self._attached_at,  # precise, where the create time may be a second early
             "updated": time.time(),
             "attempt": status.attempt if status else self._attempt,
             "restarts": status.restarts if status else 0,

@@ -77,6 +77,7 @@ class LauncherStatus:
     restarts: int
     tasks: tuple[dict[str, Any], ...]
     stopping: bool = False  # its tasks were being stopped (to restart, or to end the run)
+    since: float | None = None  # when that launcher took the run (None in files from before it was written)
 
 
 @dataclass(frozen=True)
@@ -101,7 +102,9 @@ class RunFiles:
             return False
         if self.status is None or self.status_mtime is None:
             return True
-        if self.status.started is not None:
+        if self.status.since is not None:
+            return self.summary_mtime >= self.status.since
+        if self.status.started is not None:  # a create time, from whole seconds of boot time: up to 1 s early
             return self.summary_mtime >= self.status.started
         # an older status.json: its launcher's last status write comes just before or after its summary
         return self.summary_mtime >= self.status_mtime - 2
@@ -165,6 +168,7 @@ def _launcher_status(data: dict[str, Any], path: str) -> LauncherStatus:
         restarts=_field(data, "restarts", int, path),
         tasks=tuple(tasks),
         stopping=data.get("stopping") is True,
+        since=float(since) if isinstance(since := data.get("run_since"), (int, float)) and _is_number(since) else None,
     )
 
 

@@ -198,6 +198,19 @@ def test_the_summary_of_the_launch_that_wrote_the_status_wins(tmp_path: Path) ->
     assert shown.exit_code == exit_codes.INTERRUPTED and ": interrupted at step 40" in shown.text
 
 
+def test_a_summary_written_just_before_a_relaunch_is_the_earlier_launchs(tmp_path: Path) -> None:
+    """A create time is whole seconds of boot time plus ticks: up to a second early. When the run was
+    taken is written precisely, and a summary from half a second before it is not this launch's."""
+    layout = _layout(tmp_path)
+    _write(layout.summary_file, _summary(layout, "succeeded"))
+    _age(layout.summary_file, 0.5)
+    taken = time.time() - 1.2  # the run was taken before the summary was written
+    _write(layout.status_file, _status(os.getpid(), psutil.Process().create_time(), run_since=time.time()))
+    assert describe_run(layout.run_dir).exit_code == exit_codes.RUNNING
+    _write(layout.status_file, _status(os.getpid(), psutil.Process().create_time(), run_since=taken))
+    assert describe_run(layout.run_dir).exit_code == exit_codes.SUCCEEDED  # written since: this launch's
+
+
 def test_only_outputs_that_exist_are_listed(tmp_path: Path) -> None:
     layout = _layout(tmp_path)
     os.makedirs(layout.default_checkpoint_dir)
