@@ -227,6 +227,7 @@ class Console:
                 continue
             if task.exit is not None:
                 row.state = "exited 0" if task.exit.ok else task.exit.describe()
+                row.rate = None  # no longer stepping: neither a rate nor an ETA
             elif status.stopping:
                 row.state = "stopping"
             elif task.joined and row.state in ("starting", "stopping"):

@@ -188,3 +188,18 @@ def test_the_launchers_create_time_is_the_one_launch_status_compares_with() -> N
     from launcher.console import own_create_time
 
     assert abs(own_create_time() - psutil.Process().create_time()) < 0.05
+
+
+def test_a_task_that_has_exited_shows_no_rate_or_eta(tmp_path: Path) -> None:
+    exit1: list[ExitStatus | None] = [None]
+    console = Console(live=False, out=io.StringIO(), err=io.StringIO())
+    console.attach(lambda: status(exit1[0]), str(tmp_path / "status.json"))
+    _, second = PLAN.tasks
+    console.report(second, {"event": "step", "step": 10, "total": 310})
+    console._views[second.name]._last_step = (console._views[second.name]._last_step[0] - 2.0, 0)
+    console.report(second, {"event": "step", "step": 10, "total": 310})
+    assert round(console._views[second.name].eta_s or 0) == 60
+    exit1[0] = ExitStatus(None, 9)
+    console.rows()
+    view = console._views[second.name]
+    assert (view.rate, view.eta_s, view.state) == (None, None, "killed by SIGKILL")
