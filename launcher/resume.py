@@ -120,13 +120,16 @@ def _argv(spec: dict[str, Any] | None) -> list[str] | None:
 
 def _program(argv: list[str]) -> list[str]:
     """What a command runs, not what it is told: a python's script (`-m` module, `-c` code) whatever
-    the python is called and its options; any other program with the words before its first option.
+    the python is called and its options; any other program with the words before its first option
+    (and a shell's `-c` code).
     `python3 train.py --steps 40` and `python ./train.py` run the same program."""
     if not argv:
         return []
     if _PYTHON.fullmatch(os.path.basename(argv[0])) is None:
         head = [os.path.normpath(argv[0])]
-        for arg in argv[1:]:
+        for index, arg in enumerate(argv[1:], start=1):
+            if arg == "-c":  # a shell's code (`bash -c '...'`) is its program
+                return [*head, arg, *argv[index + 1 : index + 2]]
             if arg.startswith("-"):
                 break
             head.append(os.path.normpath(arg))

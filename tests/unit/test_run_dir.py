@@ -315,3 +315,4 @@ def test_a_command_resumes_whatever_its_own_arguments_but_not_another_program() 
         assert trains(*argv) != same, argv
     assert trains("./train", "--steps", "4") == trains("train", "--steps", "8")
     assert trains("bash", "a.sh", "-x") != trains("bash", "b.sh", "-x")
+    assert trains("bash", "-c", "python3 a.py") != trains("bash", "-c", "python3 b.py")
