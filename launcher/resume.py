@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -73,7 +74,9 @@ def resume_notice(spec: ClusterSpec, words: ResumeWords = CLI_WORDS) -> str | No
         )
     resuming = f"run {spec.name}: resuming from the checkpoints in {checkpoints} ('{words.fresh}' starts over)"
     old_argv, new_argv = _argv(saved), _argv(now)
-    if old_argv is not None and old_argv != new_argv:
+    if before is None:
+        resuming += f"; which training wrote them is not known ({layout.spec_file} is missing or unreadable)"
+    elif old_argv is not None and old_argv != new_argv:
         resuming += f"; the command's arguments changed since they were written (was: {_shown_training(saved)})"
     return resuming
 
@@ -93,7 +96,8 @@ _TRAINING_IDENTITY = (
     "mixed_precision",
 )
 _PYTHON = re.compile(r"python(\d+(\.\d+)*)?")
-_PYTHON_OPTIONS_WITH_VALUE = frozenset({"-W", "-X", "-Q"})
+_SPEC_LIMIT = 64 << 20  # a spec whose env is large is still read whole
+_PYTHON_FLAGS_WITH_VALUE = "WXQ"  # python's short options that take a value
 
 
 def _saved_spec(path: str) -> dict[str, Any] | None:
@@ -101,8 +105,8 @@ def _saved_spec(path: str) -> dict[str, Any] | None:
     from launcher.log_reading import read_end
 
     try:
-        data = json.loads(read_end(path))
-    except ValueError:  # none (an older run), or not a regular file
+        data = json.loads(read_end(path, _SPEC_LIMIT))
+    except (ValueError, RecursionError):  # none (an older run), not a regular file, cut short or not ours
         return None
     return data if isinstance(data, dict) else None
 
@@ -119,32 +123,45 @@ def _argv(spec: dict[str, Any] | None) -> list[str] | None:
 
 
 def _program(argv: list[str]) -> list[str]:
-    """What a command runs, not what it is told: a python's script (`-m` module, `-c` code) whatever
-    the python is called and its options; any other program with the words before its first option
-    (and a shell's `-c` code).
-    `python3 train.py --steps 40` and `python ./train.py` run the same program."""
-    if not argv:
-        return []
-    if _PYTHON.fullmatch(os.path.basename(argv[0])) is None:
-        head = [os.path.normpath(argv[0])]
-        for index, arg in enumerate(argv[1:], start=1):
-            if arg == "-c":  # a shell's code (`bash -c '...'`) is its program
-                return [*head, arg, *argv[index + 1 : index + 2]]
-            if arg.startswith("-"):
-                break
-            head.append(os.path.normpath(arg))
-        return head
-    rest = iter(argv[1:])
-    for arg in rest:
-        if arg in ("-m", "-c"):
-            return [arg, next(rest, "")]
-        if arg.startswith(("-m", "-c")):
-            return [arg[:2], arg[2:]]
-        if arg in _PYTHON_OPTIONS_WITH_VALUE:
-            next(rest, None)
-        elif not arg.startswith("-"):
-            return [os.path.normpath(arg)]
+    """What a command runs, not what it is told: for a python, its script (or `-m` module and the
+    words after it up to an option, or `-c` code) whatever the python is called and its own flags, so
+    `python3 train.py --steps 40` and `python ./train.py` run one program. Any other command counts
+    whole: which of its words name its program is not ours to guess (`env`, `mpirun`, `sh -x`)."""
+    if not argv or _PYTHON.fullmatch(os.path.basename(argv[0])) is None:
+        return list(argv)
+    rest = argv[1:]
+    index = 0
+    while index < len(rest):
+        arg = rest[index]
+        index += 1
+        if arg == "--":  # what follows is the script
+            return [os.path.normpath(rest[index])] if index < len(rest) else ["python"]
+        if arg == "-" or not arg.startswith("-"):  # the script (or standard input)
+            return [arg if arg == "-" else os.path.normpath(arg)]
+        if arg.startswith("--"):  # --check-hash-based-pycs MODE: python's one long option with a value
+            index += arg == "--check-hash-based-pycs"
+            continue
+        for position, flag in enumerate(arg[1:], start=2):  # combined flags: `-um x` is `-u -m x`
+            attached = arg[position:]
+            if flag in "mc" or flag in _PYTHON_FLAGS_WITH_VALUE:
+                value = attached or (rest[index] if index < len(rest) else "")
+                index += not attached
+                if flag == "c":
+                    return ["-c", value]
+                if flag == "m":
+                    return ["-m", value, *_leading_words(rest[index:])]
+                break  # -W ignore, -Xdev: a value of python's own
     return ["python"]
+
+
+def _leading_words(words: list[str]) -> list[str]:
+    """The words before the first option: a module's own program words (`-m coverage run a.py`)."""
+    leading = []
+    for word in words:
+        if word.startswith("-"):
+            break
+        leading.append(word)
+    return leading
 
 
 def what_trains(spec: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -160,6 +177,6 @@ def what_trains(spec: dict[str, Any] | None) -> dict[str, Any] | None:
 def _shown_training(spec: dict[str, Any] | None) -> str:
     argv = _argv(spec)
     if argv is not None:
-        return printable("command " + " ".join(argv))
+        return printable("command " + shlex.join(argv))
     shown = what_trains(spec) or {}
     return printable(", ".join(f"{key} {value}" for key, value in shown.items()))

@@ -190,7 +190,7 @@ def test_checkpoints_of_another_training_are_not_resumed(work: Path) -> None:
     assert checked.returncode == 2 and "holds the checkpoints of another training" in checked.stderr, checked.stderr
     assert (checkpoints / "ckpt-1.index").exists()  # --check moves nothing aside
     same = run_launch([*args, "--check", "--", "python3", "-c", "pass"], work)
-    assert same.returncode == 0 and "resuming from the checkpoints" in same.stdout, same.stdout
+    assert same.returncode == 0 and "the launch would resume: run local: resuming from" in same.stdout, same.stdout
     same = run_launch([*args, "--", "python3", "-c", "pass"], work)
     assert same.returncode == 0 and "resuming from the checkpoints" in same.stderr, same.stderr
     assert "fresh=True" not in other.stderr and "arguments changed" not in same.stderr

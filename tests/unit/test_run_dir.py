@@ -301,18 +301,29 @@ def test_a_command_resumes_whatever_its_own_arguments_but_not_another_program() 
     for argv in (
         ("python3", "train.py", "--steps", "40"),
         ("python", "./train.py"),
-        ("/usr/bin/python3.11", "-u", "-X", "dev", "train.py", "--lr", "0.1"),
+        ("/usr/bin/python3.11", "-u", "-X", "dev", "-Wignore", "train.py", "--lr", "0.1"),
+        ("python3", "-u", "--", "train.py"),
+        ("python3", "--check-hash-based-pycs", "always", "train.py"),
     ):
         assert trains(*argv) == same, argv
-    assert trains("python3", "-m", "pkg.train", "--steps", "9") == trains("python", "-mpkg.train")
+    assert trains("python3", "-m", "pkg.train", "--steps", "9") == trains("python", "-um", "pkg.train")
+    assert trains("python3", "-uc", "pass") == trains("python3", "-c", "pass", "--steps", "3")
     for argv in (
         ("python3", "other.py"),
         ("python3", "-m", "train"),
         ("python3", "-c", "pass"),
+        ("python3", "--check-hash-based-pycs", "always", "other.py"),
         ("bash", "train.py"),
         ("./train", "--steps", "4"),
     ):
         assert trains(*argv) != same, argv
-    assert trains("./train", "--steps", "4") == trains("train", "--steps", "8")
-    assert trains("bash", "a.sh", "-x") != trains("bash", "b.sh", "-x")
-    assert trains("bash", "-c", "python3 a.py") != trains("bash", "-c", "python3 b.py")
+    assert trains("python3", "-m", "coverage", "run", "a.py") != trains("python3", "-m", "coverage", "run", "b.py")
+    # any other command counts whole: its program may be any of its words
+    for first, second in (
+        (("bash", "-c", "python3 a.py"), ("bash", "-c", "python3 b.py")),
+        (("sh", "-x", "run.sh"), ("sh", "-x", "other.sh")),
+        (("env", "-u", "X", "python3", "a.py"), ("env", "-u", "X", "python3", "b.py")),
+        (("mpirun", "-np", "2", "python3", "a.py"), ("mpirun", "-np", "2", "python3", "b.py")),
+        (("./train", "--steps", "4"), ("./train", "--steps", "8")),
+    ):
+        assert trains(*first) != trains(*second), (first, second)
