@@ -18,6 +18,7 @@ usage error answer without paying for them.
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import os
 import sys
@@ -200,14 +201,30 @@ def _drop(stream: TextIO) -> None:
         os.close(null)
 
 
+def _open_closed_standard_streams() -> None:
+    """`launch ... >&-`: a closed standard descriptor gets /dev/null, before any file the launcher
+    opens could take its number (and a task's output land in it), and Python's stream for it."""
+    for fd, name, mode in ((0, "stdin", "r"), (1, "stdout", "w"), (2, "stderr", "w")):
+        try:
+            os.fstat(fd)
+        except OSError:
+            os.open(os.devnull, os.O_RDWR)  # the lowest free number: this one, the lower ones being open
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(fd, mode, closefd=False))  # noqa: SIM115 - lives as long as the process
+
+
 def entry() -> None:
+    _open_closed_standard_streams()
     code: int | None = None
     try:
         code = main()
-        if sys.stdout is not None:
-            sys.stdout.flush()
+        sys.stdout.flush()
     except BrokenPipeError:  # `launch logs ... | head`: the reader left; not an error of ours
-        if sys.stdout is not None:
-            _drop(sys.stdout)
+        _drop(sys.stdout)
+    except OSError as error:
+        if error.errno not in (errno.ENOSPC, errno.EIO, errno.EDQUOT):
+            raise
+        _say(f"launch: cannot write its output: {error.strerror}", to_stderr=True)
+        code = exit_codes.FAILED if code is None else code
     # a run's own outcome stands when only the last flush found the reader gone
     raise SystemExit(0 if code is None else code)

@@ -139,8 +139,8 @@ class Console:
         if not self.quiet and not self.live and (not self.show or launch.name in self.show):
             try:
                 self._out.write(f"[{launch.label}] {line}\n")
-            except BrokenPipeError:
-                self._reader_left()
+            except OSError as error:
+                self._reader_left(error)
 
     def report(self, launch: TaskLaunch, data: dict[str, Any]) -> None:
         view = self._view(launch)
@@ -165,7 +165,7 @@ class Console:
         try:
             self._err.write(f"[launch] {text}\n")
             self._err.flush()
-        except BrokenPipeError:  # nobody reads the notices either: the run's files still say it all
+        except OSError:  # nobody reads the notices either (or the disk is full): the run's files say it all
             pass
 
     def flush(self) -> None:
@@ -175,13 +175,14 @@ class Console:
         else:
             try:
                 self._out.flush()
-            except BrokenPipeError:
-                self._reader_left()
+            except OSError as error:
+                self._reader_left(error)
         self._write_status_file()
 
-    def _reader_left(self) -> None:
-        """Standard output's reader is gone (`launch ... | head`): the run goes on, as if --quiet; the
-        tasks' output is in their logs. What is still buffered for it is dropped."""
+    def _reader_left(self, error: OSError) -> None:
+        """Standard output's reader is gone (`launch ... | head`), or it cannot be written (a full disk):
+        the run goes on, as if --quiet; the tasks' output is in their logs. What is still buffered for
+        it is dropped."""
         self.quiet = True
         try:
             devnull = os.open(os.devnull, os.O_WRONLY)
@@ -191,7 +192,12 @@ class Console:
                 os.close(devnull)
         except (OSError, ValueError, AttributeError):  # not a file (a StringIO): nothing more to write there
             pass
-        self.notice("standard output was closed by its reader; the run goes on, and the tasks' output is in their logs")
+        why = (
+            "was closed by its reader"
+            if isinstance(error, BrokenPipeError)
+            else f"cannot be written ({error.strerror})"
+        )
+        self.notice(f"standard output {why}; the run goes on, and the tasks' output is in their logs")
 
     def close(self) -> None:
         if self.live:

@@ -152,6 +152,35 @@ def test_exit_codes_hold_with_both_streams_gone_closed_or_full(work: Path) -> No
             assert closed.returncode == code and b"Traceback" not in closed.stderr, closed.stderr
 
 
+def test_a_run_whose_output_cannot_be_written_or_whose_streams_are_closed_still_trains(work: Path) -> None:
+    """`launch ... > out.log` on a full disk, `2>&-`, `>&-`: the run goes on to its end with its exit
+    code; only `--dry-run`, whose output is all it does, fails (exit 1, no traceback)."""
+    import os
+    import subprocess
+
+    from tests.conftest import launch_cmd
+
+    args = ["--local", "1", "--run-root", str(work / "runs"), "--plain", "--fresh", "--", "python3", "-c"]
+    with open("/dev/full", "wb") as full:
+        for out, err, close in ((full, None, None), (None, None, 2), (None, None, 1)):
+            run = subprocess.run(
+                launch_cmd(*args, "print('x' * 100000)"),
+                cwd=work,
+                stdout=out,
+                stderr=err if close != 2 else subprocess.DEVNULL,
+                timeout=120,
+                preexec_fn=(lambda fd=close: os.close(fd)) if close else None,  # type: ignore[misc]
+            )
+            assert run.returncode == 0, (out, close)
+            summary = json.loads((work / "runs" / "local" / "summary.json").read_text())
+            assert summary["state"] == "succeeded"
+        dry = subprocess.run(
+            launch_cmd("--local", "1", "--dry-run"), cwd=work, stdout=full, stderr=subprocess.PIPE, timeout=60
+        )
+    assert dry.returncode == 1 and b"cannot write its output: No space left on device" in dry.stderr, dry.stderr
+    assert b"Traceback" not in dry.stderr
+
+
 def test_show_refuses_a_task_that_does_not_exist(tmp_path: Path) -> None:
     proc = run_launch(["--local", "2", "--show", "worker:7", "--", "true"], tmp_path)
     assert proc.returncode == 2 and "no task worker:7" in proc.stderr
