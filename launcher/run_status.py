@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import glob
 import json
+import math
 import os
 import posixpath
 import stat
@@ -159,17 +160,34 @@ def _launcher_status(data: dict[str, Any], path: str) -> LauncherStatus:
     for task in tasks:
         if not isinstance(task, dict) or not isinstance(task.get("task"), str):
             raise RunStatusError(f"{path}: a task entry has no name; was this file written by launch?")
-    started = data.get("launcher_started")
+    updated = _time_of(_field(data, "updated", (int, float), path))
+    if updated is None:
+        raise RunStatusError(f"{path}: field 'updated' is not a time; was this file written by launch?")
     return LauncherStatus(
         pid=_field(data, "launcher_pid", int, path),
-        started=float(started) if isinstance(started, (int, float)) and not isinstance(started, bool) else None,
-        updated=float(_field(data, "updated", (int, float), path)),
+        started=_time_of(data.get("launcher_started")),
+        updated=updated,
         attempt=_field(data, "attempt", int, path),
         restarts=_field(data, "restarts", int, path),
         tasks=tuple(tasks),
         stopping=data.get("stopping") is True,
-        since=float(since) if isinstance(since := data.get("run_since"), (int, float)) and _is_number(since) else None,
+        since=_time_of(data.get("run_since")),
     )
+
+
+_LATEST_TIME = 1e11  # seconds since 1970: the year 5138; a file saying later is not ours to believe
+
+
+def _time_of(value: object) -> float | None:
+    """A time (seconds since 1970) from status.json, or None for anything else: a string, a boolean,
+    NaN or infinity, a number too large for a float."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        seconds = float(value)
+    except OverflowError:
+        return None
+    return seconds if math.isfinite(seconds) and 0 <= seconds <= _LATEST_TIME else None
 
 
 def read_run(run_dir: str) -> RunFiles:
@@ -227,7 +245,7 @@ def _is_number(value: object) -> bool:
 def _task_rows(tasks: tuple[dict[str, Any], ...]) -> list[str]:
     with_loss = any(_is_number(task.get("loss")) for task in tasks)
     loss_head = f" {'loss':>9}" if with_loss else ""
-    with_eta = any(_is_number(task.get("eta_s")) for task in tasks)
+    with_eta = any(_eta_text(task.get("eta_s")) for task in tasks)
     eta_head = f" {'ETA':>7}" if with_eta else ""
     lines = [f"  {'task':<22} {'state':<18} {'step':>13} {'steps/s':>8}{eta_head}{loss_head}  last line"]
     for task in tasks:
@@ -251,10 +269,14 @@ def _eta_text(value: object) -> str:
     return duration_text(value)
 
 
+_LIVE_STATES = frozenset({"starting", "running", "stopping", "stopped (SIGSTOP?)", "done"})
+
+
 def _as_last_seen(task: dict[str, Any]) -> dict[str, Any]:
     """A task row of a launcher that is gone: its state is what was last seen, its rate no longer is."""
     state = str(task.get("state", ""))
-    return {**task, "state": f"was {state}" if state else "", "steps_per_s": None, "eta_s": None}
+    last_seen = f"was {state}" if state in _LIVE_STATES else state  # an exit stays what it was
+    return {**task, "state": last_seen, "steps_per_s": None, "eta_s": None}
 
 
 def summary_outcome(summary: dict[str, Any]) -> str:

@@ -150,7 +150,8 @@ def test_a_running_run_exits_3_and_shows_step_of_total_and_loss(tmp_path: Path) 
     assert "ETA" in header and " 0:16 " in first
     for forged in (float("inf"), 1e308, -5, "soon", True):
         _write(layout.status_file, _own_status(tasks=[{**tasks[0], "eta_s": forged}]))
-        assert "12/60" in describe_run(layout.run_dir).text  # shown without an ETA, not a traceback
+        shown_text = describe_run(layout.run_dir).text
+        assert "12/60" in shown_text and "ETA" not in shown_text  # no ETA to show, and no traceback
     assert "worker:1" in second and "None" not in second
 
 
@@ -171,6 +172,10 @@ def test_a_launcher_killed_without_summary_exits_5(tmp_path: Path) -> None:
     assert "stopped: its launcher" in shown.text and "is gone and wrote no summary" in shown.text
     row = shown.text.splitlines()[-1]
     assert "was running" in row and "3.0" not in row  # last seen, not running now
+    ended = [{"task": "worker:0", "state": "exited 0", "step": 12}, {"task": "worker:1", "state": "killed by SIGKILL"}]
+    _write(layout.status_file, _status(os.getpid(), psutil.Process().create_time() - 100, tasks=ended))
+    rows = describe_run(layout.run_dir).text.splitlines()[-2:]
+    assert "exited 0" in rows[0] and "killed by SIGKILL" in rows[1] and "was " not in "".join(rows)
 
 
 def test_a_launcher_stopping_its_tasks_says_so(tmp_path: Path) -> None:
@@ -209,6 +214,22 @@ def test_a_summary_written_just_before_a_relaunch_is_the_earlier_launchs(tmp_pat
     assert describe_run(layout.run_dir).exit_code == exit_codes.RUNNING
     _write(layout.status_file, _status(os.getpid(), psutil.Process().create_time(), run_since=taken))
     assert describe_run(layout.run_dir).exit_code == exit_codes.SUCCEEDED  # written since: this launch's
+
+
+def test_forged_times_in_status_json_are_not_believed_nor_a_traceback(tmp_path: Path) -> None:
+    layout = _layout(tmp_path)
+    _write(layout.summary_file, _summary(layout, "succeeded"))
+    _age(layout.summary_file, 30)
+    gone = psutil.Process().create_time() - 100  # a launcher that is gone
+    for forged in (10**400, float("nan"), float("inf"), 1e300, -1.0, "soon", True):
+        _write(layout.status_file, _status(os.getpid(), gone, run_since=forged))
+        # an unbelievable time is as if absent: the create time decides, and the summary is newer
+        assert describe_run(layout.run_dir).exit_code == exit_codes.SUCCEEDED, forged
+        _write(layout.status_file, _status(os.getpid(), forged))
+        describe_run(layout.run_dir)  # no create time to believe: the pid is trusted, as in older files
+    _write(layout.status_file, _status(os.getpid(), gone, updated=10**400))
+    with pytest.raises(RunStatusError, match="'updated' is not a time"):
+        describe_run(layout.run_dir)
 
 
 def test_only_outputs_that_exist_are_listed(tmp_path: Path) -> None:
