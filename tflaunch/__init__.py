@@ -18,10 +18,13 @@ from typing import TYPE_CHECKING, Any
 from tflaunch.events import record, report
 
 if TYPE_CHECKING:
-    from launcher.errors import LaunchError, SpecError, UsageError
+    from launcher.errors import LaunchError as LaunchError
+    from launcher.errors import SpecError as SpecError
+    from launcher.errors import UsageError as UsageError
     from tflaunch.api import LaunchResult
 
-__all__ = ["LaunchError", "SpecError", "UsageError", "__version__", "launch", "record", "report"]
+# `from tflaunch import *` gives what a training script uses, and never loads the launcher
+__all__ = ["__version__", "launch", "record", "report"]
 _ERRORS = ("LaunchError", "SpecError", "UsageError")  # what `launch` raises, to catch without the launcher's name
 __version__ = "0.1.0"  # launcher.__version__ and pyproject's, as tests/unit/test_contract.py checks
 
@@ -34,9 +37,17 @@ def launch(spec: Any, **options: Any) -> LaunchResult:
 
 
 def __getattr__(name: str) -> Any:
-    """The errors `launch` raises, imported only when asked for (`report` stays free of the launcher)."""
+    """The errors `launch` raises, imported only when asked for by name (`report` stays free of the
+    launcher). Where the launcher cannot be imported (a `launcher.py` of the user's shadows it), the
+    errors are not there, as `launch` would not be."""
     if name in _ERRORS:
-        import launcher.errors
-
-        return getattr(launcher.errors, name)
+        try:
+            from launcher import errors
+        except ImportError as error:
+            raise AttributeError(f"tflaunch.{name} needs the launcher, which cannot be imported: {error}") from None
+        return getattr(errors, name)
     raise AttributeError(f"module 'tflaunch' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_ERRORS])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
 import zlib
 from pathlib import Path
@@ -115,7 +116,23 @@ def test_tflaunch_offers_the_errors_launch_raises_without_loading_the_launcher_f
         "from tflaunch import LaunchError, SpecError, UsageError\n"
         "import launcher.errors as errors\n"
         "assert (LaunchError, SpecError, UsageError) == (errors.LaunchError, errors.SpecError, errors.UsageError)\n"
-        "print(loaded_by_import, hasattr(tflaunch, 'Nope'))\n"
+        "print(loaded_by_import, hasattr(tflaunch, 'Nope'), 'UsageError' in dir(tflaunch))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
-    assert out.stdout.split() == ["False", "False"], out.stderr
+    assert out.stdout.split() == ["False", "False", "True"], out.stderr
+
+
+def test_a_users_launcher_py_does_not_break_tflaunch_star_imports(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    (tmp_path / "launcher.py").write_text("print('the user launcher ran')\n")
+    code = "from tflaunch import *\nimport tflaunch\nprint(report.__name__, hasattr(tflaunch, 'UsageError'))\n"
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}:{REPO}"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, env=env, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[-1] == "report False" and "Traceback" not in out.stderr
