@@ -76,7 +76,7 @@ KNOWN_FAILURES: tuple[KnownFailure, ...] = (
     _known(
         "tf-keras-is-not-installed",
         r"No module named '?tf_keras'?|Keras cannot be imported",
-        "TF_USE_LEGACY_KERAS=1 needs tf-keras, and tf.keras cannot load it: pip install 'tflaunch[fit]' (or "
+        "TF_USE_LEGACY_KERAS=1 needs tf-keras, and tf.keras cannot load it: pip install '.[fit]' from this project (or "
         "tf-keras matching TensorFlow)",
     ),
 )

@@ -36,7 +36,7 @@ def _keras() -> Any:
         import tf_keras
     except ImportError:
         raise WorkerUsageError(
-            "fit mode needs tf-keras: pip install 'tflaunch[fit]' (or tf-keras==2.21.*) on every host"
+            "fit mode needs tf-keras: pip install 'tf-keras==2.21.*' (or this project's '.[fit]' extra) on every host"
         ) from None
     return tf_keras
 

@@ -104,7 +104,7 @@ class FitTraining(_ExampleTraining):
     """tf-keras `model.fit` under MWMS (Keras 3 `fit` is broken there), resumable through BackupAndRestore."""
 
     kind: Literal["fit"] = Field(
-        description="Train with tf-keras model.fit (needs the 'fit' extra: pip install tflaunch[fit]); "
+        description="Train with tf-keras model.fit (needs tf-keras: this project's 'fit' extra, pip install '.[fit]'); "
         "checkpoint_every is BackupAndRestore's save_freq."
     )
     model: str | None = Field(
