@@ -84,14 +84,10 @@ def check(spec: ClusterSpec, allocation: Allocation | None) -> int:
     """The preflight, and what the launch would refuse in its run directory (another user's, a run
     still going, another training's checkpoints), without starting anything."""
     from launcher.resume import resume_notice
-    from launcher.run import make_planner, make_transport, preflight, run_dir_of
-    from launcher.run_lock import check_run_dir, refuse_if_running
+    from launcher.run import make_planner, make_transport, preflight
 
     freeze_start_up()
-    run_dir = str(run_dir_of(spec))
-    check_run_dir(run_dir)
-    refuse_if_running(run_dir)
-    resuming = resume_notice(spec)
+    resuming = resume_notice(spec)  # refuses the run directory first, as the launch would
     plan = make_planner(spec)(0)
     transport = make_transport(spec, allocation)
     try:
