@@ -15,6 +15,7 @@ from pathlib import Path
 
 from launcher.errors import UsageError
 from launcher.plan import checkpoint_dir_of
+from launcher.resume import MARKER, marked_writer
 from launcher.run_lock import refuse_if_running
 from launcher.spec import ClusterSpec, is_url
 from worker.contract import RunLayout
@@ -30,7 +31,7 @@ def has_checkpoints(path: str) -> bool:
     """A checkpoint directory with anything in it (a run would resume from it)."""
     try:
         with os.scandir(path) as entries:
-            return any(True for _ in entries)
+            return any(entry.name != MARKER for entry in entries)  # the mark alone is no checkpoint
     except OSError:  # missing or unreadable: nothing to resume from here
         return False
 
@@ -60,6 +61,9 @@ def start_over(spec: ClusterSpec, run_dir: Path, launcher_cwd: str) -> list[str]
             "hosts' shared storage, or give the run another --name. Nothing was started."
         )
     refuse_if_running(str(run_dir))
+    writer = marked_writer(checkpoints) if outside else None
+    if writer is not None and writer != str(run_dir):
+        refuse_if_running(writer)  # the checkpoints of another run, which is writing them now
     moved = []
     try:
         if outside and has_checkpoints(checkpoints):

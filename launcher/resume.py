@@ -16,7 +16,18 @@ from launcher.masking import printable
 if TYPE_CHECKING:
     from launcher.spec import ClusterSpec
 
-__all__ = ["CLI_WORDS", "PYTHON_WORDS", "ResumeWords", "resume_notice", "resume_or_start_over", "what_trains"]
+MARKER = ".tflaunch-training.json"  # in a checkpoint directory: which run and training write there
+__all__ = [
+    "CLI_WORDS",
+    "MARKER",
+    "PYTHON_WORDS",
+    "ResumeWords",
+    "mark_checkpoints",
+    "marked_writer",
+    "resume_notice",
+    "resume_or_start_over",
+    "what_trains",
+]
 
 
 @dataclass(frozen=True)
@@ -64,15 +75,23 @@ def resume_notice(spec: ClusterSpec, words: ResumeWords = CLI_WORDS) -> str | No
         return None
     from launcher.bundle import recorded_spec
 
-    saved, now = _saved_spec(layout.spec_file), recorded_spec(spec)
+    marked = _read_json(os.path.join(checkpoints, MARKER))  # what wrote them, whichever run it was
+    writer = marked_writer(checkpoints)
+    if writer is not None and writer != layout.run_dir:
+        refuse_if_running(writer)  # another run's checkpoints, being written now
+    saved = marked if marked is not None else _read_json(layout.spec_file)
+    now = recorded_spec(spec)
     before, after = what_trains(saved), what_trains(now)
     if before is not None and before != after:
+        keep = words.name if checkpoints.startswith(layout.run_dir.rstrip("/") + "/") else "another checkpoint_dir"
         raise UsageError(
-            f"{layout.run_dir} holds the checkpoints of another training ({_shown_training(saved)}; now "
+            f"{checkpoints} holds the checkpoints of another training ({_shown_training(saved)}; now "
             f"{_shown_training(now)}), which this one cannot resume: give {words.fresh} to start over (the old "
-            f"files are moved aside, not deleted) or {words.name} to keep both. Nothing was started."
+            f"files are moved aside, not deleted) or {keep} to keep both. Nothing was started."
         )
     resuming = f"run {spec.name}: resuming from the checkpoints in {checkpoints} ('{words.fresh}' starts over)"
+    if writer is not None and writer != layout.run_dir:
+        resuming += f"; they were written by the run in {printable(writer)}"
     old_argv, new_argv = _argv(saved), _argv(now)
     if before is None:
         resuming += f"; which training wrote them is not known ({layout.spec_file} is missing or unreadable)"
@@ -100,8 +119,31 @@ _SPEC_LIMIT = 64 << 20  # a spec whose env is large is still read whole
 _PYTHON_FLAGS_WITH_VALUE = "WXQ"  # python's short options that take a value
 
 
-def _saved_spec(path: str) -> dict[str, Any] | None:
-    """The spec the run's last launch kept (spec.json), or None when there is none to read."""
+def mark_checkpoints(spec: ClusterSpec, run_dir: str, checkpoints: str) -> None:
+    """Leave in the checkpoint directory what training writes there, and for which run: a later
+    launch checks it, whatever run directory it has (two runs may share a `checkpoint_dir`). Only a
+    directory on this machine can be marked; elsewhere the run's spec.json serves alone."""
+    from launcher.bundle import recorded_spec
+    from worker.files import write_atomic
+
+    if not os.path.isdir(checkpoints):
+        return
+    record = {"run_dir": run_dir, "training": recorded_spec(spec).get("training")}
+    try:
+        write_atomic(os.path.join(checkpoints, MARKER), json.dumps(record, indent=2), durable=False)
+    except OSError:  # not ours to write: the run's own spec.json still tells
+        pass
+
+
+def marked_writer(checkpoints: str) -> str | None:
+    """The run directory of the run that last wrote to `checkpoints`, as its mark says; None without one."""
+    marked = _read_json(os.path.join(checkpoints, MARKER))
+    writer = marked.get("run_dir") if marked is not None else None
+    return writer if isinstance(writer, str) and writer else None
+
+
+def _read_json(path: str) -> dict[str, Any] | None:
+    """The JSON object in `path` (spec.json, the checkpoints' mark), or None when there is none to read."""
     from launcher.log_reading import read_end
 
     try:

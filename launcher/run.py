@@ -27,6 +27,7 @@ from launcher.policy import RestartPolicy
 from launcher.ports import check_local_ports, choose_free_ports, port_is_free
 from launcher.private_files import make_private_dir
 from launcher.report import write_summary
+from launcher.resume import mark_checkpoints
 from launcher.run_lock import check_run_dir, lock_run, refuse_if_running
 from launcher.slurm.allocation import Allocation
 from launcher.spec import BuiltinTraining, ClusterSpec, FunctionTraining, is_url
@@ -180,6 +181,7 @@ def launch(
         lock = lock_run(first_plan.run_dir)
         write_launch_record(spec, report, first_plan.run_dir)  # for a post-mortem (`launch bundle`)
         _make_checkpoint_dir(spec, first_plan)
+        mark_checkpoints(spec, first_plan.run_dir, first_plan.checkpoint_dir)
     except OSError as error:  # a full disk, no permission: before any task, so say so and start none
         transport.close()
         if lock is not None:

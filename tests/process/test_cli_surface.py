@@ -229,6 +229,46 @@ def test_checkpoints_of_another_training_are_not_resumed(work: Path) -> None:
     assert "the command's arguments changed since they were written (was: command python3 -c pass)" in further.stderr
 
 
+def test_two_runs_sharing_a_checkpoint_dir_are_told_apart(work: Path) -> None:
+    """The checkpoint directory says which run and training wrote it: another run's name does not hide
+    another training's checkpoints, nor does --fresh move them while that run writes them."""
+    import subprocess
+    import time
+
+    from tests.conftest import launch_cmd
+
+    save = "import os, pathlib; pathlib.Path(os.environ['TFLAUNCH_CHECKPOINT_DIR'], 'ckpt-1').write_text('x')"
+    for name in ("x", "y"):
+        spec = {"name": name, "run_root": str(work / "runs"), "checkpoint_dir": str(work / "shared")}
+        write_spec(work, {**spec, "hosts": [{"address": "localhost", "workers": 1}]}, f"{name}.json")
+    first = run_launch(["--cluster", str(work / "x.json"), "--", "python3", "-c", save], work)
+    assert first.returncode == 0, first.stderr
+    other = run_launch(["--cluster", str(work / "y.json"), "--", "python3", "-c", "print('other')"], work)
+    assert other.returncode == 2 and f"{work / 'shared'} holds the checkpoints of another training" in other.stderr
+    assert "or another checkpoint_dir to keep both" in other.stderr, other.stderr
+    same = run_launch(["--cluster", str(work / "y.json"), "--", "python3", "-c", save], work)
+    assert same.returncode == 0 and f"they were written by the run in {work / 'runs' / 'x'}" in same.stderr
+    sleeper = ["python3", "-c", save + "; import time; time.sleep(60)"]
+    running = subprocess.Popen(
+        launch_cmd("--cluster", str(work / "x.json"), "--fresh", "--", *sleeper),  # another program: fresh
+        cwd=work,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        mark = work / "shared" / ".tflaunch-training.json"
+        deadline = time.monotonic() + 60
+        while not (work / "shared" / "ckpt-1").exists() or f'"{work / "runs" / "x"}"' not in mark.read_text():
+            assert time.monotonic() < deadline and running.poll() is None
+            time.sleep(0.05)
+        fresh = run_launch(["--cluster", str(work / "y.json"), "--fresh", "--", "python3", "-c", "pass"], work)
+        assert fresh.returncode == 2 and f"another launcher (pid {running.pid})" in fresh.stderr, fresh.stderr
+        assert (work / "shared" / "ckpt-1").exists()
+    finally:
+        running.send_signal(signal.SIGINT)
+        assert running.wait(30) == 130
+
+
 def test_the_python_api_refuses_another_trainings_checkpoints_too(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import tflaunch
     from tflaunch import UsageError
