@@ -6,6 +6,7 @@ import json
 import os
 import re
 import shlex
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -75,7 +76,7 @@ def resume_notice(spec: ClusterSpec, words: ResumeWords = CLI_WORDS) -> str | No
         return None
     from launcher.bundle import recorded_spec
 
-    marked = _read_json(os.path.join(checkpoints, MARKER))  # what wrote them, whichever run it was
+    marked = _read_mark(checkpoints)  # what wrote them, whichever run it was
     writer = marked_writer(checkpoints)
     if writer is not None and writer != layout.run_dir:
         refuse_if_running(writer)  # another run's checkpoints, being written now
@@ -137,9 +138,24 @@ def mark_checkpoints(spec: ClusterSpec, run_dir: str, checkpoints: str) -> None:
 
 def marked_writer(checkpoints: str) -> str | None:
     """The run directory of the run that last wrote to `checkpoints`, as its mark says; None without one."""
-    marked = _read_json(os.path.join(checkpoints, MARKER))
+    marked = _read_mark(checkpoints)
     writer = marked.get("run_dir") if marked is not None else None
-    return writer if isinstance(writer, str) and writer else None
+    if not isinstance(writer, str) or not os.path.isabs(writer) or printable(writer) != writer:
+        return None  # not one launch writes: an absolute path of plain text
+    return writer
+
+
+def _read_mark(checkpoints: str) -> dict[str, Any] | None:
+    """The checkpoint directory's mark, when it is a regular file of this user's (a mark another user
+    planted, or a link, is not believed)."""
+    path = os.path.join(checkpoints, MARKER)
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():
+        return None
+    return _read_json(path)
 
 
 def _read_json(path: str) -> dict[str, Any] | None:

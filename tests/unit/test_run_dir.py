@@ -348,3 +348,27 @@ def test_a_command_resumes_whatever_its_own_arguments_but_not_another_program() 
         (("./train", "--steps", "4"), ("./train", "--steps", "8")),
     ):
         assert trains(*first) != trains(*second), (first, second)
+
+
+def test_a_checkpoint_mark_is_believed_only_as_a_plain_file_of_ours(tmp_path: Path) -> None:
+    import json
+
+    from launcher.resume import MARKER, marked_writer
+
+    mark = tmp_path / MARKER
+    mark.write_text(json.dumps({"run_dir": "/runs/x"}))
+    assert marked_writer(str(tmp_path)) == "/runs/x"
+    for run_dir in ("runs/x", "/runs/\x1b[2Jx", 7, ""):
+        mark.write_text(json.dumps({"run_dir": run_dir}))
+        assert marked_writer(str(tmp_path)) is None, run_dir
+    mark.write_text("[" * 100_000 + "]" * 100_000)
+    assert marked_writer(str(tmp_path)) is None
+    mark.unlink()
+    (tmp_path / "elsewhere.json").write_text(json.dumps({"run_dir": "/runs/x"}))
+    mark.symlink_to(tmp_path / "elsewhere.json")
+    assert marked_writer(str(tmp_path)) is None
+    if os.geteuid() == 0:  # another user's file (made so by root)
+        mark.unlink()
+        mark.write_text(json.dumps({"run_dir": "/runs/x"}))
+        os.chown(mark, 12345, 12345)
+        assert marked_writer(str(tmp_path)) is None
