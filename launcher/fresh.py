@@ -15,7 +15,7 @@ from pathlib import Path
 
 from launcher.errors import UsageError
 from launcher.plan import checkpoint_dir_of
-from launcher.resume import MARKER, marked_writer
+from launcher.resume import MARKER, refuse_if_in_use
 from launcher.run_lock import refuse_if_running
 from launcher.spec import ClusterSpec, is_url
 from worker.contract import RunLayout
@@ -61,9 +61,7 @@ def start_over(spec: ClusterSpec, run_dir: Path, launcher_cwd: str) -> list[str]
             "hosts' shared storage, or give the run another --name. Nothing was started."
         )
     refuse_if_running(str(run_dir))
-    writer = marked_writer(checkpoints) if outside else None
-    if writer is not None and writer != str(run_dir):
-        refuse_if_running(writer)  # the checkpoints of another run, which is writing them now
+    refuse_if_in_use(checkpoints, str(run_dir))  # another run may write there (inside this run directory, too)
     moved = []
     try:
         if outside and has_checkpoints(checkpoints):

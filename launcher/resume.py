@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
 import os
 import re
@@ -23,8 +25,10 @@ __all__ = [
     "MARKER",
     "PYTHON_WORDS",
     "ResumeWords",
+    "CheckpointMark",
     "mark_checkpoints",
     "marked_writer",
+    "refuse_if_in_use",
     "resume_notice",
     "resume_or_start_over",
     "what_trains",
@@ -72,15 +76,14 @@ def resume_notice(spec: ClusterSpec, words: ResumeWords = CLI_WORDS) -> str | No
     check_run_dir(layout.run_dir)  # another user's, or swappable: refused before anything is read from it
     refuse_if_running(layout.run_dir)  # said before any word of resuming
     checkpoints = checkpoint_dir_of(spec, layout, os.getcwd())
+    refuse_if_in_use(checkpoints, layout.run_dir)  # another run writes there now, checkpoints or not yet
     if not has_checkpoints(checkpoints):
         return None
     from launcher.bundle import recorded_spec
 
     marked = _read_mark(checkpoints)  # what wrote them, whichever run it was
     writer = marked_writer(checkpoints)
-    if writer is not None and writer != layout.run_dir:
-        refuse_if_running(writer)  # another run's checkpoints, being written now
-    saved = marked if marked is not None else _read_json(layout.spec_file)
+    saved = marked if what_trains(marked) is not None else _read_json(layout.spec_file)
     now = recorded_spec(spec)
     before, after = what_trains(saved), what_trains(now)
     if before is not None and before != after:
@@ -120,20 +123,79 @@ _SPEC_LIMIT = 64 << 20  # a spec whose env is large is still read whole
 _PYTHON_FLAGS_WITH_VALUE = "WXQ"  # python's short options that take a value
 
 
-def mark_checkpoints(spec: ClusterSpec, run_dir: str, checkpoints: str) -> None:
-    """Leave in the checkpoint directory what training writes there, and for which run: a later
-    launch checks it, whatever run directory it has (two runs may share a `checkpoint_dir`). Only a
-    directory on this machine can be marked; elsewhere the run's spec.json serves alone."""
-    from launcher.bundle import recorded_spec
-    from worker.files import write_atomic
+class CheckpointMark:
+    """A checkpoint directory's mark, locked while the launch that wrote it runs."""
 
-    if not os.path.isdir(checkpoints):
-        return
-    record = {"run_dir": run_dir, "training": recorded_spec(spec).get("training")}
+    def __init__(self, fd: int) -> None:
+        self._fd: int | None = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def mark_checkpoints(spec: ClusterSpec, run_dir: str, checkpoints: str) -> CheckpointMark | None:
+    """Leave in the checkpoint directory which run and training write there, and hold its lock while
+    the launch runs: a later launch checks both, whatever its run directory (two runs may share a
+    `checkpoint_dir`). UsageError when another launch holds it. Only a directory of this machine,
+    of the user's own, is marked; elsewhere the run's spec.json serves alone."""
+    from launcher.bundle import recorded_spec
+
+    fd = _open_mark(checkpoints, os.O_RDWR | os.O_CREAT)
+    if fd is None:
+        return None
     try:
-        write_atomic(os.path.join(checkpoints, MARKER), json.dumps(record, indent=2), durable=False)
-    except OSError:  # not ours to write: the run's own spec.json still tells
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as error:
+        os.close(fd)
+        if error.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            raise _in_use(checkpoints) from None
+        return None  # a file system without locks: the run's spec.json still tells
+    record = json.dumps({"run_dir": run_dir, "training": recorded_spec(spec).get("training")}, indent=2)
+    try:
+        os.ftruncate(fd, 0)
+        with open(fd, "w", encoding="utf-8", closefd=False) as handle:
+            handle.write(record)
+    except OSError:  # a full disk: the mark says less, its lock still holds
         pass
+    return CheckpointMark(fd)
+
+
+def refuse_if_in_use(checkpoints: str, run_dir: str) -> None:
+    """UsageError when another launch than `run_dir`'s writes to `checkpoints` now (it holds the
+    mark's lock); a mark left by a launch that has ended holds no lock and is only a record."""
+    fd = _open_mark(checkpoints, os.O_RDONLY)
+    if fd is None:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError as error:
+        if error.errno in (errno.EWOULDBLOCK, errno.EAGAIN) and marked_writer(checkpoints) != run_dir:
+            raise _in_use(checkpoints) from None
+    finally:
+        os.close(fd)
+
+
+def _open_mark(checkpoints: str, flags: int) -> int | None:
+    """The mark's descriptor when it is (or, with O_CREAT, becomes) a regular file of the user's own."""
+    try:
+        fd = os.open(os.path.join(checkpoints, MARKER), flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
+    except OSError:  # none, a link, not ours to open, no such directory here
+        return None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():
+        os.close(fd)
+        return None
+    return fd
+
+
+def _in_use(checkpoints: str) -> UsageError:
+    writer = marked_writer(checkpoints)
+    return UsageError(
+        f"{checkpoints} is being written by another launch now (the run in {writer or 'an unknown directory'}): "
+        "wait for it to end or stop it, or give this run another checkpoint_dir. Nothing was started."
+    )
 
 
 def marked_writer(checkpoints: str) -> str | None:

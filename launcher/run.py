@@ -27,7 +27,7 @@ from launcher.policy import RestartPolicy
 from launcher.ports import check_local_ports, choose_free_ports, port_is_free
 from launcher.private_files import make_private_dir
 from launcher.report import write_summary
-from launcher.resume import mark_checkpoints
+from launcher.resume import CheckpointMark, mark_checkpoints
 from launcher.run_lock import check_run_dir, lock_run, refuse_if_running
 from launcher.slurm.allocation import Allocation
 from launcher.spec import BuiltinTraining, ClusterSpec, FunctionTraining, is_url
@@ -103,12 +103,20 @@ def preflight(spec: ClusterSpec, plan: LaunchPlan, transport: Transport | None =
         own.close()
 
 
-def _make_checkpoint_dir(spec: ClusterSpec, plan: LaunchPlan) -> None:
-    """Create the checkpoint directory when it is ours to create: on this machine, not an object store."""
+def _checkpoint_dir_is_here(spec: ClusterSpec, plan: LaunchPlan) -> bool:
+    """Whether the checkpoint directory is one of this machine's: not an object store, and written by a
+    task here or inside the run directory (else the same path here may be another thing altogether)."""
     if is_url(plan.checkpoint_dir):
-        return
-    if any(h.is_local for h in spec.hosts) or plan.checkpoint_dir.startswith(plan.run_dir.rstrip("/") + "/"):
-        os.makedirs(plan.checkpoint_dir, exist_ok=True)
+        return False
+    return any(h.is_local for h in spec.hosts) or plan.checkpoint_dir.startswith(plan.run_dir.rstrip("/") + "/")
+
+
+def _make_checkpoint_dir(spec: ClusterSpec, plan: LaunchPlan) -> CheckpointMark | None:
+    """Create the checkpoint directory when it is ours to create, and mark it for as long as we run."""
+    if not _checkpoint_dir_is_here(spec, plan):
+        return None
+    os.makedirs(plan.checkpoint_dir, exist_ok=True)
+    return mark_checkpoints(spec, plan.run_dir, plan.checkpoint_dir)
 
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -180,8 +188,7 @@ def launch(
         check_run_dir(first_plan.run_dir)
         lock = lock_run(first_plan.run_dir)
         write_launch_record(spec, report, first_plan.run_dir)  # for a post-mortem (`launch bundle`)
-        _make_checkpoint_dir(spec, first_plan)
-        mark_checkpoints(spec, first_plan.run_dir, first_plan.checkpoint_dir)
+        mark = _make_checkpoint_dir(spec, first_plan)  # held, with the run's lock, until the run ends
     except OSError as error:  # a full disk, no permission: before any task, so say so and start none
         transport.close()
         if lock is not None:
@@ -215,4 +222,6 @@ def launch(
                 console.notice(f"summary: {write_summary(supervisor.result)}")
         finally:
             _restore_signals(previous)
+            if mark is not None:
+                mark.release()
             lock.release()

@@ -248,7 +248,8 @@ def test_two_runs_sharing_a_checkpoint_dir_are_told_apart(work: Path) -> None:
     assert "or another checkpoint_dir to keep both" in other.stderr, other.stderr
     same = run_launch(["--cluster", str(work / "y.json"), "--", "python3", "-c", save], work)
     assert same.returncode == 0 and f"they were written by the run in {work / 'runs' / 'x'}" in same.stderr
-    sleeper = ["python3", "-c", save + "; import time; time.sleep(60)"]
+    # while a run writes there, another run is refused, checkpoints or none yet, and --fresh moves nothing
+    sleeper = ["python3", "-c", "import time; time.sleep(60)"]
     running = subprocess.Popen(
         launch_cmd("--cluster", str(work / "x.json"), "--fresh", "--", *sleeper),  # another program: fresh
         cwd=work,
@@ -258,15 +259,25 @@ def test_two_runs_sharing_a_checkpoint_dir_are_told_apart(work: Path) -> None:
     try:
         mark = work / "shared" / ".tflaunch-training.json"
         deadline = time.monotonic() + 60
-        while not (work / "shared" / "ckpt-1").exists() or f'"{work / "runs" / "x"}"' not in mark.read_text():
+        while "time.sleep(60)" not in (mark.read_text() if mark.exists() else ""):
             assert time.monotonic() < deadline and running.poll() is None
             time.sleep(0.05)
-        fresh = run_launch(["--cluster", str(work / "y.json"), "--fresh", "--", "python3", "-c", "pass"], work)
-        assert fresh.returncode == 2 and f"another launcher (pid {running.pid})" in fresh.stderr, fresh.stderr
-        assert (work / "shared" / "ckpt-1").exists()
+        aside = sorted(work.glob("shared.old-*"))  # what x's own --fresh moved
+        for extra in ([], ["--fresh"]):
+            busy = run_launch(["--cluster", str(work / "y.json"), *extra, "--", "python3", "-c", save], work)
+            assert busy.returncode == 2, busy.stderr
+            assert f"{work / 'shared'} is being written by another launch now (the run in {work / 'runs' / 'x'})" in (
+                busy.stderr
+            )
+        assert sorted(work.glob("shared.old-*")) == aside and mark.exists()
     finally:
         running.send_signal(signal.SIGINT)
         assert running.wait(30) == 130
+    # once that run has ended, its mark is a record only: the same training resumes, whoever's run
+    (work / "shared" / "ckpt-1").write_text("x")
+    after = run_launch(["--cluster", str(work / "y.json"), "--", *sleeper[:2], "pass"], work)
+    assert after.returncode == 2 and "holds the checkpoints of another training" in after.stderr, after.stderr
+    assert "being written" not in after.stderr
 
 
 def test_the_python_api_refuses_another_trainings_checkpoints_too(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
