@@ -250,14 +250,25 @@ def _task_rows(tasks: tuple[dict[str, Any], ...]) -> list[str]:
     lines = [f"  {'task':<22} {'state':<18} {'step':>13} {'steps/s':>8}{eta_head}{loss_head}  last line"]
     for task in tasks:
         rate, loss, eta = task.get("steps_per_s"), task.get("loss"), task.get("eta_s")
-        loss_cell = f" {f'{loss:.4g}' if _is_number(loss) else '':>9}" if with_loss else ""
+        loss_cell = f" {_number_text(loss, '.4g'):>9}" if with_loss else ""
         eta_cell = f" {_eta_text(eta):>7}" if with_eta else ""
-        rate_cell = f"{f'{rate:.1f}' if _is_number(rate) else '':>8}"
+        rate_cell = f"{_number_text(rate, '.1f'):>8}"
         lines.append(
             f"  {str(task['task']):<22} {str(task.get('state', ''))[:18]:<18} {_step_text(task):>13} "
             f"{rate_cell}{eta_cell}{loss_cell}  {str(task.get('last_line', ''))[:60]}"
         )
     return lines
+
+
+def _number_text(value: object, spec: str) -> str:
+    """A number of status.json as the table shows it; "" for anything else (a string, a number too
+    large for a float, which a forged file may hold)."""
+    if not _is_number(value):
+        return ""
+    try:
+        return format(float(value), spec)  # type: ignore[arg-type]
+    except OverflowError:
+        return ""
 
 
 _LONGEST_ETA_S = 10 * 365 * 86400.0  # more than any run: a file that says more is not ours to believe

@@ -43,7 +43,7 @@ def __getattr__(name: str) -> Any:
     if name in _ERRORS:
         try:
             from launcher import errors
-        except ImportError as error:
+        except Exception as error:  # noqa: BLE001 - shadowed or broken: whatever it raised, the errors are not there
             raise AttributeError(f"tflaunch.{name} needs the launcher, which cannot be imported: {error}") from None
         return getattr(errors, name)
     raise AttributeError(f"module 'tflaunch' has no attribute {name!r}")

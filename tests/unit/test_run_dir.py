@@ -148,8 +148,8 @@ def test_a_running_run_exits_3_and_shows_step_of_total_and_loss(tmp_path: Path) 
     header, first, second = shown.text.splitlines()[1:]
     assert "loss" in header and "12/60" in first and "0.1235" in first and "3.0" in first
     assert "ETA" in header and " 0:16 " in first
-    for forged in (float("inf"), 1e308, -5, "soon", True):
-        _write(layout.status_file, _own_status(tasks=[{**tasks[0], "eta_s": forged}]))
+    for forged in (float("inf"), 1e308, -5, "soon", True, 10**400):
+        _write(layout.status_file, _own_status(tasks=[{**tasks[0], "eta_s": forged, "loss": forged}]))
         shown_text = describe_run(layout.run_dir).text
         assert "12/60" in shown_text and "ETA" not in shown_text  # no ETA to show, and no traceback
     assert "worker:1" in second and "None" not in second
