@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from launcher.errors import UsageError
 from launcher.masking import printable
+from launcher.run_lock import RunLock
 
 if TYPE_CHECKING:
     from launcher.spec import ClusterSpec
@@ -25,7 +26,6 @@ __all__ = [
     "MARKER",
     "PYTHON_WORDS",
     "ResumeWords",
-    "CheckpointMark",
     "mark_checkpoints",
     "marked_writer",
     "refuse_if_in_use",
@@ -123,19 +123,7 @@ _SPEC_LIMIT = 64 << 20  # a spec whose env is large is still read whole
 _PYTHON_FLAGS_WITH_VALUE = "WXQ"  # python's short options that take a value
 
 
-class CheckpointMark:
-    """A checkpoint directory's mark, locked while the launch that wrote it runs."""
-
-    def __init__(self, fd: int) -> None:
-        self._fd: int | None = fd
-
-    def release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-
-
-def mark_checkpoints(spec: ClusterSpec, run_dir: str, checkpoints: str) -> CheckpointMark | None:
+def mark_checkpoints(spec: ClusterSpec, run_dir: str, checkpoints: str) -> RunLock | None:
     """Leave in the checkpoint directory which run and training write there, and hold its lock while
     the launch runs: a later launch checks both, whatever its run directory (two runs may share a
     `checkpoint_dir`). UsageError when another launch holds it. Only a directory of this machine,
@@ -159,7 +147,7 @@ def mark_checkpoints(spec: ClusterSpec, run_dir: str, checkpoints: str) -> Check
             handle.write(record)
     except OSError:  # a full disk: the mark says less, its lock still holds
         pass
-    return CheckpointMark(fd)
+    return RunLock(fd)  # a lock like the run's: released when the launch ends
 
 
 def refuse_if_in_use(checkpoints: str, run_dir: str) -> None:

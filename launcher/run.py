@@ -27,8 +27,8 @@ from launcher.policy import RestartPolicy
 from launcher.ports import check_local_ports, choose_free_ports, port_is_free
 from launcher.private_files import make_private_dir
 from launcher.report import write_summary
-from launcher.resume import CheckpointMark, mark_checkpoints
-from launcher.run_lock import check_run_dir, lock_run, refuse_if_running
+from launcher.resume import mark_checkpoints
+from launcher.run_lock import RunLock, check_run_dir, lock_run, refuse_if_running
 from launcher.slurm.allocation import Allocation
 from launcher.spec import BuiltinTraining, ClusterSpec, FunctionTraining, is_url
 from launcher.supervisor import Supervisor
@@ -111,7 +111,7 @@ def _checkpoint_dir_is_here(spec: ClusterSpec, plan: LaunchPlan) -> bool:
     return any(h.is_local for h in spec.hosts) or plan.checkpoint_dir.startswith(plan.run_dir.rstrip("/") + "/")
 
 
-def _make_checkpoint_dir(spec: ClusterSpec, plan: LaunchPlan) -> CheckpointMark | None:
+def _make_checkpoint_dir(spec: ClusterSpec, plan: LaunchPlan) -> RunLock | None:
     """Create the checkpoint directory when it is ours to create, and mark it for as long as we run."""
     if not _checkpoint_dir_is_here(spec, plan):
         return None
