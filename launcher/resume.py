@@ -82,7 +82,7 @@ def resume_notice(spec: ClusterSpec, words: ResumeWords = CLI_WORDS) -> str | No
     from launcher.bundle import recorded_spec
 
     marked = _read_mark(checkpoints)  # what wrote them, whichever run it was
-    writer = marked_writer(checkpoints)
+    writer = _writer_of(marked)
     saved = marked if what_trains(marked) is not None else _read_json(layout.spec_file)
     now = recorded_spec(spec)
     before, after = what_trains(saved), what_trains(now)
@@ -188,7 +188,10 @@ def _in_use(checkpoints: str) -> UsageError:
 
 def marked_writer(checkpoints: str) -> str | None:
     """The run directory of the run that last wrote to `checkpoints`, as its mark says; None without one."""
-    marked = _read_mark(checkpoints)
+    return _writer_of(_read_mark(checkpoints))
+
+
+def _writer_of(marked: dict[str, Any] | None) -> str | None:
     writer = marked.get("run_dir") if marked is not None else None
     if not isinstance(writer, str) or not os.path.isabs(writer) or printable(writer) != writer:
         return None  # not one launch writes: an absolute path of plain text
@@ -198,23 +201,26 @@ def marked_writer(checkpoints: str) -> str | None:
 def _read_mark(checkpoints: str) -> dict[str, Any] | None:
     """The checkpoint directory's mark, when it is a regular file of this user's (a mark another user
     planted, or a link, is not believed)."""
-    path = os.path.join(checkpoints, MARKER)
-    try:
-        info = os.lstat(path)
-    except OSError:
+    fd = _open_mark(checkpoints, os.O_RDONLY)
+    if fd is None:
         return None
-    if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():
-        return None
-    return _read_json(path)
+    with open(fd, "rb") as handle:
+        return _parsed(handle.read(_SPEC_LIMIT + 1))
 
 
 def _read_json(path: str) -> dict[str, Any] | None:
-    """The JSON object in `path` (spec.json, the checkpoints' mark), or None when there is none to read."""
+    """The JSON object in `path` (the run's spec.json), or None when there is none to read."""
     from launcher.log_reading import read_end
 
+    return _parsed(read_end(path, _SPEC_LIMIT))
+
+
+def _parsed(text: str | bytes) -> dict[str, Any] | None:
+    if len(text) > _SPEC_LIMIT:
+        return None  # more than launch writes
     try:
-        data = json.loads(read_end(path, _SPEC_LIMIT))
-    except (ValueError, RecursionError):  # none (an older run), not a regular file, cut short or not ours
+        data = json.loads(text)
+    except (ValueError, RecursionError):  # none (an older run), cut short, or not ours
         return None
     return data if isinstance(data, dict) else None
 
