@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import glob
 import json
-import math
 import os
 import posixpath
 import stat
@@ -178,16 +177,21 @@ def _launcher_status(data: dict[str, Any], path: str) -> LauncherStatus:
 _LATEST_TIME = 1e11  # seconds since 1970: the year 5138; a file saying later is not ours to believe
 
 
-def _time_of(value: object) -> float | None:
-    """A time (seconds since 1970) from status.json, or None for anything else: a string, a boolean,
-    NaN or infinity, a number too large for a float."""
+def _float_of(value: object) -> float | None:
+    """A number of status.json as a float; None for a string, a boolean, or a number too large for a
+    float (which a forged file may hold)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     try:
-        seconds = float(value)
+        return float(value)
     except OverflowError:
         return None
-    return seconds if math.isfinite(seconds) and 0 <= seconds <= _LATEST_TIME else None
+
+
+def _time_of(value: object) -> float | None:
+    """A time (seconds since 1970) from status.json, or None for anything else, NaN and infinity too."""
+    seconds = _float_of(value)
+    return seconds if seconds is not None and 0 <= seconds <= _LATEST_TIME else None
 
 
 def read_run(run_dir: str) -> RunFiles:
@@ -261,23 +265,17 @@ def _task_rows(tasks: tuple[dict[str, Any], ...]) -> list[str]:
 
 
 def _number_text(value: object, spec: str) -> str:
-    """A number of status.json as the table shows it; "" for anything else (a string, a number too
-    large for a float, which a forged file may hold)."""
-    if not _is_number(value):
-        return ""
-    try:
-        return format(float(value), spec)  # type: ignore[arg-type]
-    except OverflowError:
-        return ""
+    """A number of status.json as the table shows it; "" for anything else."""
+    number = _float_of(value)
+    return "" if number is None else format(number, spec)
 
 
 _LONGEST_ETA_S = 10 * 365 * 86400.0  # more than any run: a file that says more is not ours to believe
 
 
 def _eta_text(value: object) -> str:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= _LONGEST_ETA_S:
-        return ""  # also NaN, which compares false
-    return duration_text(value)
+    seconds = _float_of(value)
+    return duration_text(seconds) if seconds is not None and 0 <= seconds <= _LONGEST_ETA_S else ""  # not NaN
 
 
 _LIVE_STATES = frozenset({"starting", "running", "stopping", "stopped (SIGSTOP?)", "done"})
