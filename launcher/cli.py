@@ -189,16 +189,9 @@ def _say(text: str, to_stderr: bool = False) -> None:
 
 
 def _drop(stream: TextIO) -> None:
-    """Send what is still buffered or written to `stream` to /dev/null, so that nothing raises again."""
-    try:
-        fd = stream.fileno()
-    except (OSError, ValueError):  # not a real file: nothing to redirect
-        return
-    null = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(null, fd)
-    finally:
-        os.close(null)
+    from launcher.console import discard  # only once a write failed: not on every command's path
+
+    discard(stream)
 
 
 def _open_closed_standard_streams() -> None:

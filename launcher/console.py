@@ -94,6 +94,20 @@ def _task_order(view: TaskView) -> tuple[int, str, int, str]:
     return (_TYPE_ORDER.get(task_type, 3), task_type, int(index) if index.isdigit() else -1, host)
 
 
+def discard(stream: TextIO) -> None:
+    """Send what is still buffered for `stream`, and all written to it later, to /dev/null, so that
+    nothing raises again (its reader left, its disk is full)."""
+    try:
+        fd = stream.fileno()
+    except (OSError, ValueError, AttributeError):  # not a file (a StringIO): nothing more to write there
+        return
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, fd)
+    finally:
+        os.close(null)
+
+
 class Console:
     """Renders task output and notices; `live` selects the in-place table."""
 
@@ -184,14 +198,7 @@ class Console:
         the run goes on, as if --quiet; the tasks' output is in their logs. What is still buffered for
         it is dropped."""
         self.quiet = True
-        try:
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            try:
-                os.dup2(devnull, self._out.fileno())
-            finally:
-                os.close(devnull)
-        except (OSError, ValueError, AttributeError):  # not a file (a StringIO): nothing more to write there
-            pass
+        discard(self._out)
         why = (
             "was closed by its reader"
             if isinstance(error, BrokenPipeError)
