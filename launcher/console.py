@@ -101,9 +101,14 @@ def discard(stream: TextIO) -> None:
         fd = stream.fileno()
     except (OSError, ValueError, AttributeError):  # not a file (a StringIO): nothing more to write there
         return
-    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+    except OSError:  # no descriptor left (EMFILE), or no /dev/null: the writes keep failing, caught
+        return
     try:
         os.dup2(null, fd)
+    except OSError:
+        pass
     finally:
         os.close(null)
 

@@ -89,11 +89,13 @@ def resume_notice(spec: ClusterSpec, words: ResumeWords = CLI_WORDS) -> str | No
     if before is not None and before != after:
         keep = words.name if checkpoints.startswith(layout.run_dir.rstrip("/") + "/") else "another checkpoint_dir"
         raise UsageError(
-            f"{checkpoints} holds the checkpoints of another training ({_shown_training(saved)}; now "
+            f"{printable(checkpoints)} holds the checkpoints of another training ({_shown_training(saved)}; now "
             f"{_shown_training(now)}), which this one cannot resume: give {words.fresh} to start over (the old "
             f"files are moved aside, not deleted) or {keep} to keep both. Nothing was started."
         )
-    resuming = f"run {spec.name}: resuming from the checkpoints in {checkpoints} ('{words.fresh}' starts over)"
+    resuming = (
+        f"run {spec.name}: resuming from the checkpoints in {printable(checkpoints)} ('{words.fresh}' starts over)"
+    )
     if writer is not None and writer != layout.run_dir:
         resuming += f"; they were written by the run in {printable(writer)}"
     old_argv, new_argv = _argv(saved), _argv(now)
@@ -179,9 +181,9 @@ def _open_mark(checkpoints: str, flags: int) -> int | None:
 
 
 def _in_use(checkpoints: str) -> UsageError:
-    writer = marked_writer(checkpoints)
+    writer = marked_writer(checkpoints) or "an unknown directory"
     return UsageError(
-        f"{checkpoints} is being written by another launch now (the run in {writer or 'an unknown directory'}): "
+        f"{printable(checkpoints)} is being written by another launch now (the run in {writer}): "
         "wait for it to end or stop it, or give this run another checkpoint_dir. Nothing was started."
     )
 

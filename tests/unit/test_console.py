@@ -203,3 +203,26 @@ def test_a_task_that_has_exited_shows_no_rate_or_eta(tmp_path: Path) -> None:
     console.rows()
     view = console._views[second.name]
     assert (view.rate, view.eta_s, view.state) == (None, None, "killed by SIGKILL")
+
+
+def test_discarding_a_stream_survives_having_no_descriptor_left(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import contextlib
+    import os
+
+    from launcher import console
+
+    def no_descriptor(*args: object) -> int:
+        raise OSError(24, "Too many open files")
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    gone = open(write_end, "w")  # noqa: SIM115 - closed below, where its last flush fails too
+    monkeypatch.setattr(console.os, "open", no_descriptor)
+    console.discard(gone)  # nothing to redirect with: the writes keep failing, and are caught
+    shown = Console(live=False, out=gone, err=io.StringIO())
+    shown.output(PLAN.tasks[0], "x" * 10)
+    shown.flush()
+    assert shown.quiet
+    monkeypatch.undo()
+    with contextlib.suppress(OSError):
+        gone.close()
