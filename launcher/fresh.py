@@ -13,9 +13,9 @@ import os
 import time
 from pathlib import Path
 
+from launcher.checkpoint_mark import MARKER, refuse_if_in_use
 from launcher.errors import UsageError
 from launcher.plan import checkpoint_dir_of
-from launcher.resume import MARKER, refuse_if_in_use
 from launcher.run_lock import refuse_if_running
 from launcher.spec import ClusterSpec, is_url
 from worker.contract import RunLayout

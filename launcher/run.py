@@ -18,6 +18,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from launcher.bundle import write_launch_record
+from launcher.checkpoint_mark import mark_checkpoints
 from launcher.console import Console
 from launcher.errors import InterruptedLaunchError, PreflightError, RunDirError
 from launcher.faults import Fault
@@ -27,7 +28,6 @@ from launcher.policy import RestartPolicy
 from launcher.ports import check_local_ports, choose_free_ports, port_is_free
 from launcher.private_files import make_private_dir
 from launcher.report import write_summary
-from launcher.resume import mark_checkpoints
 from launcher.run_lock import RunLock, check_run_dir, lock_run, refuse_if_running
 from launcher.slurm.allocation import Allocation
 from launcher.spec import BuiltinTraining, ClusterSpec, FunctionTraining, is_url

@@ -301,7 +301,7 @@ def test_a_status_naming_pid_0_is_never_a_live_launcher(tmp_path: Path) -> None:
 
 
 def test_a_resume_refuses_checkpoints_of_another_model_or_optimizer_but_not_other_steps() -> None:
-    from launcher.resume import what_trains
+    from launcher.training_identity import what_trains
 
     def trains(**changed: object) -> object:
         training = {"kind": "builtin", "steps": 200, "optimizer": "adam", "hidden_units": 64, "features": 16}
@@ -313,7 +313,7 @@ def test_a_resume_refuses_checkpoints_of_another_model_or_optimizer_but_not_othe
 
 
 def test_a_command_resumes_whatever_its_own_arguments_but_not_another_program() -> None:
-    from launcher.resume import what_trains
+    from launcher.training_identity import what_trains
 
     def trains(*argv: str) -> object:
         return what_trains({"training": {"kind": "command", "argv": list(argv)}})
@@ -353,7 +353,7 @@ def test_a_command_resumes_whatever_its_own_arguments_but_not_another_program() 
 def test_a_checkpoint_mark_is_believed_only_as_a_plain_file_of_ours(tmp_path: Path) -> None:
     import json
 
-    from launcher.resume import MARKER, marked_writer
+    from launcher.checkpoint_mark import MARKER, marked_writer
 
     mark = tmp_path / MARKER
     mark.write_text(json.dumps({"run_dir": "/runs/x"}))

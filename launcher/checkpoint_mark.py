@@ -1,0 +1,127 @@
+"""The mark a launch leaves in its checkpoint directory: which run and training write there, locked
+while that launch runs, so that runs sharing a `checkpoint_dir` neither resume nor move each other's
+training unseen."""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import stat
+from typing import TYPE_CHECKING, Any
+
+from launcher.errors import UsageError
+from launcher.masking import printable
+from launcher.run_lock import RunLock
+
+if TYPE_CHECKING:
+    from launcher.spec import ClusterSpec
+
+MARKER = ".tflaunch-training.json"  # in a checkpoint directory: which run and training write there
+SPEC_LIMIT = 64 << 20  # a spec whose env is large is still read whole
+__all__ = [
+    "MARKER",
+    "SPEC_LIMIT",
+    "mark_checkpoints",
+    "marked_writer",
+    "parsed",
+    "read_mark",
+    "refuse_if_in_use",
+    "writer_of",
+]
+
+
+def mark_checkpoints(spec: ClusterSpec, run_dir: str, checkpoints: str) -> RunLock | None:
+    """Leave in the checkpoint directory which run and training write there, and hold its lock while
+    the launch runs: a later launch checks both, whatever its run directory (two runs may share a
+    `checkpoint_dir`). UsageError when another launch holds it. Only a directory of this machine,
+    of the user's own, is marked; elsewhere the run's spec.json serves alone."""
+    from launcher.bundle import recorded_spec
+
+    fd = _open_mark(checkpoints, os.O_RDWR | os.O_CREAT)
+    if fd is None:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as error:
+        os.close(fd)
+        if error.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            raise _in_use(checkpoints) from None
+        return None  # a file system without locks: the run's spec.json still tells
+    record = json.dumps({"run_dir": run_dir, "training": recorded_spec(spec).get("training")}, indent=2)
+    try:
+        os.ftruncate(fd, 0)
+        with open(fd, "w", encoding="utf-8", closefd=False) as handle:
+            handle.write(record)
+    except OSError:  # a full disk: the mark says less, its lock still holds
+        pass
+    return RunLock(fd)  # a lock like the run's: released when the launch ends
+
+
+def refuse_if_in_use(checkpoints: str, run_dir: str) -> None:
+    """UsageError when another launch than `run_dir`'s writes to `checkpoints` now (it holds the
+    mark's lock); a mark left by a launch that has ended holds no lock and is only a record."""
+    fd = _open_mark(checkpoints, os.O_RDONLY)
+    if fd is None:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError as error:
+        if error.errno in (errno.EWOULDBLOCK, errno.EAGAIN) and marked_writer(checkpoints) != run_dir:
+            raise _in_use(checkpoints) from None
+    finally:
+        os.close(fd)
+
+
+def _open_mark(checkpoints: str, flags: int) -> int | None:
+    """The mark's descriptor when it is (or, with O_CREAT, becomes) a regular file of the user's own."""
+    try:
+        fd = os.open(os.path.join(checkpoints, MARKER), flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
+    except OSError:  # none, a link, not ours to open, no such directory here
+        return None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():
+        os.close(fd)
+        return None
+    return fd
+
+
+def _in_use(checkpoints: str) -> UsageError:
+    writer = marked_writer(checkpoints) or "an unknown directory"
+    return UsageError(
+        f"{printable(checkpoints)} is being written by another launch now (the run in {writer}): "
+        "wait for it to end or stop it, or give this run another checkpoint_dir. Nothing was started."
+    )
+
+
+def marked_writer(checkpoints: str) -> str | None:
+    """The run directory of the run that last wrote to `checkpoints`, as its mark says; None without one."""
+    return writer_of(read_mark(checkpoints))
+
+
+def writer_of(marked: dict[str, Any] | None) -> str | None:
+    writer = marked.get("run_dir") if marked is not None else None
+    if not isinstance(writer, str) or not os.path.isabs(writer) or printable(writer) != writer:
+        return None  # not one launch writes: an absolute path of plain text
+    return writer
+
+
+def read_mark(checkpoints: str) -> dict[str, Any] | None:
+    """The checkpoint directory's mark, when it is a regular file of this user's (a mark another user
+    planted, or a link, is not believed)."""
+    fd = _open_mark(checkpoints, os.O_RDONLY)
+    if fd is None:
+        return None
+    with open(fd, "rb") as handle:
+        return parsed(handle.read(SPEC_LIMIT + 1))
+
+
+def parsed(text: str | bytes) -> dict[str, Any] | None:
+    if len(text) > SPEC_LIMIT:
+        return None  # more than launch writes
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):  # none (an older run), cut short, or not ours
+        return None
+    return data if isinstance(data, dict) else None
