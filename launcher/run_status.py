@@ -289,11 +289,16 @@ def _as_last_seen(task: dict[str, Any]) -> dict[str, Any]:
 
 
 def summary_outcome(summary: dict[str, Any]) -> str:
-    """`failed at step 40 after 2 attempt(s) (...)`; "before any step" when none was reported."""
+    """`failed at step 40 after 2 attempt(s) (...)`; without a step, "before any step" when the tasks
+    reported (the built-in runtime does from its start), else "with no step reported": a script that
+    never calls `report("step", ...)` may well have trained."""
     attempts = summary.get("attempts")
     step = summary.get("final_step")
-    at = f"at step {step}" if _is_int(step) else "before any step"
     listed = attempts if isinstance(attempts, list) else []
+    if _is_int(step):
+        at = f"at step {step}"
+    else:
+        at = "before any step" if _any_reported(listed) else "with no step reported"
     count = len(listed)
     first = listed[0].get("attempt") if listed and isinstance(listed[0], dict) else 0
     # a resumed run numbers its attempts on from the launches before it: say whose attempts are counted
@@ -302,6 +307,16 @@ def summary_outcome(summary: dict[str, Any]) -> str:
         f"{summary.get('state')} {at} after {count} attempt(s){these} "
         f"({summary.get('restarts', 0)} restart(s), {summary.get('preemptions', 0)} preemption(s))"
     )
+
+
+def _any_reported(attempts: list[Any]) -> bool:
+    """Whether any task of these summary attempts sent the launcher a report of its own."""
+    for attempt in attempts:
+        tasks = attempt.get("tasks") if isinstance(attempt, dict) else None
+        for task in tasks if isinstance(tasks, list) else []:
+            if isinstance(task, dict) and task.get("reported") is True:
+                return True
+    return False
 
 
 def _rebased(where: str, written_in: object, run_dir: str) -> str:

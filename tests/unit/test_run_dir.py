@@ -120,11 +120,34 @@ def test_every_terminal_launch_state_has_its_exit_code() -> None:
 
 def test_a_run_that_failed_before_any_step_says_so_and_never_none(tmp_path: Path) -> None:
     layout = _layout(tmp_path)
-    _write(layout.summary_file, _summary(layout, "failed", final_step=None))
+    reporting = [
+        {
+            "attempt": 0,
+            "reason": "r",
+            "tasks": [{"name": "worker:0", "host": "localhost", "exit": "exit 1", "reported": True, "step": None}],
+        }
+    ]
+    _write(layout.summary_file, _summary(layout, "failed", final_step=None, attempts=reporting))
     shown = describe_run(layout.run_dir)
     assert shown.exit_code == exit_codes.FAILED
     assert f"{layout.run_dir}: failed before any step after 1 attempt(s)" in shown.text
     assert "None" not in shown.text
+
+
+def test_a_script_that_never_reported_a_step_is_not_said_to_have_stopped_before_one(tmp_path: Path) -> None:
+    """A command that never calls `report`: it may have trained for hours; only its steps are unknown."""
+    layout = _layout(tmp_path)
+    silent = [
+        {
+            "attempt": 0,
+            "reason": "r",
+            "tasks": [{"name": "worker:0", "host": "localhost", "exit": "exit 0", "reported": False, "step": None}],
+        }
+    ]
+    _write(layout.summary_file, _summary(layout, "succeeded", final_step=None, attempts=silent))
+    shown = describe_run(layout.run_dir)
+    assert f"{layout.run_dir}: succeeded with no step reported after 1 attempt(s)" in shown.text
+    assert "before any step" not in shown.text
 
 
 def test_a_running_run_exits_3_and_shows_step_of_total_and_loss(tmp_path: Path) -> None:

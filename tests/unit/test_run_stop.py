@@ -100,7 +100,7 @@ def test_a_run_whose_launcher_wrote_its_summary_has_ended(tmp_path: Path, signal
 def test_a_run_with_only_a_summary_has_ended(tmp_path: Path, signals: list[tuple[int, int]]) -> None:
     layout = _layout(tmp_path)
     _write(layout.summary_file, {"state": "failed", "final_step": None, "attempts": [{}]})
-    _refused(layout, "already ended: failed before any step")
+    _refused(layout, "already ended: failed with no step reported")
     assert signals == []
 
 
