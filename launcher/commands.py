@@ -99,7 +99,7 @@ def check(spec: ClusterSpec, allocation: Allocation | None) -> int:
     if not report.ok:
         raise PreflightError(report.problems)
     if resuming is not None:
-        print(f"  the launch would resume: {resuming}")
+        print(f"  {resuming.would()}")
     print(f"preflight passed: {len(spec.hosts)} host(s), {len(plan.tasks)} task(s)")
     return exit_codes.SUCCEEDED
 

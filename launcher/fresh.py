@@ -13,10 +13,12 @@ import os
 import time
 from pathlib import Path
 
+from launcher.agent.safe_paths import unsafe_ancestry
 from launcher.checkpoint_mark import MARKER, refuse_if_in_use
 from launcher.errors import UsageError
+from launcher.masking import printable
 from launcher.plan import checkpoint_dir_of
-from launcher.run_lock import refuse_if_running
+from launcher.run_lock import check_run_dir, refuse_if_running
 from launcher.spec import ClusterSpec, is_url
 from worker.contract import RunLayout
 
@@ -52,24 +54,32 @@ def start_over(spec: ClusterSpec, run_dir: Path, launcher_cwd: str) -> list[str]
     outside = not _inside(checkpoints, str(run_dir))
     if is_url(checkpoints):
         raise UsageError(
-            f"--fresh cannot move aside the checkpoints at {checkpoints} (an object store): remove or rename them "
-            "there, or give the run another --name. Nothing was started."
+            f"--fresh cannot move aside the checkpoints at {printable(checkpoints)} (an object store): remove or "
+            "rename them there, or give the run another --name. Nothing was started."
         )
     if outside and not os.path.exists(checkpoints) and not any(host.is_local for host in spec.hosts):
         raise UsageError(
-            f"--fresh moves old checkpoints aside on this machine, and {checkpoints} is not here: rename it on the "
-            "hosts' shared storage, or give the run another --name. Nothing was started."
+            f"--fresh moves old checkpoints aside on this machine, and {printable(checkpoints)} is not here: rename "
+            "it on the hosts' shared storage, or give the run another --name. Nothing was started."
         )
+    check_run_dir(str(run_dir))  # another user's, or one they could swap: not ours to move
     refuse_if_running(str(run_dir))
     refuse_if_in_use(checkpoints, str(run_dir))  # another run may write there (inside this run directory, too)
+    if outside:
+        above = unsafe_ancestry(checkpoints)  # a rename there could be raced, and the run would be refused after it
+        if above is not None:
+            raise UsageError(
+                f"checkpoint_dir {printable(checkpoints)} is not safe: {printable(above)}: another user could put a "
+                "checkpoint there that a run would restore; use a directory of your own. Nothing was moved or started."
+            )
     moved = []
     try:
         if outside and has_checkpoints(checkpoints):
-            moved.append(f"checkpoints {checkpoints} -> {_aside(checkpoints, stamp)}")
+            moved.append(f"checkpoints {printable(checkpoints)} -> {printable(_aside(checkpoints, stamp))}")
         if run_dir.exists():
-            moved.append(f"run directory {run_dir} -> {_aside(str(run_dir), stamp)}")
+            moved.append(f"run directory {printable(str(run_dir))} -> {printable(_aside(str(run_dir), stamp))}")
     except OSError as error:
         raise UsageError(
-            f"--fresh could not move aside {error.filename}: {error.strerror}. Nothing was started."
+            f"--fresh could not move aside {printable(str(error.filename))}: {error.strerror}. Nothing was started."
         ) from None
     return moved

@@ -15,7 +15,15 @@ from launcher.training_identity import argv_of, shown_training, what_trains
 if TYPE_CHECKING:
     from launcher.spec import ClusterSpec
 
-__all__ = ["CLI_WORDS", "PYTHON_WORDS", "ResumeWords", "resume_notice", "resume_or_start_over"]
+__all__ = [
+    "CLI_WORDS",
+    "PYTHON_WORDS",
+    "ResumeWords",
+    "Resuming",
+    "refuse_if_unsafe",
+    "resume_notice",
+    "resume_or_start_over",
+]
 
 
 @dataclass(frozen=True)
@@ -42,13 +50,34 @@ def resume_or_start_over(
 
         for line in start_over(spec, run_dir_of(spec), os.getcwd()):
             say(f"{words.fresh}: moved {line}")
-    elif (notice := resume_notice(spec, words)) is not None:
-        say(notice)
+    elif (resuming := resume_notice(spec, words)) is not None:
+        say(resuming.said(spec.name, words))
 
 
-def resume_notice(spec: ClusterSpec, words: ResumeWords = CLI_WORDS) -> str | None:
-    """Say so when a launch will resume from earlier checkpoints of the same run; UsageError when the
-    run directory is not safe to use, its run is still going, or its checkpoints are another training's."""
+@dataclass(frozen=True)
+class Resuming:
+    """A launch that will resume: from which checkpoints, and what else the user should know of them."""
+
+    checkpoints: str
+    remarks: tuple[str, ...] = ()
+
+    def said(self, run_name: str, words: ResumeWords = CLI_WORDS) -> str:
+        """As a launch says it: `run NAME: resuming from the checkpoints in DIR ('--fresh' starts over); ...`."""
+        where = printable(self.checkpoints)
+        line = f"run {run_name}: resuming from the checkpoints in {where} ('{words.fresh}' starts over)"
+        return "; ".join((line, *self.remarks))
+
+    def would(self) -> str:
+        """As `--check` says it, of a launch not made."""
+        return "; ".join(
+            (f"the launch would resume from the checkpoints in {printable(self.checkpoints)}", *self.remarks)
+        )
+
+
+def resume_notice(spec: ClusterSpec, words: ResumeWords = CLI_WORDS) -> Resuming | None:
+    """Whether a launch will resume from earlier checkpoints of the same run; UsageError when the run
+    directory or the checkpoint directory is not safe to use, its run is still going, or its
+    checkpoints are another training's."""
     from launcher.fresh import has_checkpoints
     from launcher.plan import checkpoint_dir_of
     from launcher.run import run_dir_of
@@ -60,6 +89,7 @@ def resume_notice(spec: ClusterSpec, words: ResumeWords = CLI_WORDS) -> str | No
     refuse_if_running(layout.run_dir)  # said before any word of resuming
     checkpoints = checkpoint_dir_of(spec, layout, os.getcwd())
     refuse_if_in_use(checkpoints, layout.run_dir)  # another run writes there now, checkpoints or not yet
+    refuse_if_unsafe(checkpoints)  # as the preflight would, but before any word of resuming
     if not has_checkpoints(checkpoints):
         return None
     from launcher.bundle import recorded_spec
@@ -76,17 +106,35 @@ def resume_notice(spec: ClusterSpec, words: ResumeWords = CLI_WORDS) -> str | No
             f"{shown_training(now)}), which this one cannot resume: give {words.fresh} to start over (the old "
             f"files are moved aside, not deleted) or {keep} to keep both. Nothing was started."
         )
-    resuming = (
-        f"run {spec.name}: resuming from the checkpoints in {printable(checkpoints)} ('{words.fresh}' starts over)"
-    )
+    remarks = []
     if writer is not None and writer != layout.run_dir:
-        resuming += f"; they were written by the run in {printable(writer)}"
+        remarks.append(f"they were written by the run in {printable(writer)}")
     old_argv, new_argv = argv_of(saved), argv_of(now)
     if before is None:
-        resuming += f"; which training wrote them is not known ({layout.spec_file} is missing or unreadable)"
+        remarks.append(
+            f"which training wrote them is not known ({printable(layout.spec_file)} is missing or unreadable)"
+        )
     elif old_argv is not None and old_argv != new_argv:
-        resuming += f"; the command's arguments changed since they were written (was: {shown_training(saved)})"
-    return resuming
+        remarks.append(
+            f"the command's arguments changed since they were written (was: {shown_training(saved)}; now: "
+            f"{shown_training(now)})"
+        )
+    return Resuming(checkpoints, tuple(remarks))
+
+
+def refuse_if_unsafe(checkpoints: str) -> None:
+    """UsageError when another user could put a checkpoint in `checkpoints` on this machine (theirs, open to
+    anybody, or below a directory they could swap): a run would restore it. The preflight asks each host
+    the same; here it is asked before a launch says it resumes, or moves anything aside."""
+    from launcher.agent.probe import foreign_owner
+    from launcher.spec import is_url
+
+    problem = None if is_url(checkpoints) else foreign_owner(checkpoints)
+    if problem is not None:
+        raise UsageError(
+            f"checkpoint_dir {printable(checkpoints)} {printable(problem)}: a checkpoint planted there would be "
+            "restored; use a directory of your own (chmod o-w, or another checkpoint_dir). Nothing was started."
+        )
 
 
 def _read_json(path: str) -> dict[str, Any] | None:

@@ -16,6 +16,7 @@ import stat
 
 from launcher.agent.safe_paths import unsafe_ancestry
 from launcher.errors import RunDirError, UsageError
+from launcher.masking import printable
 from worker.contract import RunLayout
 
 __all__ = ["RunLock", "check_run_dir", "holder_of", "lock_run", "refuse_if_running"]
@@ -25,11 +26,12 @@ def check_run_dir(run_dir: str) -> None:
     """Refuse a run directory that is not ours alone, or that another user could swap for theirs (a
     symbolic link, or a directory above it that others may change: see unsafe_ancestry); a missing
     one is fine (we make it 0700)."""
+    shown = printable(run_dir)
     problem = unsafe_ancestry(run_dir)
     if problem is not None:
         raise UsageError(
-            f"{run_dir} is not safe to write in: {problem}, so another user could put their own directory in its "
-            "place. Use a --run-root whose directories only you or root can change. Nothing was started."
+            f"{shown} is not safe to write in: {printable(problem)}, so another user could put their own directory in "
+            "its place. Use a --run-root whose directories only you or root can change. Nothing was started."
         )
     try:
         info = os.lstat(run_dir)
@@ -37,20 +39,20 @@ def check_run_dir(run_dir: str) -> None:
         return
     if stat.S_ISLNK(info.st_mode):
         raise UsageError(
-            f"{run_dir} is a symbolic link: the launcher writes only in a directory of its own there. Remove it, or "
+            f"{shown} is a symbolic link: the launcher writes only in a directory of its own there. Remove it, or "
             "use another --name or --run-root. Nothing was started."
         )
     if not stat.S_ISDIR(info.st_mode):
         raise RunDirError(run_dir, "it exists and is not a directory")
     if info.st_uid != os.geteuid():
         raise UsageError(
-            f"{run_dir} belongs to uid {info.st_uid}, not to you (uid {os.geteuid()}): another user could have "
+            f"{shown} belongs to uid {info.st_uid}, not to you (uid {os.geteuid()}): another user could have "
             "planted files there. Use another --name or --run-root. Nothing was started."
         )
     if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
         raise UsageError(
-            f"{run_dir} is writable by others (mode {stat.S_IMODE(info.st_mode):04o}): another user could plant files "
-            f"or symlinks where the launcher writes. Make it yours alone (chmod 700 {run_dir}) or use another --name. "
+            f"{shown} is writable by others (mode {stat.S_IMODE(info.st_mode):04o}): another user could plant files "
+            f"or symlinks where the launcher writes. Make it yours alone (chmod 700 {shown}) or use another --name. "
             "Nothing was started."
         )
 
@@ -75,8 +77,8 @@ def holder_of(run_dir: str) -> int | None:
 
 def _running(run_dir: str, pid: str) -> UsageError:
     return UsageError(
-        f"{run_dir} is being run by another launcher (pid {pid}): wait for it, stop it with "
-        f"'launch stop {run_dir}', or use another --name. Nothing was started."
+        f"{printable(run_dir)} is being run by another launcher (pid {pid}): wait for it, stop it with "
+        f"'launch stop {printable(run_dir)}', or use another --name. Nothing was started."
     )
 
 

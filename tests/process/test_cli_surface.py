@@ -219,14 +219,18 @@ def test_checkpoints_of_another_training_are_not_resumed(work: Path) -> None:
     assert checked.returncode == 2 and "holds the checkpoints of another training" in checked.stderr, checked.stderr
     assert (checkpoints / "ckpt-1.index").exists()  # --check moves nothing aside
     same = run_launch([*args, "--check", "--", "python3", "-c", "pass"], work)
-    assert same.returncode == 0 and "the launch would resume: run local: resuming from" in same.stdout, same.stdout
+    assert same.returncode == 0, same.stderr
+    assert f"  the launch would resume from the checkpoints in {checkpoints}\n" in same.stdout, same.stdout
     same = run_launch([*args, "--", "python3", "-c", "pass"], work)
     assert same.returncode == 0 and "resuming from the checkpoints" in same.stderr, same.stderr
     assert "fresh=True" not in other.stderr and "arguments changed" not in same.stderr
     # the same program told something else (more steps, say) trains on from its checkpoints
     further = run_launch([*args, "--", "python", "-c", "pass", "--steps", "40"], work)
     assert further.returncode == 0 and "resuming from the checkpoints" in further.stderr, further.stderr
-    assert "the command's arguments changed since they were written (was: command python3 -c pass)" in further.stderr
+    assert (
+        "the command's arguments changed since they were written (was: command python3 -c pass; "
+        "now: command python -c pass --steps 40)" in further.stderr
+    ), further.stderr
 
 
 def test_two_runs_sharing_a_checkpoint_dir_are_told_apart(work: Path) -> None:
@@ -278,6 +282,34 @@ def test_two_runs_sharing_a_checkpoint_dir_are_told_apart(work: Path) -> None:
     after = run_launch(["--cluster", str(work / "y.json"), "--", *sleeper[:2], "pass"], work)
     assert after.returncode == 2 and "holds the checkpoints of another training" in after.stderr, after.stderr
     assert "being written" not in after.stderr
+
+
+def test_a_checkpoint_dir_another_user_could_write_is_refused_before_resuming_or_moving(work: Path) -> None:
+    """A launch says it resumes, and --fresh moves old files aside, only where no other user could plant a
+    checkpoint: the preflight would refuse it anyway, after the words and the move."""
+    opened = work / "opened"
+    opened.mkdir()
+    (opened / "ckpt-1.index").write_text("anybody's")
+    opened.chmod(0o777)
+    spec = {"name": "o", "run_root": str(work / "runs"), "checkpoint_dir": str(opened)}
+    write_spec(work, {**spec, "hosts": [{"address": "localhost", "workers": 1}]}, "o.json")
+    for extra in ([], ["--check"]):
+        refused = run_launch(["--cluster", str(work / "o.json"), *extra, "--", "python3", "-c", "pass"], work)
+        assert refused.returncode == 2, refused.stderr
+        assert f"checkpoint_dir {opened} is writable by anybody (mode 0777)" in refused.stderr
+        assert "resum" not in refused.stdout + refused.stderr
+    below = work / "open-parent"
+    below.mkdir()
+    (below / "ckpt").mkdir(mode=0o700)
+    (below / "ckpt" / "ckpt-1.index").write_text("ours, in a directory anybody may rename")
+    below.chmod(0o777)
+    spec = {**spec, "name": "b", "checkpoint_dir": str(below / "ckpt")}
+    write_spec(work, {**spec, "hosts": [{"address": "localhost", "workers": 1}]}, "b.json")
+    fresh = run_launch(["--cluster", str(work / "b.json"), "--fresh", "--", "python3", "-c", "pass"], work)
+    assert fresh.returncode == 2, fresh.stderr
+    assert f"checkpoint_dir {below / 'ckpt'} is not safe: {below} is writable by others" in fresh.stderr
+    assert "--fresh: moved" not in fresh.stderr and sorted(p.name for p in below.iterdir()) == ["ckpt"]
+    assert (below / "ckpt" / "ckpt-1.index").exists()
 
 
 def test_the_python_api_refuses_another_trainings_checkpoints_too(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
