@@ -9,6 +9,7 @@ import fcntl
 import json
 import os
 import stat
+import time
 from typing import TYPE_CHECKING, Any
 
 from launcher.errors import UsageError
@@ -19,6 +20,8 @@ if TYPE_CHECKING:
     from launcher.spec import ClusterSpec
 
 MARKER = ".tflaunch-training.json"  # in a checkpoint directory: which run and training write there
+_CHECK_WAIT_S = 1.0  # how long a check's shared hold of the mark may delay a launch's lock
+_CHECK_POLL_S = 0.01
 SPEC_LIMIT = 64 << 20  # a spec whose env is large is still read whole
 __all__ = [
     "MARKER",
@@ -43,7 +46,7 @@ def mark_checkpoints(spec: ClusterSpec, run_dir: str, checkpoints: str) -> RunLo
     if fd is None:
         return None
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        _lock_past_checks(fd)
     except OSError as error:
         os.close(fd)
         if error.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
@@ -57,6 +60,20 @@ def mark_checkpoints(spec: ClusterSpec, run_dir: str, checkpoints: str) -> RunLo
     except OSError:  # a full disk: the mark says less, its lock still holds
         pass
     return RunLock(fd)  # a lock like the run's: released when the launch ends
+
+
+def _lock_past_checks(fd: int) -> None:
+    """Take the mark's lock for a launch. Another launch's check holds it shared for an instant
+    (refuse_if_in_use): that is waited out, up to _CHECK_WAIT_S; a launch that runs holds it throughout."""
+    deadline = time.monotonic() + _CHECK_WAIT_S
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except OSError as error:
+            if error.errno not in (errno.EWOULDBLOCK, errno.EAGAIN) or time.monotonic() >= deadline:
+                raise
+        time.sleep(_CHECK_POLL_S)
 
 
 def refuse_if_in_use(checkpoints: str, run_dir: str) -> None:

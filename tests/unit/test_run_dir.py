@@ -395,3 +395,35 @@ def test_a_checkpoint_mark_is_believed_only_as_a_plain_file_of_ours(tmp_path: Pa
         mark.write_text(json.dumps({"run_dir": "/runs/x"}))
         os.chown(mark, 12345, 12345)
         assert marked_writer(str(tmp_path)) is None
+
+
+def test_a_launch_waits_out_another_launchs_check_of_the_mark_but_not_a_launch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A check holds the mark's lock shared for an instant: a launch taking it then is not refused as
+    'being written by another launch'; a launch that holds it for its run still refuses the next one."""
+    import fcntl
+    import os
+
+    from launcher import checkpoint_mark
+    from launcher.errors import UsageError
+
+    spec = parse_spec({"name": "m", "hosts": [{"address": "localhost"}]})
+    (tmp_path / checkpoint_mark.MARKER).write_text("{}")
+    checking = os.open(tmp_path / checkpoint_mark.MARKER, os.O_RDONLY)
+    fcntl.flock(checking, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    waits: list[float] = []
+
+    def check_ends(seconds: float) -> None:  # the launch waits once: the check is over by then
+        waits.append(seconds)
+        if len(waits) == 1:
+            os.close(checking)  # the check's lock goes with its descriptor
+
+    monkeypatch.setattr(checkpoint_mark.time, "sleep", check_ends)
+    lock = checkpoint_mark.mark_checkpoints(spec, "/runs/m", str(tmp_path))
+    assert lock is not None and len(waits) == 1
+    try:
+        with pytest.raises(UsageError, match="being written by another launch now"):
+            checkpoint_mark.mark_checkpoints(spec, "/runs/other", str(tmp_path))
+    finally:
+        lock.release()
