@@ -124,8 +124,13 @@ class Console:
         err: TextIO = sys.stderr,
         verbose: bool = False,
         show: Collection[str] = (),
+        owns_streams: bool = True,
     ) -> None:
+        """`owns_streams`: the streams are the process's own (the command line), which may send an
+        unwritable one to /dev/null; a caller's (the Python API) are only left alone."""
         self.quiet = quiet
+        self._owns_streams = owns_streams
+        self._out_gone = False  # standard output could not be written: never again
         self.live = live and not quiet
         self.verbose = verbose
         self.show = frozenset(show)  # task names (worker:1) whose lines are echoed; empty: every task
@@ -191,7 +196,7 @@ class Console:
         """Called whenever the supervisor has handled every queued event."""
         if self.live:
             self._redraw()
-        else:
+        elif not self._out_gone:
             try:
                 self._out.flush()
             except OSError as error:
@@ -201,9 +206,11 @@ class Console:
     def _reader_left(self, error: OSError) -> None:
         """Standard output's reader is gone (`launch ... | head`), or it cannot be written (a full disk):
         the run goes on, as if --quiet; the tasks' output is in their logs. What is still buffered for
-        it is dropped."""
+        it is dropped (by the command line; the Python API leaves its caller's stream as it is)."""
         self.quiet = True
-        discard(self._out)
+        self._out_gone = True
+        if self._owns_streams:
+            discard(self._out)
         why = (
             "was closed by its reader"
             if isinstance(error, BrokenPipeError)

@@ -71,7 +71,9 @@ def launch(
     parsed = request_spec(request)
     names = show if isinstance(show, str) else ",".join(show)  # "worker:0,worker:1" or a list of names
     shown = shown_tasks(parsed, names, flag="show=") if show else frozenset()
-    console = Console(quiet=not echo, live=False, out=sys.stdout, err=sys.stdout, verbose=verbose, show=shown)
+    console = Console(
+        quiet=not echo, live=False, out=sys.stdout, err=sys.stdout, verbose=verbose, show=shown, owns_streams=False
+    )
     resume_or_start_over(parsed, fresh, console.notice, PYTHON_WORDS)  # another training's checkpoints are refused
     try:
         result = run_launch(parsed, console)

@@ -312,6 +312,31 @@ def test_a_checkpoint_dir_another_user_could_write_is_refused_before_resuming_or
     assert (below / "ckpt" / "ckpt-1.index").exists()
 
 
+def test_the_python_api_leaves_a_callers_broken_stdout_as_it_was(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The run goes on when the caller's stdout cannot be written, and the caller's descriptor is not
+    sent to /dev/null behind its back (the command line does that to its own)."""
+    import contextlib
+    import os
+    import stat
+
+    import tflaunch
+
+    monkeypatch.chdir(work)
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    broken = open(write_end, "w", encoding="utf-8")  # noqa: SIM115 - closed below
+    monkeypatch.setattr(sys, "stdout", broken)
+    spec = {"name": "p", "run_root": str(work / "runs"), "hosts": [{"address": "localhost", "workers": 1}]}
+    try:
+        result = tflaunch.launch(spec, command=["python3", "-c", "print('x' * 100_000)"])
+        assert result.succeeded, result.message
+        assert stat.S_ISFIFO(os.fstat(write_end).st_mode)
+    finally:
+        monkeypatch.undo()
+        with contextlib.suppress(OSError):
+            broken.close()
+
+
 def test_the_python_api_refuses_another_trainings_checkpoints_too(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import tflaunch
     from tflaunch import UsageError

@@ -226,3 +226,29 @@ def test_discarding_a_stream_survives_having_no_descriptor_left(monkeypatch) -> 
     monkeypatch.undo()
     with contextlib.suppress(OSError):
         gone.close()
+
+
+def test_a_stream_whose_reader_left_is_sent_to_dev_null_only_when_the_console_owns_it() -> None:
+    """The command line's own stdout goes to /dev/null (nothing raises at exit); a Python caller's
+    stdout is theirs: the console stops writing to it, and leaves the descriptor as it was."""
+    import contextlib
+    import os
+    import stat
+
+    for owns in (True, False):
+        read_end, write_end = os.pipe()
+        os.close(read_end)  # its reader is gone: a write raises BrokenPipeError
+        out = open(write_end, "w", encoding="utf-8")  # noqa: SIM115 - closed below
+        err = io.StringIO()
+        console = Console(live=False, out=out, err=err, owns_streams=owns)
+        try:
+            console.output(PLAN.tasks[0], "x" * 10_000)  # more than the buffer: written at once
+            console.flush()
+            console.output(PLAN.tasks[0], "later")
+            console.flush()
+            assert err.getvalue().count("standard output was closed by its reader") == 1, err.getvalue()
+            mode = os.fstat(write_end).st_mode
+            assert stat.S_ISCHR(mode) if owns else stat.S_ISFIFO(mode), (owns, oct(mode))
+        finally:
+            with contextlib.suppress(OSError):  # what a caller's stream still holds cannot be written
+                out.close()
