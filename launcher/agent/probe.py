@@ -70,13 +70,44 @@ _TF_DISTRIBUTIONS = ("tensorflow", "tensorflow_cpu", "tf_nightly")
 
 
 def _site_dirs() -> list[str]:
-    """Where this interpreter installs packages, computed without processing them (no .pth files)."""
+    """Where this interpreter installs packages, computed without processing them (no .pth files).
+    A virtual environment's, too: without site, python does not apply its pyvenv.cfg (sys.prefix is
+    the base python's), so it is read here as site.venv() reads it."""
     import site
 
-    dirs = list(site.getsitepackages())
-    if site.ENABLE_USER_SITE is not False:
-        dirs.append(site.getusersitepackages())
+    venv = _venv_prefix()
+    if venv is None:
+        dirs = list(site.getsitepackages())
+        if site.ENABLE_USER_SITE is not False:
+            dirs.append(site.getusersitepackages())
+    else:
+        prefix, system_site = venv
+        dirs = list(site.getsitepackages([prefix]))
+        if system_site:
+            dirs += [*site.getsitepackages(), site.getusersitepackages()]
     return [d for d in dirs if os.path.isdir(d)]
+
+
+def _venv_prefix() -> tuple[str, bool] | None:
+    """The virtual environment this python belongs to, and whether it sees the base python's
+    packages; None outside one (or when site already applied it: sys.prefix is the venv then)."""
+    if sys.prefix != sys.base_prefix:
+        return None
+    exe_dir = os.path.dirname(os.path.abspath(sys.executable))
+    prefix = os.path.dirname(exe_dir)
+    for conf in (os.path.join(exe_dir, "pyvenv.cfg"), os.path.join(prefix, "pyvenv.cfg")):
+        try:
+            with open(conf, encoding="utf-8") as handle:
+                lines = handle.read(65536).splitlines()
+        except OSError:
+            continue
+        system_site = any(
+            key.strip().lower() == "include-system-site-packages" and value.strip().lower() == "true"
+            for key, sep, value in (line.partition("=") for line in lines)
+            if sep
+        )
+        return prefix, system_site
+    return None
 
 
 def _tensorflow_in(directories: list[str]) -> str | None:
@@ -156,9 +187,18 @@ def host_facts() -> dict[str, Any]:
                 python=platform.python_version(),
                 executable=sys.executable,
                 tensorflow=_tensorflow_version(),
-                worker_ok=_worker_importable(),
             )
         return dict(_facts)
+
+
+def worker_fact() -> bool:
+    """Whether the built-in runtime imports here; looked up once, and only when an `info` asks (a
+    command training never needs it, and where the project is an editable install the lookup runs
+    site and importlib.metadata: a third of an agent's start-up, on every host of a fleet)."""
+    with _facts_lock:
+        if "worker_ok" not in _facts:
+            _facts["worker_ok"] = _worker_importable()
+        return bool(_facts["worker_ok"])
 
 
 def _info(request: dict[str, Any]) -> dict[str, Any]:
@@ -175,7 +215,7 @@ def _info(request: dict[str, Any]) -> dict[str, Any]:
         "checkpoint_unsafe": None if url else foreign_owner(checkpoint_dir),
     }
     if request.get("need_worker"):
-        answer["worker_ok"] = facts["worker_ok"]
+        answer["worker_ok"] = worker_fact()
     if request.get("gpus"):
         answer["gpus"] = _nvidia_smi()
     return answer

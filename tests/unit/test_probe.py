@@ -67,7 +67,10 @@ def test_host_facts_are_looked_up_once_and_shared_by_every_info(monkeypatch: obj
     monkeypatch.setattr(probe, "_tensorflow_version", lambda: calls.append("tf") or "2.21.0")  # type: ignore[attr-defined]
     monkeypatch.setattr(probe, "_worker_importable", lambda: calls.append("worker") or True)  # type: ignore[attr-defined]
     probe.host_facts()  # what the agent does as soon as it has said it is ready
+    probe.handle({"op": "info", "workdir": str(tmp_path)})
+    assert calls == ["tf"]  # the runtime is looked for only when an info needs it (a command does not)
     first = probe.handle({"op": "info", "workdir": str(tmp_path), "need_worker": True})
+    probe.handle({"op": "info", "workdir": str(tmp_path), "need_worker": True})
     second = probe.handle({"op": "info", "workdir": str(tmp_path / "missing")})
     assert calls == ["tf", "worker"]
     assert first["tensorflow"] == second["tensorflow"] == "2.21.0" and first["worker_ok"] is True
@@ -86,3 +89,39 @@ def test_the_mesh_check_skips_only_pairs_of_local_hosts_on_loopback_addresses() 
     assert not _apart(a, a) and not _apart(a, b) and not _apart(b, named)
     assert _apart(a, typo) and _apart(typo, a) and _apart(a, remote) and _apart(remote, a)
     assert _apart(a, resolved) and _apart(resolved, named)
+
+
+def test_a_virtual_environments_packages_are_found_without_running_site() -> None:
+    """Without site (`-S`, as the agent starts) a venv's python has the base python's prefix: the
+    probe reads pyvenv.cfg itself rather than running site and importlib.metadata on every host."""
+    import importlib.metadata
+    import subprocess
+
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); from launcher.agent import probe; "
+        "print(probe._tensorflow_version(), 'importlib.metadata' in sys.modules, probe._site_ran)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", code, str(Path(__file__).resolve().parents[2])],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert out.split() == [importlib.metadata.version("tensorflow"), "False", "[]"], out
+
+
+def test_a_venv_that_sees_the_system_packages_adds_them(tmp_path: Path, monkeypatch: object) -> None:
+    site_dir = tmp_path / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+    site_dir.mkdir(parents=True)
+    (tmp_path / "bin").mkdir()
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "bin" / "python"))  # type: ignore[attr-defined]
+    monkeypatch.setattr(sys, "prefix", sys.base_prefix)  # type: ignore[attr-defined]
+    (tmp_path / "pyvenv.cfg").write_text("home = /usr/bin\ninclude-system-site-packages = false\n")
+    assert probe._site_dirs() == [str(site_dir)]
+    (tmp_path / "pyvenv.cfg").write_text("home = /usr/bin\ninclude-system-site-packages = true\n")
+    import site
+
+    assert probe._site_dirs()[0] == str(site_dir)
+    assert set(probe._site_dirs()[1:]) == {d for d in site.getsitepackages() if os.path.isdir(d)} | (
+        {site.getusersitepackages()} if os.path.isdir(site.getusersitepackages()) else set()
+    )
