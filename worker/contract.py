@@ -14,8 +14,7 @@ import os
 import posixpath
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 ENV_PREFIX = "TFLAUNCH_"
 TF_CONFIG = "TF_CONFIG"
@@ -86,8 +85,11 @@ AGENT_EVENTS = (STARTED, STOPPED, CONTINUED, EXIT, WARM)  # what the agent itsel
 _ATTEMPT_DIR = re.compile(r"attempt-(\d+)")
 
 
-@dataclass(frozen=True)
-class RunLayout:
+# The contract's records are NamedTuples, not dataclasses: the host agent runs this module on every
+# host of a fleet, and dataclasses' import (inspect with it) was an eighth of the agent's start-up.
+
+
+class RunLayout(NamedTuple):
     """Where everything of one run lives, under `<run_root>/<name>`. Paths only; creates nothing."""
 
     run_dir: str
@@ -192,8 +194,7 @@ def task_stem(task: str) -> str:
     return task.replace(":", "-")
 
 
-@dataclass(frozen=True)
-class TaskEnv:
+class TaskEnv(NamedTuple):
     """Everything the launcher tells a task besides TF_CONFIG, as typed values."""
 
     run_name: str

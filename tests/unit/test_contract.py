@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import base64
-import json
+import marshal
 import os
 import re
 import zlib
@@ -52,7 +52,7 @@ def test_layout_names_and_parses_attempts() -> None:
 def test_the_agent_ships_the_contract_itself_rather_than_a_copy() -> None:
     """The agent runs on hosts with nothing but python: the bootstrap ships worker/contract.py as
     it is, and every agent module takes the contract's names from it."""
-    bundle = json.loads(zlib.decompress(base64.b64decode(agent_line(15.0))))
+    bundle = marshal.loads(zlib.decompress(base64.b64decode(agent_line(15.0))))
     shipped = dict(bundle["modules"])
     assert shipped["worker.contract"] == (REPO / "worker" / "contract.py").read_text()
     assert list(shipped)[0] == "worker.contract", "the contract is registered before anything imports it"
