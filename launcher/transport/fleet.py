@@ -127,7 +127,7 @@ class AgentTransport:
             host = self._hosts[i]
             by_settings.setdefault((host.liveness_s if host.remote else LOCAL_BEAT_S, host.remote), []).append(i)
         for (liveness_s, remote), group in by_settings.items():
-            first = agent_line(liveness_s, watch_silence=remote, addressed=self._addressed)
+            first = agent_line(liveness_s, watch_silence=remote, addressed=self._addressed, compiled=remote)
             side_by_side(list(self._medium.open(group, first).items()), self._ready)
         self._ensure_watcher()
 

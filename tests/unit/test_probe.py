@@ -125,3 +125,42 @@ def test_a_venv_that_sees_the_system_packages_adds_them(tmp_path: Path, monkeypa
     assert set(probe._site_dirs()[1:]) == {d for d in site.getsitepackages() if os.path.isdir(d)} | (
         {site.getusersitepackages()} if os.path.isdir(site.getusersitepackages()) else set()
     )
+
+
+def test_the_mesh_check_connects_to_every_address_from_one_thread() -> None:
+    """Answers as socket.create_connection would, for every address at once: reached, refused, a
+    name that does not resolve; and no thread per address."""
+    import socket
+    import threading
+
+    listening = socket.create_server(("127.0.0.1", 0))
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))  # bound, never listening: a connection to it is refused
+    try:
+        up, down = listening.getsockname()[1], closed.getsockname()[1]
+        seen: list[int] = []
+        real_start = threading.Thread.start
+        threading.Thread.start = lambda self: seen.append(1) or real_start(self)  # type: ignore[method-assign]
+        try:
+            answer = probe.handle(
+                {
+                    "op": "connect",
+                    "addresses": [
+                        ["127.0.0.1", up],
+                        ["127.0.0.1", down],
+                        ["localhost", up],
+                        ["no-such-host.invalid", up],
+                    ],
+                    "timeout": 5,
+                }
+            )
+        finally:
+            threading.Thread.start = real_start  # type: ignore[method-assign]
+        results = answer["results"]
+        assert results[f"127.0.0.1:{up}"] == "ok" and results[f"localhost:{up}"] == "ok"
+        assert results[f"127.0.0.1:{down}"] == "Connection refused"
+        assert results[f"no-such-host.invalid:{up}"] not in ("ok", "TimeoutError")
+        assert len(seen) <= 2, "the names were looked up side by side, the connections made from one thread"
+    finally:
+        listening.close()
+        closed.close()
