@@ -17,6 +17,7 @@ import base64
 import binascii
 import enum
 import fcntl
+import functools
 import hashlib
 import hmac
 import os
@@ -153,8 +154,17 @@ def parse_revoked_keys(text: str, path: str) -> KnownHostsText:
     return KnownHostsText(tuple(lines), tuple(unreadable))
 
 
+def _pattern_matches(pattern: str, name: str) -> bool:
+    """OpenSSH's match_pattern: only `*` and `?` are wildcards; `[` is literal (as in `[host]:2222`).
+    A pattern without them (a fleet's known_hosts is one such line per host) is compared as it is:
+    a regular expression per line per host made checking N hosts cost N^2 compilations."""
+    if "*" not in pattern and "?" not in pattern:
+        return pattern == name
+    return _pattern_regex(pattern).fullmatch(name) is not None
+
+
+@functools.lru_cache(maxsize=1024)
 def _pattern_regex(pattern: str) -> re.Pattern[str]:
-    # OpenSSH's match_pattern knows only `*` and `?`; `[` is literal (as in `[host]:2222`).
     return re.compile("".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern), re.DOTALL)
 
 
@@ -180,7 +190,7 @@ def host_matches(patterns: str, name: str) -> bool:
         negated = pattern.startswith("!")
         if negated:
             pattern = pattern[1:]
-        if pattern and _pattern_regex(pattern).fullmatch(name):
+        if pattern and _pattern_matches(pattern, name):
             if negated:
                 return False
             matched = True
@@ -267,13 +277,29 @@ def read_known_hosts(paths: Iterable[str]) -> tuple[KnownHostLine, ...]:
     lines: list[KnownHostLine] = []
     for path in paths:
         try:
-            text = Path(path).read_text(encoding="utf-8", errors="replace")
+            with open(path, "rb") as handle:
+                info = os.fstat(handle.fileno())
+                version = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+                with _PARSED_LOCK:
+                    parsed = _parsed.get(path)
+                if parsed is None or parsed[0] != version:
+                    text = handle.read().decode("utf-8", errors="replace")
+                    parsed = (version, parse_known_hosts(text, path).lines)
+                    with _PARSED_LOCK:
+                        _parsed[path] = parsed
         except FileNotFoundError:  # absent files are normal (OpenSSH lists files that rarely exist)
             continue
         except OSError as error:
             raise KnownHostsUnusable(path, error.strerror or str(error)) from None
-        lines.extend(parse_known_hosts(text, path).lines)
+        lines.extend(parsed[1])
     return tuple(lines)
+
+
+# A file read once per version, not once per host: every host of a fleet reads the same known_hosts
+# (a line per host), which made N hosts parse N^2 lines. A file changed since (a key recorded, an
+# edit) has another size or time, and is read again.
+_PARSED_LOCK = threading.Lock()
+_parsed: dict[str, tuple[tuple[int, int, int, int], tuple[KnownHostLine, ...]]] = {}
 
 
 def read_revoked_keys(path: str) -> tuple[KnownHostLine, ...]:

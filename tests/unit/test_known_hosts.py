@@ -169,6 +169,24 @@ def test_reading_skips_missing_files_and_refuses_unreadable_ones(tmp_path: Path)
     assert caught.value.path == str(tmp_path)
 
 
+def test_a_file_is_parsed_once_for_every_host_until_it_changes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every host of a fleet reads the same known_hosts (a line per host): parsed once per version,
+    not once per host (N hosts had parsed N^2 lines); a key recorded since is read."""
+    from launcher.transport import known_hosts
+
+    parsed: list[str] = []
+    real = known_hosts.parse_known_hosts
+    monkeypatch.setattr(known_hosts, "parse_known_hosts", lambda text, path: parsed.append(path) or real(text, path))
+    path = tmp_path / "known_hosts"
+    path.write_text("".join(f"[10.0.0.{i}]:22 ssh-ed25519 {b64(A)}\n" for i in range(64)))
+    for _ in range(64):
+        assert len(read_known_hosts([str(path)])) == 64
+    assert parsed == [str(path)]
+    append_known_host(str(path), f"{NAME} ssh-ed25519 {b64(B)}\n")
+    assert check_host_key(read_known_hosts([str(path)]), [NAME], B).status is HostKeyStatus.TRUSTED
+    assert parsed == [str(path)] * 2
+
+
 def test_new_lines_plain_or_hashed() -> None:
     assert known_host_line(NAME, A, hashed=False) == f"{NAME} ssh-ed25519 {b64(A)}\n"
     hashed = known_host_line(NAME, A, hashed=True)
