@@ -70,12 +70,14 @@ class InterruptedLaunchError(LaunchError):
 
     exit_code = 130
 
-    def __init__(self, signum: int) -> None:
+    def __init__(self, signum: int, by: str | None = None) -> None:
+        """`by`: who sent the signal, when known (`launch stop` says so); else the signal is named."""
         import signal
 
         self.signum = signum
         self.exit_code = 128 + signum
-        super().__init__(f"Stopped by {signal.Signals(signum).name}; every task was stopped.")
+        name = signal.Signals(signum).name
+        super().__init__(f"Stopped by {f'{by} ({name})' if by else name}; every task was stopped.")
 
 
 class HostError(LaunchError):

@@ -7,6 +7,7 @@ the launcher become an exception on the main thread; shutdown and the summary ru
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -123,9 +124,11 @@ _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 SignalHandlers = dict[int, Any]  # what signal.signal returns: a callable, SIG_DFL/SIG_IGN or None
 
 
-def _install_signals(supervisor: Supervisor) -> SignalHandlers:
+def _install_signals(supervisor: Supervisor, layout: RunLayout) -> SignalHandlers:
     """Signals become InterruptedLaunchError on the main thread; returns the handlers replaced
     (none when called off the main thread, where Python cannot install handlers)."""
+    from launcher.run_stop import stop_requester
+
     state = {"stopping": False}
 
     def handler(signum: int, frame: FrameType | None) -> None:
@@ -135,7 +138,7 @@ def _install_signals(supervisor: Supervisor) -> SignalHandlers:
             supervisor.hurry = True
             return
         state["stopping"] = True
-        raise InterruptedLaunchError(signum)
+        raise InterruptedLaunchError(signum, stop_requester(layout) if signum == signal.SIGINT else None)
 
     if threading.current_thread() is not threading.main_thread():
         return {}
@@ -187,6 +190,8 @@ def launch(
         make_private_dir(first_plan.run_dir)  # logs hold whatever tasks print: for the owner only
         check_run_dir(first_plan.run_dir)
         lock = lock_run(first_plan.run_dir)
+        with contextlib.suppress(FileNotFoundError):  # an earlier launcher's, never read: not meant for us
+            os.unlink(RunLayout(first_plan.run_dir).stop_request_file)
         write_launch_record(spec, report, first_plan.run_dir)  # for a post-mortem (`launch bundle`)
         mark = _make_checkpoint_dir(spec, first_plan)  # held, with the run's lock, until the run ends
     except OSError as error:  # a full disk, no permission: before any task, so say so and start none
@@ -212,7 +217,7 @@ def launch(
     )
     console.attach(supervisor.snapshot, RunLayout(first_plan.run_dir).status_file)
     console.notice(f"run {spec.name}: starting {len(first_plan.tasks)} task(s); logs in {first_plan.run_dir}")
-    previous = _install_signals(supervisor)
+    previous = _install_signals(supervisor, RunLayout(first_plan.run_dir))
     try:
         return supervisor.run()
     finally:

@@ -88,6 +88,37 @@ def _refuse_a_forged_status(run_dir: str, pid: int, process: Any) -> None:
         raise UsageError(f"{run_dir}: the launcher (pid {pid}) runs as another user; nothing was signalled.")
 
 
+def _leave_stop_request(layout: RunLayout, launcher_pid: int) -> None:
+    """Tell the launcher that its coming SIGINT is `launch stop`'s, so it says so rather than only the
+    signal's name. Best effort: without it the launcher still stops, and names SIGINT."""
+    import json
+
+    from worker.files import write_atomic
+
+    try:
+        write_atomic(layout.stop_request_file, json.dumps({"launcher_pid": launcher_pid, "pid": os.getpid()}))
+    except OSError:
+        pass
+
+
+def stop_requester(layout: RunLayout) -> str | None:
+    """`launch stop (pid N)` when `launch stop` asked this process to stop (its request names our pid);
+    the request is used up. None for any other signal (a Ctrl-C, a kill)."""
+    import json
+
+    from launcher.log_reading import read_end
+
+    try:
+        request = json.loads(read_end(layout.stop_request_file, 4096))
+        os.unlink(layout.stop_request_file)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(request, dict) or request.get("launcher_pid") != os.getpid():
+        return None
+    pid = request.get("pid")
+    return f"`launch stop` (pid {pid})" if isinstance(pid, int) else "`launch stop`"
+
+
 def stop_launcher(
     run_dir: str, timeout_s: float = DEFAULT_TIMEOUT_S, on_signal: Callable[[str], object] | None = None
 ) -> StopResult:
@@ -117,6 +148,7 @@ def stop_launcher(
     if process is None:
         raise UsageError(_ended_text(files))
     _refuse_a_forged_status(run_dir, status.pid, process)
+    _leave_stop_request(files.layout, status.pid)
     try:
         # psutil checks again that the pid still names the process whose create time it read
         process.send_signal(signal.SIGINT)

@@ -120,6 +120,11 @@ class RunLayout(NamedTuple):
         return posixpath.join(self.run_dir, "launch.lock")
 
     @property
+    def stop_request_file(self) -> str:
+        """Left by `launch stop` just before its SIGINT, so that the launcher can say who stopped it."""
+        return posixpath.join(self.run_dir, "stop-request.json")
+
+    @property
     def metrics_file(self) -> str:
         return posixpath.join(self.run_dir, "metrics.jsonl")
 
