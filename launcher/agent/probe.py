@@ -299,8 +299,10 @@ def _bind(ports: list[int]) -> dict[str, Any]:
 
 def _connect(addresses: list[list[Any]], timeout: float) -> dict[str, Any]:
     """Every address at once, from one thread: a firewall that drops costs one timeout, not one per
-    address, and a host of a 64-host fleet makes its 63 connections without 63 threads. Each address
-    is tried as `socket.create_connection` would (every address its name resolves to, in turn)."""
+    address, and a host of a 64-host fleet makes its 63 connections without 63 threads. At most
+    _in_flight() sockets are open at a time (a host of a large mesh must not run out of descriptors).
+    Each address is tried as `socket.create_connection` would: every address its name resolves to, in
+    turn, one that cannot be used (an address family the host lacks) counting as a failed one."""
     import selectors
     import time
 
@@ -315,13 +317,19 @@ def _connect(addresses: list[list[Any]], timeout: float) -> dict[str, Any]:
             outcomes[(host, port)] = found
         else:
             pending[(host, port)] = [(family, (address[0], port, *address[2:])) for family, address in found]
+    waiting = list(pending)  # not started yet
+    in_flight = _in_flight()
     with selectors.DefaultSelector() as selector:
 
         def attempt(target: tuple[str, int], error: str) -> None:
             """Start connecting to the target's next address; with none left, its outcome is `error`."""
             while pending[target]:
                 family, address = pending[target].pop(0)
-                sock = socket.socket(family, socket.SOCK_STREAM)
+                try:
+                    sock = socket.socket(family, socket.SOCK_STREAM)
+                except OSError as failure:  # no such family here (IPv6 off), no descriptor left
+                    error = failure.strerror or type(failure).__name__
+                    continue
                 sock.setblocking(False)
                 code = sock.connect_ex(address)
                 if code in (0, errno.EINPROGRESS):
@@ -331,25 +339,38 @@ def _connect(addresses: list[list[Any]], timeout: float) -> dict[str, Any]:
                 error = os.strerror(code)
             outcomes[target] = error
 
-        for target in list(pending):
-            attempt(target, "no address")
-        while selector.get_map():
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            for key, _ in selector.select(left):
-                sock, target = key.fileobj, key.data
-                selector.unregister(sock)
-                code = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)  # type: ignore[union-attr]
-                sock.close()  # type: ignore[union-attr]
-                if code == 0:
-                    outcomes[target] = "ok"
-                else:
-                    attempt(target, os.strerror(code))
-        for key in list(selector.get_map().values()):  # no answer in time: dropped on the way
-            key.fileobj.close()  # type: ignore[union-attr]
-            outcomes[key.data] = "TimeoutError"
+        try:
+            while waiting or selector.get_map():
+                while waiting and len(selector.get_map()) < in_flight:
+                    attempt(waiting.pop(0), "no address")
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                for key, _ in selector.select(left):
+                    sock, target = key.fileobj, key.data
+                    selector.unregister(sock)
+                    code = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)  # type: ignore[union-attr]
+                    sock.close()  # type: ignore[union-attr]
+                    if code == 0:
+                        outcomes[target] = "ok"
+                    else:
+                        attempt(target, os.strerror(code))
+        finally:
+            for key in list(selector.get_map().values()):  # no answer in time: dropped on the way
+                key.fileobj.close()  # type: ignore[union-attr]
+                outcomes.setdefault(key.data, "TimeoutError")
+    for target in waiting:  # never started: the time ran out on the ones before it
+        outcomes.setdefault(target, "TimeoutError")
     return {"results": {f"{host}:{port}": outcomes[(host, port)] for host, port in targets}}
+
+
+def _in_flight() -> int:
+    """How many sockets a mesh check holds open at once: up to 256, and a quarter of what this process
+    may open (a host with a low descriptor limit checks its peers a few at a time, not refused)."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return 256 if soft == resource.RLIM_INFINITY else max(4, min(256, soft // 4))
 
 
 def _resolve(hosts: set[str]) -> dict[str, list[tuple[int, Any]] | str]:

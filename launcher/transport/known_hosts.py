@@ -279,7 +279,7 @@ def read_known_hosts(paths: Iterable[str]) -> tuple[KnownHostLine, ...]:
         try:
             with open(path, "rb") as handle:
                 info = os.fstat(handle.fileno())
-                version = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+                version = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
                 with _PARSED_LOCK:
                     parsed = _parsed.get(path)
                 if parsed is None or parsed[0] != version:
@@ -297,9 +297,9 @@ def read_known_hosts(paths: Iterable[str]) -> tuple[KnownHostLine, ...]:
 
 # A file read once per version, not once per host: every host of a fleet reads the same known_hosts
 # (a line per host), which made N hosts parse N^2 lines. A file changed since (a key recorded, an
-# edit) has another size or time, and is read again.
+# edit) has another size or time, and is read again: its change time too, which no user can set back.
 _PARSED_LOCK = threading.Lock()
-_parsed: dict[str, tuple[tuple[int, int, int, int], tuple[KnownHostLine, ...]]] = {}
+_parsed: dict[str, tuple[tuple[int, ...], tuple[KnownHostLine, ...]]] = {}
 
 
 def read_revoked_keys(path: str) -> tuple[KnownHostLine, ...]:

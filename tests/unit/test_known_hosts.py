@@ -185,6 +185,13 @@ def test_a_file_is_parsed_once_for_every_host_until_it_changes(tmp_path: Path, m
     append_known_host(str(path), f"{NAME} ssh-ed25519 {b64(B)}\n")
     assert check_host_key(read_known_hosts([str(path)]), [NAME], B).status is HostKeyStatus.TRUSTED
     assert parsed == [str(path)] * 2
+    # an edit in place that keeps the size and sets the time back is still seen (its change time moved)
+    before = path.stat()
+    text = path.read_text()
+    path.write_text(text.replace(f"{NAME} ssh-ed25519", f"{NAME} ssh-ed25519".replace("0.", "9."), 1))
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert path.stat().st_size == before.st_size and path.stat().st_mtime_ns == before.st_mtime_ns
+    assert check_host_key(read_known_hosts([str(path)]), [NAME], B).status is not HostKeyStatus.TRUSTED
 
 
 def test_new_lines_plain_or_hashed() -> None:

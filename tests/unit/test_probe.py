@@ -164,3 +164,28 @@ def test_the_mesh_check_connects_to_every_address_from_one_thread() -> None:
     finally:
         listening.close()
         closed.close()
+
+
+def test_the_mesh_check_holds_few_sockets_and_survives_an_unusable_address_family(monkeypatch: object) -> None:
+    """A host with a low descriptor limit checks its peers a few at a time; an address family the
+    host lacks (IPv6 off) fails that address only, as socket.create_connection would."""
+    import errno
+    import socket
+
+    listening = socket.create_server(("127.0.0.1", 0))
+    port = listening.getsockname()[1]
+    real_socket = socket.socket
+
+    def no_ipv6(family: int = socket.AF_INET, *args: object) -> socket.socket:
+        if family == socket.AF_INET6:
+            raise OSError(errno.EAFNOSUPPORT, "Address family not supported by protocol")
+        return real_socket(family, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(probe, "_in_flight", lambda: 2)  # type: ignore[attr-defined]
+    monkeypatch.setattr(probe.socket, "socket", no_ipv6)  # type: ignore[attr-defined]
+    try:
+        addresses = [["127.0.0.1", port]] * 12 + [["::1", port]]
+        answer = probe.handle({"op": "connect", "addresses": addresses, "timeout": 5})
+    finally:
+        listening.close()
+    assert answer["results"] == {f"127.0.0.1:{port}": "ok", f"::1:{port}": "Address family not supported by protocol"}
