@@ -111,6 +111,7 @@ class TaskResult:
     stopped: bool = False  # still running when the launcher stopped the gang: not a failure of its own
     killed_by_launcher: bool = False  # died of a signal the launcher sent it (SIGTERM or SIGKILL)
     lost: str | None = None  # the connection to its host was lost: why
+    preempted: bool = False  # left with the preemption exit code: saved, and resumes; not a failure
     sidecar: bool = False  # the evaluator: its outcome never fails the run
     error: dict[str, Any] | None = None
     result: dict[str, Any] | None = None
@@ -125,6 +126,8 @@ class TaskResult:
 
     @property
     def failed(self) -> bool:
+        if self.preempted and self.lost is None:
+            return False
         return self.lost is not None or self.signal is not None or self.exit_code not in (0, None)
 
 

@@ -460,6 +460,8 @@ class Supervisor:
                     killed_by_launcher=task.exit is not None and task.exit.signal in task.signals_sent,
                     sidecar=task.launch.sidecar,
                     lost=task.exit.lost if task.exit else None,
+                    preempted=task.exit is not None
+                    and self._policy.classify(self._task_status(task)) is FailureKind.PREEMPTED,
                     error=_read_json(launch.error_path),
                     result=_read_json(launch.result_path),
                 )

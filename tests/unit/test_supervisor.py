@@ -101,6 +101,10 @@ def test_preemption_restarts_without_using_a_restart(tmp_path: Path) -> None:
     assert sup.step(0) is LaunchState.STARTING
     assert (sup.restarts, sup.preemptions, sup.plan.attempt) == (0, 1, 1)
     assert all(t.signals == [] for t in transport.started[:2]), "preempted workers are saving: no SIGTERM"
+    from launcher.report import failures
+
+    assert sup.result is not None and all(t.preempted for t in sup.result.attempts[0].tasks)
+    assert failures(sup.result) == [], "a preemption is not a failure (launch status showed 'first failure')"
 
 
 def test_start_timeout_restarts_naming_the_task_then_stops_when_it_repeats(tmp_path: Path) -> None:
