@@ -610,7 +610,10 @@ class ClusterSpec(StrictModel):
     run_root: str = Field(
         "runs",
         min_length=1,
-        description="Local directory under which <run_root>/<name> holds logs, results and the summary.",
+        description=(
+            "Local directory under which <run_root>/<name> holds logs, results and the summary; a relative one "
+            "is taken from the directory launch runs in (not the spec file's)."
+        ),
     )
     umask: str = Field(
         "077",
