@@ -50,7 +50,7 @@ def mark_checkpoints(spec: ClusterSpec, run_dir: str, checkpoints: str) -> RunLo
     except OSError as error:
         os.close(fd)
         if error.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-            raise _in_use(checkpoints) from None
+            raise _in_use(checkpoints, run_dir) from None
         return None  # a file system without locks: the run's spec.json still tells
     record = json.dumps({"run_dir": run_dir, "training": recorded_spec(spec).get("training")}, indent=2)
     try:
@@ -86,7 +86,7 @@ def refuse_if_in_use(checkpoints: str, run_dir: str) -> None:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except OSError as error:
         if error.errno in (errno.EWOULDBLOCK, errno.EAGAIN) and marked_writer(checkpoints) != run_dir:
-            raise _in_use(checkpoints) from None
+            raise _in_use(checkpoints, run_dir) from None
     finally:
         os.close(fd)
 
@@ -104,11 +104,17 @@ def _open_mark(checkpoints: str, flags: int) -> int | None:
     return fd
 
 
-def _in_use(checkpoints: str) -> UsageError:
-    writer = marked_writer(checkpoints) or "an unknown directory"
+def _in_use(checkpoints: str, run_dir: str) -> UsageError:
+    writer = marked_writer(checkpoints)
+    if writer == run_dir:  # our own run's mark, and this launch holds the run's lock: not a launch writing
+        return UsageError(
+            f"{printable(checkpoints)} is locked by another process (a launch checking it, of a run that shares "
+            "this checkpoint_dir?), not by a run writing there: try again. Nothing was started."
+        )
     return UsageError(
-        f"{printable(checkpoints)} is being written by another launch now (the run in {writer}): "
-        "wait for it to end or stop it, or give this run another checkpoint_dir. Nothing was started."
+        f"{printable(checkpoints)} is being written by another launch now (the run in "
+        f"{printable(writer or 'an unknown directory')}): wait for it to end or stop it, or give this run another "
+        "checkpoint_dir. Nothing was started."
     )
 
 

@@ -163,7 +163,7 @@ class Console:
         if not self.quiet and not self.live and (not self.show or launch.name in self.show):
             try:
                 self._out.write(f"[{launch.label}] {line}\n")
-            except OSError as error:
+            except (OSError, ValueError) as error:  # ValueError: closed under us (a caller's own stream)
                 self._reader_left(error)
 
     def report(self, launch: TaskLaunch, data: dict[str, Any]) -> None:
@@ -189,7 +189,7 @@ class Console:
         try:
             self._err.write(f"[launch] {text}\n")
             self._err.flush()
-        except OSError:  # nobody reads the notices either (or the disk is full): the run's files say it all
+        except (OSError, ValueError):  # nobody reads the notices either (or the disk is full, or it was closed)
             pass
 
     def flush(self) -> None:
@@ -199,11 +199,11 @@ class Console:
         elif not self._out_gone:
             try:
                 self._out.flush()
-            except OSError as error:
+            except (OSError, ValueError) as error:
                 self._reader_left(error)
         self._write_status_file()
 
-    def _reader_left(self, error: OSError) -> None:
+    def _reader_left(self, error: OSError | ValueError) -> None:
         """Standard output's reader is gone (`launch ... | head`), or it cannot be written (a full disk):
         the run goes on, as if --quiet; the tasks' output is in their logs. What is still buffered for
         it is dropped (by the command line; the Python API leaves its caller's stream as it is)."""
@@ -211,11 +211,12 @@ class Console:
         self._out_gone = True
         if self._owns_streams:
             discard(self._out)
-        why = (
-            "was closed by its reader"
-            if isinstance(error, BrokenPipeError)
-            else f"cannot be written ({error.strerror})"
-        )
+        if isinstance(error, BrokenPipeError):
+            why = "was closed by its reader"
+        elif isinstance(error, OSError):
+            why = f"cannot be written ({error.strerror})"
+        else:
+            why = "was closed"
         self.notice(f"standard output {why}; the run goes on, and the tasks' output is in their logs")
 
     def close(self) -> None:

@@ -8,13 +8,14 @@ are put back as they were when it returns, whatever happens. Never imports Tenso
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO, cast
 
 from launcher import exit_codes
 from worker.contract import RunLayout
@@ -71,9 +72,8 @@ def launch(
     parsed = request_spec(request)
     names = show if isinstance(show, str) else ",".join(show)  # "worker:0,worker:1" or a list of names
     shown = shown_tasks(parsed, names, flag="show=") if show else frozenset()
-    console = Console(
-        quiet=not echo, live=False, out=sys.stdout, err=sys.stdout, verbose=verbose, show=shown, owns_streams=False
-    )
+    out = _writable(sys.stdout)
+    console = Console(quiet=not echo, live=False, out=out, err=out, verbose=verbose, show=shown, owns_streams=False)
     resume_or_start_over(parsed, fresh, console.notice, PYTHON_WORDS)  # another training's checkpoints are refused
     try:
         result = run_launch(parsed, console)
@@ -86,6 +86,21 @@ def launch(
         code = exit_codes.PREEMPTED if result.state is LaunchState.PREEMPTED else exit_codes.FAILED
     console.notice(verdict)
     return _result(Path(result.run_dir), result.state.value, code, verdict)  # the verdict `launch` prints
+
+
+def _writable(stream: TextIO | None) -> TextIO:
+    """The caller's stdout, or a sink when there is none to write to (started with fd 1 closed, so
+    `sys.stdout` is None, or closed by the caller): the run goes on, its output in its logs."""
+    if stream is None or getattr(stream, "closed", True):
+        return cast(TextIO, _Discard())
+    return stream
+
+
+class _Discard(io.TextIOBase):
+    """A text stream that keeps nothing."""
+
+    def write(self, text: str) -> int:
+        return len(text)
 
 
 def _result(run_dir: Path, state: str, code: int, message: str) -> LaunchResult:

@@ -337,6 +337,23 @@ def test_the_python_api_leaves_a_callers_broken_stdout_as_it_was(work: Path, mon
             broken.close()
 
 
+@pytest.mark.parametrize("stdout", ["none", "closed"])
+def test_the_python_api_runs_without_a_stdout(work: Path, monkeypatch: pytest.MonkeyPatch, stdout: str) -> None:
+    """A caller started with fd 1 closed has sys.stdout None; one may have closed it: the run goes on."""
+    import io
+
+    import tflaunch
+
+    monkeypatch.chdir(work)
+    closed = io.StringIO()
+    closed.close()
+    monkeypatch.setattr(sys, "stdout", None if stdout == "none" else closed)
+    spec = {"name": "q", "run_root": str(work / "runs"), "hosts": [{"address": "localhost", "workers": 1}]}
+    result = tflaunch.launch(spec, command=["python3", "-c", "print('x')"])
+    monkeypatch.undo()
+    assert result.succeeded, result.message
+
+
 def test_the_python_api_refuses_another_trainings_checkpoints_too(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import tflaunch
     from tflaunch import UsageError

@@ -427,3 +427,11 @@ def test_a_launch_waits_out_another_launchs_check_of_the_mark_but_not_a_launch(
             checkpoint_mark.mark_checkpoints(spec, "/runs/other", str(tmp_path))
     finally:
         lock.release()
+    # a check that holds the mark longer, for the run that wrote it: said as what it is, not a launch
+    checking = os.open(tmp_path / checkpoint_mark.MARKER, os.O_RDONLY)
+    try:
+        fcntl.flock(checking, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        with pytest.raises(UsageError, match="locked by another process .* not by a run writing there: try again"):
+            checkpoint_mark.mark_checkpoints(spec, "/runs/m", str(tmp_path))
+    finally:
+        os.close(checking)
