@@ -189,7 +189,7 @@ def run(quick: bool) -> str:
     reason = unavailable_reason()
     if reason is not None:
         return f"### SSH fan-out\n\nskipped: {reason}"
-    pairs = 1 if quick else 3
+    pairs = 1 if quick else 5
     directory = workdir("fanout")
     lab = make_lab(directory / "lab", max(SIZES))
     rows: list[tuple[str, dict[str, float], str]] = []

@@ -32,9 +32,7 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import queue
-import shutil
 import signal
 import socket
 import sys
@@ -96,7 +94,7 @@ class Agent:
                     "event": "ready",
                     "pid": os.getpid(),
                     "hostname": socket.gethostname(),
-                    "python": platform.python_version(),
+                    "python": sys.version.split()[0],  # platform.python_version(), without platform's import
                     "executable": sys.executable,
                     "node": os.environ.get("SLURMD_NODENAME"),
                     "step": f"{job}.{step}" if job and step else None,
@@ -221,6 +219,8 @@ class Agent:
         try:
             self.tasks.kill_all()
         finally:
+            import shutil  # only at the end: an agent's start-up is paid on every host of a fleet
+
             shutil.rmtree(self.scratch, ignore_errors=True)
             os._exit(0)
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import errno
 import os
-import platform
 import re
 import socket
 import sys
@@ -185,7 +184,7 @@ def host_facts() -> dict[str, Any]:
         if not _facts:
             _facts.update(
                 hostname=socket.gethostname(),
-                python=platform.python_version(),
+                python=sys.version.split()[0],  # platform.python_version(), without platform's import
                 executable=sys.executable,
                 tensorflow=_tensorflow_version(),
             )
