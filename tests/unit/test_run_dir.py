@@ -118,16 +118,15 @@ def test_every_terminal_launch_state_has_its_exit_code() -> None:
     assert set(SUMMARY_EXIT_CODES) == {state.value for state in LaunchState if state.is_terminal}
 
 
+def _one_task(reported: bool, exit: str) -> list[dict[str, object]]:
+    """The attempts of a summary whose one task never reported a step."""
+    task = {"name": "worker:0", "host": "localhost", "exit": exit, "reported": reported, "step": None}
+    return [{"attempt": 0, "reason": "r", "tasks": [task]}]
+
+
 def test_a_run_that_failed_before_any_step_says_so_and_never_none(tmp_path: Path) -> None:
     layout = _layout(tmp_path)
-    reporting = [
-        {
-            "attempt": 0,
-            "reason": "r",
-            "tasks": [{"name": "worker:0", "host": "localhost", "exit": "exit 1", "reported": True, "step": None}],
-        }
-    ]
-    _write(layout.summary_file, _summary(layout, "failed", final_step=None, attempts=reporting))
+    _write(layout.summary_file, _summary(layout, "failed", final_step=None, attempts=_one_task(True, "exit 1")))
     shown = describe_run(layout.run_dir)
     assert shown.exit_code == exit_codes.FAILED
     assert f"{layout.run_dir}: failed before any step after 1 attempt(s)" in shown.text
@@ -137,14 +136,7 @@ def test_a_run_that_failed_before_any_step_says_so_and_never_none(tmp_path: Path
 def test_a_script_that_never_reported_a_step_is_not_said_to_have_stopped_before_one(tmp_path: Path) -> None:
     """A command that never calls `report`: it may have trained for hours; only its steps are unknown."""
     layout = _layout(tmp_path)
-    silent = [
-        {
-            "attempt": 0,
-            "reason": "r",
-            "tasks": [{"name": "worker:0", "host": "localhost", "exit": "exit 0", "reported": False, "step": None}],
-        }
-    ]
-    _write(layout.summary_file, _summary(layout, "succeeded", final_step=None, attempts=silent))
+    _write(layout.summary_file, _summary(layout, "succeeded", final_step=None, attempts=_one_task(False, "exit 0")))
     shown = describe_run(layout.run_dir)
     assert f"{layout.run_dir}: succeeded with no step reported after 1 attempt(s)" in shown.text
     assert "before any step" not in shown.text
