@@ -885,10 +885,11 @@ def _close_key(loc: tuple[int | str, ...]) -> str | None:
     return close[0] if close else None
 
 
-def _problems(error: ValidationError) -> list[SpecProblem]:
+def _problems(error: ValidationError, under: tuple[str, ...] = ()) -> list[SpecProblem]:
+    """Every problem of `error`, with its JSON path (`under`: where the validated object lies in the spec)."""
     problems: list[SpecProblem] = []
     for item in error.errors():
-        loc = tuple(item["loc"])
+        loc = under + tuple(item["loc"])
         cause = (item.get("ctx") or {}).get("error")
         if isinstance(cause, CrossFieldProblems):
             for sub_path, message in cause.problems:
@@ -914,8 +915,12 @@ def _message(item: Any) -> str:
     if kind == "missing":
         return "is required"
     if kind == "union_tag_invalid":
+        import difflib
+
         tag = (item.get("ctx") or {}).get("tag")
-        return f"got kind {json.dumps(tag)}; use 'builtin', 'fit', 'function' or 'command'"
+        close = difflib.get_close_matches(str(tag), list(TRAINING_KINDS), n=1, cutoff=0.6)
+        guess = f"did you mean {json.dumps(close[0])}? " if close else ""
+        return f"got kind {json.dumps(tag)}; {guess}use 'builtin', 'fit', 'function' or 'command'"
     if kind == "union_tag_not_found":
         return "training.kind is required: 'builtin', 'fit', 'function' or 'command'"
     if kind == "string_pattern_mismatch" and isinstance(value, str):
@@ -959,7 +964,34 @@ def parse_spec(data: Any, source: str = "cluster spec", hosts_from: HostsFrom | 
         hosts = hosts_from(first)
         return first if hosts is None else ClusterSpec.model_validate({**data, "hosts": hosts})
     except ValidationError as error:
-        raise SpecError(source, _problems(error)) from None
+        raise SpecError(source, _problems(error) + _problems_beside_a_misspelt_kind(data, error)) from None
+
+
+def _problems_beside_a_misspelt_kind(data: dict[str, Any], error: ValidationError) -> list[SpecProblem]:
+    """A misspelt `training.kind` hides every other problem of the section (the kind decides which
+    fields it has): when the kind is close to one, the section is checked again as that kind, so that
+    the user sees every problem at once."""
+    import difflib
+
+    training = data.get("training")
+    tags = [
+        (item.get("ctx") or {}).get("tag")
+        for item in error.errors()
+        if item["type"] == "union_tag_invalid" and tuple(item["loc"]) == ("training",)
+    ]
+    if not tags or not isinstance(training, dict) or not isinstance(tags[0], str):
+        return []
+    close = difflib.get_close_matches(tags[0], list(TRAINING_KINDS), n=1, cutoff=0.6)
+    if not close:
+        return []
+    try:
+        TRAINING_KINDS[close[0]].model_validate({**training, "kind": close[0]})
+    except ValidationError as beside:
+        return [
+            SpecProblem(problem.path, f"{problem.message} (checked as kind {json.dumps(close[0])})")
+            for problem in _problems(beside, ("training",))
+        ]
+    return []
 
 
 def load_spec(path: Path, hosts_from: HostsFrom | None = None) -> ClusterSpec:

@@ -463,3 +463,16 @@ def test_bad_slurm_settings_are_named(slurm: dict[str, object], where: str) -> N
     with pytest.raises(SpecError) as caught:
         parse_spec({**GOOD, "slurm": slurm})
     assert where in str(caught.value)
+
+
+def test_a_misspelt_kind_does_not_hide_the_sections_other_problems() -> None:
+    """The kind decides which fields `training` has; a kind close to one is checked as that one too."""
+    with pytest.raises(SpecError) as caught:
+        parse_spec(with_("training", {"kind": "bultin", "steps": -5, "batch_per_replica": "x"}))
+    paths = [problem.path for problem in caught.value.problems]
+    assert paths == ["$.training", "$.training.steps", "$.training.batch_per_replica"], caught.value.problems
+    assert 'got kind "bultin"; did you mean "builtin"?' in str(caught.value)
+    assert '(checked as kind "builtin")' in caught.value.problems[1].message
+    with pytest.raises(SpecError) as caught:  # nothing close: no guess, and nothing checked as a guess
+        parse_spec(with_("training", {"kind": "magic", "steps": -5}))
+    assert [problem.path for problem in caught.value.problems] == ["$.training"]
