@@ -130,7 +130,6 @@ class Console:
         unwritable one to /dev/null; a caller's (the Python API) are only left alone."""
         self.quiet = quiet
         self._owns_streams = owns_streams
-        self._out_gone = False  # standard output could not be written: never again
         self.live = live and not quiet
         self.verbose = verbose
         self.show = frozenset(show)  # task names (worker:1) whose lines are echoed; empty: every task
@@ -196,7 +195,7 @@ class Console:
         """Called whenever the supervisor has handled every queued event."""
         if self.live:
             self._redraw()
-        elif not self._out_gone:
+        elif not self.quiet:  # quiet: nothing was written (or it could not be: see _reader_left)
             try:
                 self._out.flush()
             except (OSError, ValueError) as error:
@@ -208,7 +207,6 @@ class Console:
         the run goes on, as if --quiet; the tasks' output is in their logs. What is still buffered for
         it is dropped (by the command line; the Python API leaves its caller's stream as it is)."""
         self.quiet = True
-        self._out_gone = True
         if self._owns_streams:
             discard(self._out)
         if isinstance(error, BrokenPipeError):

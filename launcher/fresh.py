@@ -13,7 +13,6 @@ import os
 import time
 from pathlib import Path
 
-from launcher.agent.safe_paths import unsafe_ancestry
 from launcher.checkpoint_mark import MARKER, refuse_if_in_use
 from launcher.errors import UsageError
 from launcher.masking import printable
@@ -65,13 +64,10 @@ def start_over(spec: ClusterSpec, run_dir: Path, launcher_cwd: str) -> list[str]
     check_run_dir(str(run_dir))  # another user's, or one they could swap: not ours to move
     refuse_if_running(str(run_dir))
     refuse_if_in_use(checkpoints, str(run_dir))  # another run may write there (inside this run directory, too)
-    if outside:
-        above = unsafe_ancestry(checkpoints)  # a rename there could be raced, and the run would be refused after it
-        if above is not None:
-            raise UsageError(
-                f"checkpoint_dir {printable(checkpoints)} is not safe: {printable(above)}: another user could put a "
-                "checkpoint there that a run would restore; use a directory of your own. Nothing was moved or started."
-            )
+    if outside:  # a rename there could be raced, and the run would be refused after it
+        from launcher.resume import refuse_if_unsafe
+
+        refuse_if_unsafe(checkpoints, to_move=True)
     moved = []
     try:
         if outside and has_checkpoints(checkpoints):

@@ -122,14 +122,22 @@ def resume_notice(spec: ClusterSpec, words: ResumeWords = CLI_WORDS) -> Resuming
     return Resuming(checkpoints, tuple(remarks))
 
 
-def refuse_if_unsafe(checkpoints: str) -> None:
+def refuse_if_unsafe(checkpoints: str, to_move: bool = False) -> None:
     """UsageError when another user could put a checkpoint in `checkpoints` on this machine (theirs, open to
     anybody, or below a directory they could swap): a run would restore it. The preflight asks each host
-    the same; here it is asked before a launch says it resumes, or moves anything aside."""
+    the same; here it is asked before a launch says it resumes, or `--fresh` moves anything aside
+    (`to_move`: only the directories above count, the directory itself being set aside)."""
     from launcher.agent.probe import foreign_owner
+    from launcher.agent.safe_paths import unsafe_ancestry
     from launcher.spec import is_url
 
-    problem = None if is_url(checkpoints) else foreign_owner(checkpoints)
+    if is_url(checkpoints):
+        return
+    if to_move:
+        above = unsafe_ancestry(checkpoints)
+        problem = None if above is None else f"is not safe: {above}"
+    else:
+        problem = foreign_owner(checkpoints)
     if problem is not None:
         raise UsageError(
             f"checkpoint_dir {printable(checkpoints)} {printable(problem)}: a checkpoint planted there would be "

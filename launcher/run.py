@@ -127,8 +127,6 @@ SignalHandlers = dict[int, Any]  # what signal.signal returns: a callable, SIG_D
 def _install_signals(supervisor: Supervisor, layout: RunLayout) -> SignalHandlers:
     """Signals become InterruptedLaunchError on the main thread; returns the handlers replaced
     (none when called off the main thread, where Python cannot install handlers)."""
-    from launcher.run_stop import stop_requester
-
     state = {"stopping": False}
 
     def handler(signum: int, frame: FrameType | None) -> None:
@@ -138,7 +136,12 @@ def _install_signals(supervisor: Supervisor, layout: RunLayout) -> SignalHandler
             supervisor.hurry = True
             return
         state["stopping"] = True
-        raise InterruptedLaunchError(signum, stop_requester(layout) if signum == signal.SIGINT else None)
+        by = None
+        if signum == signal.SIGINT:  # `launch stop`'s? (imported here: not on the way to starting the tasks)
+            from launcher.run_stop import stop_requester
+
+            by = stop_requester(layout)
+        raise InterruptedLaunchError(signum, by)
 
     if threading.current_thread() is not threading.main_thread():
         return {}

@@ -96,7 +96,8 @@ def _leave_stop_request(layout: RunLayout, launcher_pid: int) -> None:
     from worker.files import write_atomic
 
     try:
-        write_atomic(layout.stop_request_file, json.dumps({"launcher_pid": launcher_pid, "pid": os.getpid()}))
+        request = json.dumps({"launcher_pid": launcher_pid, "pid": os.getpid()})
+        write_atomic(layout.stop_request_file, request, durable=False)  # read within moments, or never
     except OSError:
         pass
 

@@ -915,11 +915,9 @@ def _message(item: Any) -> str:
     if kind == "missing":
         return "is required"
     if kind == "union_tag_invalid":
-        import difflib
-
         tag = (item.get("ctx") or {}).get("tag")
-        close = difflib.get_close_matches(str(tag), list(TRAINING_KINDS), n=1, cutoff=0.6)
-        guess = f"did you mean {json.dumps(close[0])}? " if close else ""
+        close = _close_kind(tag)
+        guess = f"did you mean {json.dumps(close)}? " if close else ""
         return f"got kind {json.dumps(tag)}; {guess}use 'builtin', 'fit', 'function' or 'command'"
     if kind == "union_tag_not_found":
         return "training.kind is required: 'builtin', 'fit', 'function' or 'command'"
@@ -971,27 +969,33 @@ def _problems_beside_a_misspelt_kind(data: dict[str, Any], error: ValidationErro
     """A misspelt `training.kind` hides every other problem of the section (the kind decides which
     fields it has): when the kind is close to one, the section is checked again as that kind, so that
     the user sees every problem at once."""
-    import difflib
-
     training = data.get("training")
     tags = [
         (item.get("ctx") or {}).get("tag")
         for item in error.errors()
         if item["type"] == "union_tag_invalid" and tuple(item["loc"]) == ("training",)
     ]
-    if not tags or not isinstance(training, dict) or not isinstance(tags[0], str):
+    if not tags or not isinstance(training, dict):
         return []
-    close = difflib.get_close_matches(tags[0], list(TRAINING_KINDS), n=1, cutoff=0.6)
-    if not close:
+    close = _close_kind(tags[0])
+    if close is None:
         return []
     try:
-        TRAINING_KINDS[close[0]].model_validate({**training, "kind": close[0]})
+        TRAINING_KINDS[close].model_validate({**training, "kind": close})
     except ValidationError as beside:
         return [
-            SpecProblem(problem.path, f"{problem.message} (checked as kind {json.dumps(close[0])})")
+            SpecProblem(problem.path, f"{problem.message} (checked as kind {json.dumps(close)})")
             for problem in _problems(beside, ("training",))
         ]
     return []
+
+
+def _close_kind(tag: object) -> str | None:
+    """The training kind a misspelt one is close to, if any."""
+    import difflib
+
+    close = difflib.get_close_matches(str(tag), list(TRAINING_KINDS), n=1, cutoff=0.6)
+    return close[0] if close else None
 
 
 def load_spec(path: Path, hosts_from: HostsFrom | None = None) -> ClusterSpec:

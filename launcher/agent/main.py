@@ -94,7 +94,7 @@ class Agent:
                     "event": "ready",
                     "pid": os.getpid(),
                     "hostname": socket.gethostname(),
-                    "python": sys.version.split()[0],  # platform.python_version(), without platform's import
+                    "python": probe.python_version(),
                     "executable": sys.executable,
                     "node": os.environ.get("SLURMD_NODENAME"),
                     "step": f"{job}.{step}" if job and step else None,
