@@ -21,6 +21,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from launcher import task_states
 from launcher.benign_lines import is_benign
 from launcher.durations import duration_text
 from launcher.gang import GangStatus
@@ -37,7 +38,7 @@ _LAST_LINE_KEPT = 300
 @dataclass
 class TaskView:
     label: str
-    state: str = "starting"
+    state: str = task_states.STARTING
     step: int | None = None
     total: int | None = None
     loss: float | None = None
@@ -46,7 +47,7 @@ class TaskView:
     _last_step: tuple[float, int] | None = field(default=None, repr=False)
 
     def new_attempt(self) -> None:
-        self.state, self.rate, self._last_step = "starting", None, None
+        self.state, self.rate, self._last_step = task_states.STARTING, None, None
 
     def saw_step(self, step: int, now: float) -> None:
         if self._last_step is not None and step > self._last_step[1] and now > self._last_step[0]:
@@ -169,16 +170,16 @@ class Console:
         view = self._view(launch)
         kind = data.get("event")
         if kind == JOINED:
-            view.state = "running"
+            view.state = task_states.RUNNING
         elif kind == STOPPED:
-            view.state = "stopped (SIGSTOP?)"
+            view.state = task_states.HELD
         elif kind == CONTINUED:
-            view.state = "running" if view.step is not None else "starting"
+            view.state = task_states.RUNNING if view.step is not None else task_states.STARTING
         elif kind in PROGRESS_EVENTS and isinstance(data.get("step"), int):
             view.saw_step(data["step"], time.monotonic())
             view.saw_fields(data)
             if kind == DONE:
-                view.state = "done"
+                view.state = task_states.DONE
 
     def notice(self, text: str) -> None:
         text = "\n".join(printable(line) for line in text.split("\n"))  # it may quote a task's error file
@@ -253,9 +254,9 @@ class Console:
                 row.state = "exited 0" if task.exit.ok else task.exit.describe()
                 row.rate = None  # no longer stepping: neither a rate nor an ETA
             elif status.stopping:
-                row.state = "stopping"
-            elif task.joined and row.state in ("starting", "stopping"):
-                row.state = "running"
+                row.state = task_states.STOPPING
+            elif task.joined and row.state in (task_states.STARTING, task_states.STOPPING):
+                row.state = task_states.RUNNING
         return status
 
     def rows(self) -> list[list[str]]:

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from launcher import exit_codes
+from launcher import exit_codes, task_states
 from launcher.durations import duration_text
 from launcher.errors import UsageError
 from launcher.log_reading import LoggedException
@@ -278,13 +278,10 @@ def _eta_text(value: object) -> str:
     return duration_text(seconds) if seconds is not None and 0 <= seconds <= _LONGEST_ETA_S else ""  # not NaN
 
 
-_LIVE_STATES = frozenset({"starting", "running", "stopping", "stopped (SIGSTOP?)", "done"})
-
-
 def _as_last_seen(task: dict[str, Any]) -> dict[str, Any]:
     """A task row of a launcher that is gone: its state is what was last seen, its rate no longer is."""
     state = str(task.get("state", ""))
-    last_seen = f"was {state}" if state in _LIVE_STATES else state  # an exit stays what it was
+    last_seen = f"was {state}" if state in task_states.LIVE else state  # an exit stays what it was
     return {**task, "state": last_seen, "steps_per_s": None, "eta_s": None}
 
 
