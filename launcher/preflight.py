@@ -112,7 +112,7 @@ def run_preflight(spec: ClusterSpec, plan: LaunchPlan, transport: Transport) -> 
     for host in live:
         info = host.info
         report.lines.append(
-            f"{host.address}: python {info['python']}, tensorflow {info['tensorflow'] or _NO_TENSORFLOW[need_worker]}, "
+            f"{host.address}: python {info['python']}, tensorflow {info['tensorflow'] or _no_tensorflow(need_worker)}, "
             f"{len(host.tasks)} task(s) on port(s) {', '.join(str(t.port) for t in host.tasks)}"
         )
         report.hosts.append(_host_record(host))
@@ -155,7 +155,11 @@ def _check_gpus(hosts: list[_Host], report: PreflightReport) -> None:
             report.lines.append(f"{host.address}: GPUs {', '.join(map(str, host.wanted))} of {host.found.describe()}")
 
 
-_NO_TENSORFLOW = {True: "MISSING", False: "not installed for this python (the command must bring its own)"}
+def _no_tensorflow(need_worker: bool) -> str:
+    """How a host without TensorFlow is listed: missing for the built-in runtime; a command may bring its own."""
+    return "MISSING" if need_worker else "not installed for this python (the command must bring its own)"
+
+
 WORKER_PYTHON = (3, 11)  # the runtime starts as `python -P -m worker` (-P: 3.11+)
 
 
