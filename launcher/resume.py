@@ -133,9 +133,15 @@ def refuse_if_unsafe(checkpoints: str, to_move: bool = False) -> None:
 
     if is_url(checkpoints):
         return
-    if to_move:
+    if to_move:  # its own mode does not matter, it is set aside; whose it is does: not ours to move
         above = unsafe_ancestry(checkpoints)
         problem = None if above is None else f"is not safe: {above}"
+        try:
+            owner = os.stat(checkpoints).st_uid
+        except OSError:
+            owner = os.geteuid()
+        if problem is None and owner not in (os.geteuid(), 0):
+            problem = f"belongs to uid {owner}, not to you (uid {os.geteuid()})"
     else:
         problem = foreign_owner(checkpoints)
     if problem is not None:

@@ -230,6 +230,8 @@ def launch(
                 console.notice(f"summary: {write_summary(supervisor.result)}")
         finally:
             _restore_signals(previous)
+            with contextlib.suppress(OSError):  # a `launch stop` that came when the run was already ending
+                os.unlink(RunLayout(first_plan.run_dir).stop_request_file)
             if mark is not None:
                 mark.release()
             lock.release()

@@ -38,7 +38,9 @@ def attempts_of(layout: RunLayout) -> list[int]:
     try:
         names = os.listdir(layout.run_dir)
     except FileNotFoundError:
-        raise UsageError(f"{layout.run_dir}: no such directory; give a run directory such as runs/example.") from None
+        raise UsageError(
+            f"{printable(layout.run_dir)}: no such directory; give a run directory such as runs/example."
+        ) from None
     except NotADirectoryError:
         raise UsageError(f"{layout.run_dir}: not a directory; give a run directory such as runs/example.") from None
     numbers = (RunLayout.attempt_of(name) for name in names)

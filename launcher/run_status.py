@@ -199,7 +199,7 @@ def read_run(run_dir: str) -> RunFiles:
     is unreadable or cut short, or status.json is not launch's (a summary's fields are checked by
     what reads them)."""
     if not os.path.isdir(run_dir):
-        raise RunStatusError(f"{run_dir}: no such directory; give a run directory such as runs/example.")
+        raise RunStatusError(f"{printable(run_dir)}: no such directory; give a run directory such as runs/example.")
     layout = RunLayout(run_dir)
     status = _load(layout.status_file)
     summary = _load(layout.summary_file)

@@ -3,8 +3,11 @@
 Reads status.json for the launcher's pid and create time, and sends SIGINT only to that very process:
 alive, not a zombie, and created when the file says (a pid alone may have been handed to another
 process since). The launcher then stops every task as on Ctrl-C and writes summary.json; this waits,
-on one monotonic deadline, until its pid is gone. Never signals anything else, never sends a second
-or stronger signal, and never writes a file.
+on one monotonic deadline, until its pid is gone. Never signals anything else and never sends a
+stronger signal; its one file is `stop-request.json` in the run directory, written just before the
+SIGINT so that the launcher can say who stopped it (the launcher removes it). A launcher already
+stopping takes a SIGINT as a second Ctrl-C: its tasks get SIGKILL without the rest of their grace
+period, as `launch stop` run twice does.
 """
 
 from __future__ import annotations

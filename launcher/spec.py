@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal, get_args
 from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from launcher.errors import SpecError, SpecProblem
-from launcher.masking import MASK, is_secret, looks_secret
+from launcher.masking import MASK, Redactor, is_secret, looks_secret
 from launcher.spec_json import decode_json, decode_text, json_child, raw_problems
 from worker.contract import ENV_PREFIX, PREEMPTION_EXIT_CODE
 from worker.training_spec import (  # noqa: F401 - re-exported: the spec's `training` section
@@ -962,7 +962,30 @@ def parse_spec(data: Any, source: str = "cluster spec", hosts_from: HostsFrom | 
         hosts = hosts_from(first)
         return first if hosts is None else ClusterSpec.model_validate({**data, "hosts": hosts})
     except ValidationError as error:
-        raise SpecError(source, _problems(error) + _problems_beside_a_misspelt_kind(data, error)) from None
+        problems = _problems(error) + _problems_beside_a_misspelt_kind(data, error)
+        hide = _redactor_of_raw(data)  # a message quotes what the user wrote, secrets included
+        raise SpecError(source, [SpecProblem(p.path, hide.text(p.message)) for p in problems]) from None
+
+
+def _redactor_of_raw(data: dict[str, Any]) -> Redactor:
+    """The masking of a spec that did not validate: its env values under secret names (top level and
+    every host's) and its command's secret arguments (an argv written as one string is split)."""
+
+    def strings(mapping: object) -> dict[str, str]:
+        return {k: v for k, v in mapping.items() if isinstance(v, str)} if isinstance(mapping, dict) else {}
+
+    def listed(value: object) -> list[Any]:
+        return value if isinstance(value, list) else []
+
+    envs = [
+        strings(data.get("env")),
+        *(strings(h.get("env")) for h in listed(data.get("hosts")) if isinstance(h, dict)),
+    ]
+    training = data.get("training")
+    argv = training.get("argv") if isinstance(training, dict) else None
+    words = argv.split() if isinstance(argv, str) else [a for a in listed(argv) if isinstance(a, str)]
+    declared = [name for name in listed(data.get("secrets")) if isinstance(name, str)]
+    return Redactor.for_values(envs, [words], declared)
 
 
 def _problems_beside_a_misspelt_kind(data: dict[str, Any], error: ValidationError) -> list[SpecProblem]:

@@ -120,17 +120,19 @@ def test_a_status_file_naming_a_process_that_is_not_the_runs_launcher_signals_no
         bystander.wait(timeout=10)
 
 
-@pytest.mark.parametrize("by_stop", [True, False])
-def test_a_real_launcher_says_who_stopped_it(work: Path, by_stop: bool) -> None:
+@pytest.mark.parametrize("how", ["stop", "sigint", "sigint then stop"])
+def test_a_real_launcher_says_who_stopped_it(work: Path, how: str) -> None:
     """After `launch stop` the launcher says that it was `launch stop` (its own log would otherwise
-    name only SIGINT, which reads as a Ctrl-C nobody pressed); a plain SIGINT is named as before."""
+    name only SIGINT, which reads as a Ctrl-C nobody pressed); a plain SIGINT is named as before. A
+    `launch stop` while the launcher is already stopping (a second interrupt) leaves no request behind."""
     import signal
     import time
 
     from tests.conftest import launch_cmd, run_launch
 
     run_dir = work / "runs" / "local"
-    sleeper = ["python3", "-c", "import time; print('up', flush=True); time.sleep(60)"]
+    stubborn = "import signal; signal.signal(signal.SIGTERM, signal.SIG_IGN); " if how == "sigint then stop" else ""
+    sleeper = ["python3", "-c", f"{stubborn}import time; print('up', flush=True); time.sleep(60)"]
     proc = subprocess.Popen(
         launch_cmd("--local", "1", "--run-root", str(work / "runs"), "--plain", "--", *sleeper),
         cwd=work,
@@ -146,17 +148,21 @@ def test_a_real_launcher_says_who_stopped_it(work: Path, by_stop: bool) -> None:
         while not (run_dir / "status.json").exists() or describe_run(str(run_dir)).exit_code != exit_codes.RUNNING:
             assert time.monotonic() < deadline, "status.json never said running"
             time.sleep(0.05)
-        if by_stop:  # as the user runs it: another process (in this one, psutil would reap the launcher)
+        if how.startswith("sigint"):
+            proc.send_signal(signal.SIGINT)
+        if how == "sigint then stop":  # the task ignores SIGTERM: the launcher waits out its grace period
+            assert proc.stderr is not None
+            while "waiting up to" not in proc.stderr.readline():
+                assert proc.poll() is None
+        if how.endswith("stop"):  # as the user runs it: another process (in this one, psutil would reap it)
             stopped = run_launch(["stop", str(run_dir)], work)
             assert stopped.returncode == exit_codes.SUCCEEDED, stopped.stdout + stopped.stderr
-        else:
-            proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
     assert proc.returncode == 130, err
-    expected = "Stopped by `launch stop` (pid " if by_stop else "Stopped by SIGINT; every task was stopped."
+    expected = "Stopped by `launch stop` (pid " if how == "stop" else "Stopped by SIGINT; every task was stopped."
     assert expected in err, err
     assert not (run_dir / "stop-request.json").exists()

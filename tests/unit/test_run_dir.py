@@ -427,3 +427,25 @@ def test_a_launch_waits_out_another_launchs_check_of_the_mark_but_not_a_launch(
             checkpoint_mark.mark_checkpoints(spec, "/runs/m", str(tmp_path))
     finally:
         os.close(checking)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a directory to another user needs root")
+def test_fresh_does_not_move_another_users_checkpoint_dir(tmp_path: Path) -> None:
+    """Root's `--fresh` would rename another user's directory and make its own in its place."""
+    from launcher.errors import UsageError
+    from launcher.resume import refuse_if_unsafe
+
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    os.chown(theirs, 65534, 65534)
+    with pytest.raises(UsageError, match="belongs to uid 65534, not to you"):
+        refuse_if_unsafe(str(theirs), to_move=True)
+    refuse_if_unsafe(str(tmp_path / "missing"), to_move=True)  # nothing there: nothing to refuse
+
+
+def test_a_run_directory_named_with_escapes_is_shown_as_plain_text(tmp_path: Path) -> None:
+    from launcher.run_status import RunStatusError
+
+    with pytest.raises(RunStatusError) as caught:
+        describe_run(str(tmp_path / "r\x1b[31mred\nline"))
+    assert "\x1b" not in str(caught.value) and "\n" not in str(caught.value)

@@ -476,3 +476,19 @@ def test_a_misspelt_kind_does_not_hide_the_sections_other_problems() -> None:
     with pytest.raises(SpecError) as caught:  # nothing close: no guess, and nothing checked as a guess
         parse_spec(with_("training", {"kind": "magic", "steps": -5}))
     assert [problem.path for problem in caught.value.problems] == ["$.training"]
+
+
+def test_a_spec_error_never_shows_a_secret_the_spec_holds() -> None:
+    """A message quotes what the user wrote: a secret env value reused elsewhere, or a command's
+    `--password=` written as one string, is masked there as everywhere else."""
+    spec = {
+        "name": "s",
+        "env": {"DB_PASS": "zz-secret-3-value"},
+        "hosts": [{"address": "localhost"}],
+        "training": {"kind": "comand", "argv": "python3 --password=zz-secret-1-value", "dataset": "zz-secret-3-value"},
+    }
+    with pytest.raises(SpecError) as caught:
+        parse_spec(spec)
+    text = str(caught.value)
+    assert "--password=****" in text, text
+    assert "zz-secret-1-value" not in text and "zz-secret-3-value" not in text, text
