@@ -25,6 +25,7 @@ _CHECK_POLL_S = 0.01
 SPEC_LIMIT = 64 << 20  # a spec whose env is large is still read whole
 __all__ = [
     "MARKER",
+    "has_checkpoints",
     "SPEC_LIMIT",
     "mark_checkpoints",
     "marked_writer",
@@ -33,6 +34,15 @@ __all__ = [
     "refuse_if_in_use",
     "writer_of",
 ]
+
+
+def has_checkpoints(path: str) -> bool:
+    """A directory with anything in it but the mark (a run would resume from it; an output was written)."""
+    try:
+        with os.scandir(path) as entries:
+            return any(entry.name != MARKER for entry in entries)
+    except OSError:  # missing or unreadable: nothing to resume from here
+        return False
 
 
 def mark_checkpoints(spec: ClusterSpec, run_dir: str, checkpoints: str) -> RunLock | None:

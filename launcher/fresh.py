@@ -13,7 +13,7 @@ import os
 import time
 from pathlib import Path
 
-from launcher.checkpoint_mark import MARKER, refuse_if_in_use
+from launcher.checkpoint_mark import has_checkpoints, refuse_if_in_use
 from launcher.errors import UsageError
 from launcher.masking import printable
 from launcher.plan import checkpoint_dir_of
@@ -21,20 +21,11 @@ from launcher.run_lock import check_run_dir, refuse_if_running
 from launcher.spec import ClusterSpec, is_url
 from worker.contract import RunLayout
 
-__all__ = ["has_checkpoints", "start_over"]
+__all__ = ["start_over"]
 
 
 def _inside(path: str, directory: str) -> bool:
     return os.path.abspath(path).startswith(os.path.abspath(directory).rstrip("/") + "/")
-
-
-def has_checkpoints(path: str) -> bool:
-    """A checkpoint directory with anything in it (a run would resume from it)."""
-    try:
-        with os.scandir(path) as entries:
-            return any(entry.name != MARKER for entry in entries)  # the mark alone is no checkpoint
-    except OSError:  # missing or unreadable: nothing to resume from here
-        return False
 
 
 def _aside(path: str, stamp: str) -> str:

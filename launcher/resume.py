@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from launcher.checkpoint_mark import SPEC_LIMIT, parsed, read_mark, refuse_if_in_use, writer_of
+from launcher.checkpoint_mark import SPEC_LIMIT, has_checkpoints, parsed, read_mark, refuse_if_in_use, writer_of
 from launcher.errors import UsageError
 from launcher.masking import printable
 from launcher.training_identity import argv_of, shown_training, what_trains
@@ -78,7 +78,6 @@ def resume_notice(spec: ClusterSpec, words: ResumeWords = CLI_WORDS) -> Resuming
     """Whether a launch will resume from earlier checkpoints of the same run; UsageError when the run
     directory or the checkpoint directory is not safe to use, its run is still going, or its
     checkpoints are another training's."""
-    from launcher.fresh import has_checkpoints
     from launcher.plan import checkpoint_dir_of
     from launcher.run import run_dir_of
     from launcher.run_lock import check_run_dir, refuse_if_running

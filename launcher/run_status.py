@@ -328,12 +328,15 @@ def _rebased(where: str, written_in: object, run_dir: str) -> str:
 
 def _present(where: str) -> bool:
     """Whether an output is there to be found: a URL is another system's and kept; a path must exist
-    (a pattern such as attempt-* must match something)."""
+    (a pattern such as attempt-* must match something), and a directory must hold something besides
+    the launcher's checkpoint mark (the checkpoint directory is made, and marked, for every run)."""
+    from launcher.checkpoint_mark import has_checkpoints
+
     if _URL_SCHEME in where:
         return True
     if glob.has_magic(where):
         return bool(glob.glob(where))
-    return os.path.exists(where)
+    return has_checkpoints(where) if os.path.isdir(where) else os.path.exists(where)
 
 
 def _outputs(run_dir: str, summary: dict[str, Any]) -> list[str]:

@@ -250,6 +250,7 @@ def test_forged_times_in_status_json_are_not_believed_nor_a_traceback(tmp_path: 
 def test_only_outputs_that_exist_are_listed(tmp_path: Path) -> None:
     layout = _layout(tmp_path)
     os.makedirs(layout.default_checkpoint_dir)
+    _write(os.path.join(layout.default_checkpoint_dir, "ckpt-1.index"), {})
     os.makedirs(layout.attempt_dir(0))
     _write(layout.metrics_file, {})
     outputs = {
@@ -262,6 +263,17 @@ def test_only_outputs_that_exist_are_listed(tmp_path: Path) -> None:
     names = [line.split()[0] for line in listed]
     assert names == ["metrics", "checkpoints", "logs", "remote"]
     assert f"checkpoints  {layout.default_checkpoint_dir}" in text and "gs://bucket/model" in text
+
+
+def test_a_checkpoint_directory_holding_only_the_mark_is_not_an_output(tmp_path: Path) -> None:
+    """Every run makes and marks its checkpoint directory: a script that saves nothing wrote none."""
+    from launcher.checkpoint_mark import MARKER
+
+    layout = _layout(tmp_path)
+    os.makedirs(layout.default_checkpoint_dir)
+    _write(os.path.join(layout.default_checkpoint_dir, MARKER), {})
+    _write(layout.summary_file, _summary(layout, "succeeded", outputs=layout.outputs(layout.default_checkpoint_dir)))
+    assert "outputs:" not in describe_run(layout.run_dir).text
 
 
 def test_no_outputs_section_when_none_exists(tmp_path: Path) -> None:
@@ -277,6 +289,7 @@ def test_outputs_of_a_run_moved_aside_are_found_where_it_is_now(tmp_path: Path) 
     moved = RunLayout(layout.run_dir + ".old")
     os.rename(layout.run_dir, moved.run_dir)
     os.makedirs(moved.default_checkpoint_dir)
+    _write(os.path.join(moved.default_checkpoint_dir, "ckpt-1.index"), {})
     text = describe_run(moved.run_dir).text
     assert f"checkpoints  {moved.default_checkpoint_dir}" in text
 
