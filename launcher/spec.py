@@ -890,6 +890,8 @@ def _problems(error: ValidationError, under: tuple[str, ...] = ()) -> list[SpecP
     problems: list[SpecProblem] = []
     for item in error.errors():
         loc = under + tuple(item["loc"])
+        if item["type"] == "union_tag_invalid":
+            loc += ("kind",)  # the problem is the kind, not the section it selects
         cause = (item.get("ctx") or {}).get("error")
         if isinstance(cause, CrossFieldProblems):
             for sub_path, message in cause.problems:
@@ -915,10 +917,12 @@ def _message(item: Any) -> str:
     if kind == "missing":
         return "is required"
     if kind == "union_tag_invalid":
-        tag = (item.get("ctx") or {}).get("tag")
-        close = _close_kind(tag)
+        given = _given_kind(item)
+        if not isinstance(given, str):
+            return f"got {_shown(given)}; the kind is a string: 'builtin', 'fit', 'function' or 'command'"
+        close = _close_kind(given)
         guess = f"did you mean {json.dumps(close)}? " if close else ""
-        return f"got kind {json.dumps(tag)}; {guess}use 'builtin', 'fit', 'function' or 'command'"
+        return f"got {_shown(given)}; {guess}use 'builtin', 'fit', 'function' or 'command'"
     if kind == "union_tag_not_found":
         return "training.kind is required: 'builtin', 'fit', 'function' or 'command'"
     if kind == "string_pattern_mismatch" and isinstance(value, str):
@@ -993,14 +997,12 @@ def _problems_beside_a_misspelt_kind(data: dict[str, Any], error: ValidationErro
     fields it has): when the kind is close to one, the section is checked again as that kind, so that
     the user sees every problem at once."""
     training = data.get("training")
-    tags = [
-        (item.get("ctx") or {}).get("tag")
-        for item in error.errors()
-        if item["type"] == "union_tag_invalid" and tuple(item["loc"]) == ("training",)
-    ]
-    if not tags or not isinstance(training, dict):
+    misspelt = any(
+        item["type"] == "union_tag_invalid" and tuple(item["loc"]) == ("training",) for item in error.errors()
+    )
+    if not misspelt or not isinstance(training, dict) or not isinstance(training.get("kind"), str):
         return []
-    close = _close_kind(tags[0])
+    close = _close_kind(training["kind"])
     if close is None:
         return []
     try:
@@ -1013,11 +1015,17 @@ def _problems_beside_a_misspelt_kind(data: dict[str, Any], error: ValidationErro
     return []
 
 
-def _close_kind(tag: object) -> str | None:
+def _given_kind(item: Any) -> object:
+    """The `kind` the user wrote, as JSON gave it (pydantic's own copy of it is a string)."""
+    section = item.get("input")
+    return section.get("kind") if isinstance(section, dict) else (item.get("ctx") or {}).get("tag")
+
+
+def _close_kind(given: str) -> str | None:
     """The training kind a misspelt one is close to, if any."""
     import difflib
 
-    close = difflib.get_close_matches(str(tag), list(TRAINING_KINDS), n=1, cutoff=0.6)
+    close = difflib.get_close_matches(given, list(TRAINING_KINDS), n=1, cutoff=0.6)
     return close[0] if close else None
 
 

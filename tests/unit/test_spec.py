@@ -94,7 +94,7 @@ BAD: list[tuple[str, Any, str]] = [
     ("env sets TF_CONFIG", with_("env", {"TF_CONFIG": "{}"}), "$.env.TF_CONFIG"),
     ("host env sets reserved prefix", with_("hosts.0.env", {"TFLAUNCH_TASK": "x"}), "$.hosts[0].env.TFLAUNCH_TASK"),
     ("env value not a string", with_("env", {"A": 1}), "$.env.A"),
-    ("unknown training kind", with_("training", {"kind": "magic"}), "$.training"),
+    ("unknown training kind", with_("training", {"kind": "magic"}), "$.training.kind"),
     ("steps zero", with_("training", {"kind": "builtin", "steps": 0}), "$.training.steps"),
     ("batch negative", with_("training", {"kind": "builtin", "batch_per_replica": -3}), "$.training.batch_per_replica"),
     ("function target malformed", with_("training", {"kind": "function", "target": "no_colon"}), "$.training.target"),
@@ -281,7 +281,7 @@ def test_broken_json(text: str, needle: str, tmp_path: Path, capsys: pytest.Capt
 @pytest.mark.parametrize(
     "spec, needle",
     [
-        (with_("training", {"kind": "magic", "steps": 5}), 'got kind "magic"'),
+        (with_("training", {"kind": "magic", "steps": 5}), '$.training.kind: got "magic"'),
         (with_("training", {"steps": 5}), "training.kind is required"),
         (with_("hosts.0.workers", {"n": 2}), "got an object"),
         (
@@ -470,12 +470,23 @@ def test_a_misspelt_kind_does_not_hide_the_sections_other_problems() -> None:
     with pytest.raises(SpecError) as caught:
         parse_spec(with_("training", {"kind": "bultin", "steps": -5, "batch_per_replica": "x"}))
     paths = [problem.path for problem in caught.value.problems]
-    assert paths == ["$.training", "$.training.steps", "$.training.batch_per_replica"], caught.value.problems
-    assert 'got kind "bultin"; did you mean "builtin"?' in str(caught.value)
+    assert paths == ["$.training.kind", "$.training.steps", "$.training.batch_per_replica"], caught.value.problems
+    assert 'got "bultin"; did you mean "builtin"?' in str(caught.value)
     assert '(checked as kind "builtin")' in caught.value.problems[1].message
     with pytest.raises(SpecError) as caught:  # nothing close: no guess, and nothing checked as a guess
         parse_spec(with_("training", {"kind": "magic", "steps": -5}))
-    assert [problem.path for problem in caught.value.problems] == ["$.training"]
+    assert [problem.path for problem in caught.value.problems] == ["$.training.kind"]
+
+
+@pytest.mark.parametrize(("kind", "shown"), [(5, "got 5;"), (["builtin"], "got a list;"), (True, "got true;")])
+def test_a_kind_that_is_not_a_string_is_shown_as_json_and_not_guessed(kind: object, shown: str) -> None:
+    """pydantic hands the tag over as Python text ("['builtin']"); the message quotes what the JSON had."""
+    with pytest.raises(SpecError) as caught:
+        parse_spec(with_("training", {"kind": kind, "steps": -5}))
+    [problem] = caught.value.problems
+    assert problem.path == "$.training.kind"
+    assert problem.message.startswith(shown) and "the kind is a string" in problem.message, problem.message
+    assert "did you mean" not in problem.message
 
 
 def test_a_spec_error_never_shows_a_secret_the_spec_holds() -> None:
