@@ -31,6 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 from launcher.agent import frames
+from launcher.agent.spawn import own_group_dying_with
 from worker.contract import (
     AGENT_EVENTS,
     CONTINUED,
@@ -41,7 +42,6 @@ from worker.contract import (
     RESULT_FILE_VAR,
     STARTED,
     STOPPED,
-    UMASK_VAR,
     WARM,
 )
 
@@ -55,47 +55,6 @@ SPARE = "spare"  # a standby's one report: its spare is ready, or will not be
 # Read by TensorFlow only when a strategy or a device is first made, never at import: a spare
 # may take an order whose values differ. So may the launcher's own TFLAUNCH_* variables.
 LATE_KEYS = ("TF_CONFIG", "CUDA_VISIBLE_DEVICES")
-_PR_SET_PDEATHSIG = 1
-
-
-_prctl: list[Any] = []  # libc's prctl once looked up (ctypes is loaded by the agent only, at its first task)
-
-
-def _libc_prctl() -> Any:
-    if not _prctl:
-        try:
-            import ctypes
-
-            _prctl.append(ctypes.CDLL(None, use_errno=True).prctl)
-        except (ImportError, OSError, AttributeError):  # not Linux, or no ctypes: the lifeline alone must do
-            _prctl.append(None)
-    return _prctl[0]
-
-
-def _umask_of(env: dict[str, str]) -> int | None:
-    try:
-        return int(env[UMASK_VAR], 8)
-    except (KeyError, ValueError):  # not set (an older launcher): the agent's own umask stays
-        return None
-
-
-def _own_group_dying_with(agent_pid: int, env: dict[str, str]) -> Callable[[], None]:
-    """In the child before exec: lead a process group of its own (so a stop reaches all of the task
-    and nothing else), take the run's umask (files only their owner reads, by default), and get
-    SIGKILL should the agent itself die without cleaning up (killed)."""
-    umask = _umask_of(env)
-    prctl = _libc_prctl()
-
-    def setup() -> None:
-        os.setpgrp()
-        if umask is not None:
-            os.umask(umask)
-        if prctl is not None:
-            prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-            if os.getppid() != agent_pid:  # the agent died before the request took effect
-                os._exit(137)
-
-    return setup
 
 
 def kill_group(pgid: int, signum: int = signal.SIGKILL) -> None:
@@ -205,7 +164,7 @@ class Standby:
                 cwd=cwd,
                 pass_fds=(orders_r, ready_w, ev_w),
                 close_fds=True,
-                preexec_fn=_own_group_dying_with(os.getpid(), self.env),
+                preexec_fn=own_group_dying_with(os.getpid(), self.env),
             )
         except OSError as error:
             self.error = f"cannot start {self.python!r}: {error.strerror}"
@@ -332,7 +291,7 @@ class Tasks:
                 cwd=cwd,
                 pass_fds=(ev_w,),
                 close_fds=True,
-                preexec_fn=_own_group_dying_with(os.getpid(), env),
+                preexec_fn=own_group_dying_with(os.getpid(), env),
             )
         except OSError as error:
             _close(out_r, ev_r)
