@@ -41,7 +41,7 @@ import threading
 import time
 from typing import Any
 
-from launcher.agent import cluster, frames, probe
+from launcher.agent import cluster, frames, probe, spawn
 from launcher.agent.tasks import LATE_KEYS, Tasks
 from worker.contract import ALIVE
 
@@ -249,6 +249,7 @@ def main(settings: dict[str, Any]) -> int:
     _raise_open_files_limit()
     agent.hello()
     threading.Thread(target=probe.host_facts, daemon=True, name="facts").start()
+    threading.Thread(target=spawn.warm, daemon=True, name="setpriv").start()
     threading.Thread(target=agent.beat, daemon=True, name="beat").start()
     if agent.liveness_s and agent.watch_silence:
         threading.Thread(target=agent.watch, daemon=True, name="watch").start()

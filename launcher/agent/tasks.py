@@ -31,7 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 from launcher.agent import frames
-from launcher.agent.spawn import own_group_dying_with
+from launcher.agent.spawn import start_task
 from worker.contract import (
     AGENT_EVENTS,
     CONTINUED,
@@ -155,16 +155,12 @@ class Standby:
         ready_r, ready_w = os.pipe()
         self.env = {**env, EVENT_FD_VAR: str(ev_w)}  # the spare keeps the event pipe at this number
         try:
-            self.proc = subprocess.Popen(
+            self.proc = start_task(
                 [self.python, "-c", order["bootstrap"], str(orders_r), str(ready_w)],
-                stdin=subprocess.DEVNULL,
-                stdout=out_w,
-                stderr=subprocess.STDOUT,
-                env=self.env,
-                cwd=cwd,
-                pass_fds=(orders_r, ready_w, ev_w),
-                close_fds=True,
-                preexec_fn=own_group_dying_with(os.getpid(), self.env),
+                self.env,
+                cwd,
+                out_w,
+                (orders_r, ready_w, ev_w),
             )
         except OSError as error:
             self.error = f"cannot start {self.python!r}: {error.strerror}"
@@ -282,17 +278,7 @@ class Tasks:
         ev_r, ev_w = os.pipe()
         env[EVENT_FD_VAR] = str(ev_w)
         try:
-            proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=out_w,
-                stderr=subprocess.STDOUT,
-                env=env,
-                cwd=cwd,
-                pass_fds=(ev_w,),
-                close_fds=True,
-                preexec_fn=own_group_dying_with(os.getpid(), env),
-            )
+            proc = start_task(argv, env, cwd, out_w, (ev_w,))
         except OSError as error:
             _close(out_r, ev_r)
             where = f" in {cwd}" if cwd and not os.path.isdir(cwd) else ""
