@@ -46,6 +46,7 @@ MODULES = (
     "launcher.agent.safe_paths",
     "launcher.agent.probe",
     "launcher.agent.spawn",
+    "launcher.agent.scratch",
     "launcher.agent.tasks",
     MAIN,
 )

@@ -25,7 +25,8 @@ It reports `alive` a few times per liveness timeout, and it kills every task and
 its scratch directory and exits when its input ends (the launcher or the connection is gone) or,
 where it watches for silence, when no line came for the liveness timeout (a partition or a frozen
 launcher closes nothing). SIGTERM and SIGINT are for the tasks, not for it; SIGHUP ends it like
-the end of its input.
+the end of its input. An agent killed outright cannot clean up: the next agent of its user on the
+host removes what it left (launcher/agent/scratch.py).
 """
 
 from __future__ import annotations
@@ -36,12 +37,11 @@ import queue
 import signal
 import socket
 import sys
-import tempfile
 import threading
 import time
 from typing import Any
 
-from launcher.agent import cluster, frames, probe, spawn
+from launcher.agent import cluster, frames, probe, scratch, spawn
 from launcher.agent.tasks import LATE_KEYS, Tasks
 from worker.contract import ALIVE
 
@@ -70,7 +70,7 @@ class Agent:
         self.spare_code: dict[str, str] = settings.get("spare") or {}
         self.rank = int(os.environ["SLURM_PROCID"]) if settings.get("addressed") else None
         self.heard = time.monotonic()
-        self.scratch = tempfile.mkdtemp(prefix="tflaunch-agent-")
+        self.scratch, self._held = scratch.make()  # the lock is let go when the process ends
         self.task_tmp = os.path.join(self.scratch, "tmp")
         os.mkdir(self.task_tmp, 0o700)
         self.cluster: dict[str, list[str]] = {}
@@ -250,6 +250,7 @@ def main(settings: dict[str, Any]) -> int:
     agent.hello()
     threading.Thread(target=probe.host_facts, daemon=True, name="facts").start()
     threading.Thread(target=spawn.warm, daemon=True, name="setpriv").start()
+    threading.Thread(target=scratch.sweep, args=(agent.scratch,), daemon=True, name="sweep").start()
     threading.Thread(target=agent.beat, daemon=True, name="beat").start()
     if agent.liveness_s and agent.watch_silence:
         threading.Thread(target=agent.watch, daemon=True, name="watch").start()

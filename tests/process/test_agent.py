@@ -120,6 +120,21 @@ def test_a_killed_agent_takes_its_tasks_with_it_and_they_are_lost(work: Path, ag
     assert not alive or all(p.status() == psutil.STATUS_ZOMBIE for p in alive)
 
 
+def test_what_a_killed_agent_left_is_removed_by_the_next_agent(work: Path, agents: list[AgentTransport]) -> None:
+    task, events = start(work, agents, command_spec(["python", TASK, "sleep"]))
+    wait_for(events, OutputLine)
+    left = Path(psutil.Process(task.pid).environ()["TMPDIR"]).parent  # the task's TMPDIR is in the scratch
+    assert left.name.startswith("tflaunch-agent-")
+    os.kill(agents[0].agent(0).info["pid"], signal.SIGKILL)
+    wait_for(events, TaskExited)
+    assert left.is_dir(), "a killed agent cannot clean up after itself"
+    start(work, agents, command_spec(["python", TASK, "fail-on", "none", "0"]))
+    deadline = time.monotonic() + 20
+    while left.exists() and time.monotonic() < deadline:  # the new agent sweeps on a thread of its own
+        time.sleep(0.05)
+    assert not left.exists()
+
+
 def test_a_missing_program_is_exit_127_with_a_message(work: Path, agents: list[AgentTransport]) -> None:
     task, events = start(work, agents, command_spec(["/no/such/program"]))
     exited = wait_for(events, TaskExited)
