@@ -123,29 +123,11 @@ def start_task(
 ) -> subprocess.Popen[bytes]:
     """Start `argv` in a process group of its own, standard input from /dev/null, standard error
     into `stdout`; raise OSError as Popen does when it cannot."""
+    streams: dict[str, Any] = {"stdin": subprocess.DEVNULL, "stdout": stdout, "stderr": subprocess.STDOUT}
+    started: dict[str, Any] = {**streams, "env": env, "cwd": cwd, "pass_fds": pass_fds, "close_fds": True}
     tool = setpriv()
     if tool is not None and argv and _findable(argv[0], env, cwd):
         umask = _umask_of(env)
-        return subprocess.Popen(
-            [tool, "--pdeathsig", "KILL", "--", *argv],
-            stdin=subprocess.DEVNULL,
-            stdout=stdout,
-            stderr=subprocess.STDOUT,
-            env=env,
-            cwd=cwd,
-            pass_fds=pass_fds,
-            close_fds=True,
-            process_group=0,
-            umask=-1 if umask is None else umask,
-        )
-    return subprocess.Popen(
-        argv,
-        stdin=subprocess.DEVNULL,
-        stdout=stdout,
-        stderr=subprocess.STDOUT,
-        env=env,
-        cwd=cwd,
-        pass_fds=pass_fds,
-        close_fds=True,
-        preexec_fn=own_group_dying_with(os.getpid(), env),
-    )
+        own: dict[str, Any] = {"process_group": 0, "umask": -1 if umask is None else umask}
+        return subprocess.Popen([tool, "--pdeathsig", "KILL", "--", *argv], **own, **started)
+    return subprocess.Popen(argv, preexec_fn=own_group_dying_with(os.getpid(), env), **started)
