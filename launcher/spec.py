@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal, get_args
 from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from launcher.errors import SpecError, SpecProblem
-from launcher.masking import MASK, Redactor, is_secret, looks_secret
+from launcher.masking import MASK, Redactor, is_secret, looks_secret, secret_arguments
 from launcher.spec_json import decode_json, decode_text, json_child, raw_problems
 from worker.contract import ENV_PREFIX, PREEMPTION_EXIT_CODE
 from worker.training_spec import (  # noqa: F401 - re-exported: the spec's `training` section
@@ -918,6 +918,8 @@ def _message(item: Any) -> str:
         return "is required"
     if kind == "union_tag_invalid":
         given = _given_kind(item)
+        if isinstance(given, str) and secret_arguments(given.split()):
+            return f"got {_shown(MASK)}; use 'builtin', 'fit', 'function' or 'command'"
         if not isinstance(given, str):
             return f"got {_shown(given)}; the kind is a string: 'builtin', 'fit', 'function' or 'command'"
         close = _close_kind(given)

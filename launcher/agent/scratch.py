@@ -6,7 +6,9 @@ the agent ends, SIGKILL included. An agent, once started, removes every other `t
 directory of its user beside its own whose lock it can take: that agent is gone, and its tasks with it
 (they get SIGKILL from the kernel when their agent dies). A directory without the lock file (made by
 another version, or an agent that could not lock) is left alone, as is anything not a plain
-directory of the user's own.
+directory of the user's own, and a directory with anything mounted inside (a task's FUSE or bind
+mount outlives its agent: emptying the directory would empty what is mounted). The lock file is
+removed last, so a directory that could not be emptied is tried again by the next agent.
 
 Standard library only.
 """
@@ -75,9 +77,57 @@ def _remove_if_left(path: str) -> bool:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:  # its agent is alive
             return False
-        import shutil  # only when there is something to remove
-
-        shutil.rmtree(path, ignore_errors=True)
+        if _mounts_under(path):  # a task mounted something there (FUSE, a bind): not ours to empty
+            return False
+        _remove(path)
         return not os.path.lexists(path)
     finally:
         os.close(fd)
+
+
+def _mounts_under(path: str) -> bool:
+    """Whether anything is mounted inside `path` (also when the mount table cannot be read)."""
+    import re
+
+    inside = os.path.realpath(path).rstrip(os.sep) + os.sep
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as table:
+            points = [line.split(" ")[4] for line in table if line.count(" ") >= 4]
+    except OSError:
+        return True
+    unescaped = (re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), point) for point in points)
+    return any(point.startswith(inside) for point in unescaped)
+
+
+def _remove(path: str) -> None:
+    """Everything in `path`, its lock file last: what cannot be removed keeps the lock file, so a
+    later sweep tries again. Directories a task made read-only (a Go module cache) are made
+    writable first: they are the user's own."""
+    import shutil  # only when there is something to remove
+
+    folders = [path]
+    while folders:
+        folder = folders.pop()
+        try:
+            if stat.S_ISDIR(os.lstat(folder).st_mode):
+                os.chmod(folder, 0o700)
+                folders.extend(e.path for e in os.scandir(folder) if e.is_dir(follow_symlinks=False))
+        except OSError:
+            continue
+    try:
+        entries = [e for e in os.scandir(path) if e.name != HELD]
+    except OSError:
+        return
+    for entry in entries:
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path)
+            else:
+                os.unlink(entry.path)
+        except OSError:
+            return
+    try:
+        os.unlink(os.path.join(path, HELD))
+        os.rmdir(path)
+    except OSError:
+        pass

@@ -106,16 +106,38 @@ def _working_setpriv() -> str | None:
     return None
 
 
-def _findable(program: str, env: dict[str, str], cwd: str | None) -> bool:
-    """Whether exec would find `program` as execvp does (PATH of the task's environment, relative
-    to its working directory). When it would not, the task is started the other way, so that Popen
-    itself says why it cannot start, as it always has."""
+def _found(program: str, env: dict[str, str], cwd: str | None) -> str | None:
+    """Where exec finds `program` as execvp does (PATH of the task's environment, relative to its
+    working directory), or None."""
     here = cwd or os.getcwd()
     if "/" in program:
         candidates = [os.path.join(here, program)]
     else:
         candidates = [os.path.join(here, folder, program) for folder in env.get("PATH", os.defpath).split(os.pathsep)]
-    return any(os.path.isfile(path) and os.access(path, os.X_OK) for path in candidates)
+    return next((path for path in candidates if os.path.isfile(path) and os.access(path, os.X_OK)), None)
+
+
+def _runs_as_is(path: str) -> bool:
+    """An ELF binary, or a script whose `#!` names an executable file: what the kernel runs itself.
+    setpriv's execvp would hand anything else (a script without `#!`, an empty file) to /bin/sh."""
+    try:
+        with open(path, "rb") as file:
+            head = file.read(256)
+    except OSError:
+        return False
+    if head.startswith(b"\x7fELF"):
+        return True
+    words = head[2:].split(b"\n", 1)[0].split() if head.startswith(b"#!") else []
+    interpreter = os.fsdecode(words[0]) if words else ""
+    return os.path.isabs(interpreter) and os.path.isfile(interpreter) and os.access(interpreter, os.X_OK)
+
+
+def _startable(program: str, env: dict[str, str], cwd: str | None) -> bool:
+    """Whether exec would find `program` and run it as it is. When not, the task is started the
+    other way, so that Popen itself says why it cannot start, as it always has ("No such file or
+    directory", "Exec format error"), rather than setpriv after the task seemed to start."""
+    path = _found(program, env, cwd)
+    return path is not None and _runs_as_is(path)
 
 
 def start_task(
@@ -126,7 +148,7 @@ def start_task(
     streams: dict[str, Any] = {"stdin": subprocess.DEVNULL, "stdout": stdout, "stderr": subprocess.STDOUT}
     started: dict[str, Any] = {**streams, "env": env, "cwd": cwd, "pass_fds": pass_fds, "close_fds": True}
     tool = setpriv()
-    if tool is not None and argv and _findable(argv[0], env, cwd):
+    if tool is not None and argv and _startable(argv[0], env, cwd):
         umask = _umask_of(env)
         own: dict[str, Any] = {"process_group": 0, "umask": -1 if umask is None else umask}
         return subprocess.Popen([tool, "--pdeathsig", "KILL", "--", *argv], **own, **started)

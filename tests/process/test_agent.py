@@ -142,6 +142,18 @@ def test_a_missing_program_is_exit_127_with_a_message(work: Path, agents: list[A
     assert "cannot start '/no/such/program'" in Path(task.launch.log_path).read_text()
 
 
+def test_an_executable_the_kernel_cannot_run_is_not_started(work: Path, agents: list[AgentTransport]) -> None:
+    """An empty or shebang-less file is refused as exec refuses it, not run by /bin/sh (an empty
+    one would exit 0: a training 'finished')."""
+    empty = work / "empty-train"
+    empty.write_text("")
+    empty.chmod(0o700)
+    task, events = start(work, agents, command_spec([str(empty)]))
+    exited = wait_for(events, TaskExited)
+    assert isinstance(exited, TaskExited) and exited.exit.code == 127
+    assert "Exec format error" in Path(task.launch.log_path).read_text()
+
+
 def test_one_host_runs_sixteen_tasks_on_one_agent(work: Path, agents: list[AgentTransport]) -> None:
     tasks, events = start(work, agents, command_spec(["python", TASK, "fail-on", "none", "0"], tasks=16))
     for _ in range(16):

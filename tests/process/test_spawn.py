@@ -3,6 +3,7 @@ kernel with its agent; through setpriv where it works (Python keeps vfork), else
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import subprocess
@@ -60,27 +61,49 @@ def test_a_task_leads_its_group_takes_the_umask_and_dies_with_its_agent(way: str
         assert not psutil.pid_exists(int(pid_text)) or psutil.Process(int(pid_text)).status() == psutil.STATUS_ZOMBIE
 
 
-def test_a_program_exec_would_not_find_is_started_the_way_that_says_why(tmp_path: Path) -> None:
-    """setpriv would only print its own complaint and exit 127; Popen raises what the agent reports."""
+def _executable(path: Path, text: str) -> Path:
+    path.write_text(text)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return path
+
+
+def test_a_program_exec_would_not_run_as_it_is_is_started_the_way_that_says_why(tmp_path: Path) -> None:
+    """setpriv would print its own complaint after the task seemed to start, or hand a file without
+    `#!` to /bin/sh (an empty file would then 'succeed'); Popen raises what the agent reports."""
     with pytest.raises(FileNotFoundError):
         spawn.start_task(["no-such-program-here"], {"PATH": str(tmp_path)}, str(tmp_path), subprocess.DEVNULL, ())
-    plain = tmp_path / "plain"
-    plain.write_text("#!/bin/sh\n")
+    (tmp_path / "plain").write_text("#!/bin/sh\n")
     with pytest.raises(PermissionError):
         spawn.start_task(["./plain"], {"PATH": ""}, str(tmp_path), subprocess.DEVNULL, ())
+    for name, text in [("empty", ""), ("noshebang", "print('py')\n")]:
+        _executable(tmp_path / name, text)
+        with pytest.raises(OSError) as caught:
+            spawn.start_task([f"./{name}"], {"PATH": ""}, str(tmp_path), subprocess.DEVNULL, ())
+        assert caught.value.errno == errno.ENOEXEC, name
+    _executable(tmp_path / "badinterp", "#!/nonexistent/interp\n")
+    with pytest.raises(FileNotFoundError):
+        spawn.start_task(["./badinterp"], {"PATH": ""}, str(tmp_path), subprocess.DEVNULL, ())
 
 
 def test_programs_are_found_as_execvp_finds_them(tmp_path: Path) -> None:
     folder = tmp_path / "bin"
     folder.mkdir()
-    tool = folder / "tool"
-    tool.write_text("#!/bin/sh\n")
-    tool.chmod(tool.stat().st_mode | stat.S_IXUSR)
+    _executable(folder / "tool", "#!/bin/sh\n")
     (folder / "plain").write_text("")
     env = {"PATH": f"/nonexistent:{folder}"}
-    assert spawn._findable("tool", env, None)
-    assert not spawn._findable("plain", env, None)  # not executable
-    assert not spawn._findable("bin", {"PATH": str(tmp_path)}, None)  # a directory
-    assert spawn._findable("bin/tool", {"PATH": ""}, str(tmp_path))  # a path: from the working directory
-    assert spawn._findable("tool", {"PATH": "bin"}, str(tmp_path))  # a relative PATH entry, too
-    assert not spawn._findable("tool", {"PATH": "bin"}, str(folder))
+    assert spawn._startable("tool", env, None)
+    assert not spawn._startable("plain", env, None)  # not executable
+    assert not spawn._startable("bin", {"PATH": str(tmp_path)}, None)  # a directory
+    assert spawn._startable("bin/tool", {"PATH": ""}, str(tmp_path))  # a path: from the working directory
+    assert spawn._startable("tool", {"PATH": "bin"}, str(tmp_path))  # a relative PATH entry, too
+    assert not spawn._startable("tool", {"PATH": "bin"}, str(folder))
+    assert spawn._startable(sys.executable, {}, None)  # an ELF binary
+
+
+def test_what_the_kernel_runs_itself_is_what_goes_through_setpriv(tmp_path: Path) -> None:
+    assert spawn._runs_as_is(str(_executable(tmp_path / "sh", "#!/bin/sh -e\necho\n")))
+    assert spawn._runs_as_is(str(_executable(tmp_path / "spaced", "#! /bin/sh\n")))
+    assert not spawn._runs_as_is(str(_executable(tmp_path / "relative", "#!sh\n")))
+    assert not spawn._runs_as_is(str(_executable(tmp_path / "nothing", "#!\n")))
+    assert not spawn._runs_as_is(str(_executable(tmp_path / "text", "echo hi\n")))
+    assert not spawn._runs_as_is(str(tmp_path / "absent"))

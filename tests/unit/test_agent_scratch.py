@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 import os
+import pwd
+import shutil
+import subprocess
+import tempfile
 from pathlib import Path
+
+import pytest
 
 from launcher.agent import scratch
 
@@ -44,3 +50,73 @@ def test_the_lock_file_is_named_only_once_held(tmp_path: Path) -> None:
     assert sorted(os.listdir(made)) == [scratch.HELD]
     assert oct(os.stat(made).st_mode & 0o777) == "0o700"
     os.close(fd)
+
+
+def _dead_scratch(parent: Path) -> Path:
+    made, fd = scratch.make(str(parent))
+    assert fd is not None
+    os.close(fd)
+    return Path(made)
+
+
+def _read_only_scene(parent: Path) -> int:
+    """In a child process: a killed agent's scratch holding read-only directories, then a sweep."""
+    mine, _ = scratch.make(str(parent))
+    dead = _dead_scratch(parent)
+    cache = dead / "tmp" / "gomod" / "pkg"
+    cache.mkdir(parents=True)
+    (cache / "mod.go").write_text("package x\n")
+    cache.chmod(0o500)
+    cache.parent.chmod(0o500)
+    return 0 if scratch.sweep(mine) == [str(dead)] and not dead.exists() else 1
+
+
+def test_what_a_task_made_read_only_is_removed_too() -> None:
+    """As an ordinary user (root removes read-only directories anyway): `nobody`, when run as root."""
+    parent = Path(tempfile.mkdtemp(prefix="tflaunch-test-scratch-"))
+    nobody = pwd.getpwnam("nobody") if os.geteuid() == 0 else None
+    if nobody is not None:
+        os.chown(parent, nobody.pw_uid, nobody.pw_gid)
+    try:
+        child = os.fork()
+        if child == 0:  # pragma: no cover - the child's outcome is its exit code
+            code = 2
+            try:
+                if nobody is not None:
+                    os.setgroups([])
+                    os.setgid(nobody.pw_gid)
+                    os.setuid(nobody.pw_uid)
+                code = _read_only_scene(parent)
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(child, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        for folder, _, _ in os.walk(parent):
+            os.chmod(folder, 0o700)
+        shutil.rmtree(parent)
+
+
+def test_the_mount_table_is_read(tmp_path: Path) -> None:
+    assert scratch._mounts_under("/")  # /proc is mounted under /
+    assert not scratch._mounts_under(str(tmp_path))
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("mount") is None, reason="a bind mount needs root")
+def test_a_scratch_with_something_mounted_inside_is_left_alone(tmp_path: Path) -> None:
+    """A task's FUSE or bind mount outlives a killed agent: emptying the scratch would empty the mount."""
+    mine, _ = scratch.make(str(tmp_path))
+    dead = _dead_scratch(tmp_path)
+    source = tmp_path / "bucket"
+    source.mkdir()
+    (source / "data").write_text("precious")
+    point = dead / "tmp" / "mnt"
+    point.mkdir(parents=True)
+    subprocess.run(["mount", "--bind", str(source), str(point)], check=True)
+    try:
+        assert scratch.sweep(mine) == []
+        assert (source / "data").read_text() == "precious" and (dead / scratch.HELD).exists()
+    finally:
+        subprocess.run(["umount", str(point)], check=True)
+    assert scratch.sweep(mine) == [str(dead)]  # once unmounted, it goes
+    assert (source / "data").read_text() == "precious"

@@ -489,6 +489,15 @@ def test_a_kind_that_is_not_a_string_is_shown_as_json_and_not_guessed(kind: obje
     assert "did you mean" not in problem.message
 
 
+@pytest.mark.parametrize("kind", ["--password=hunter2", "x" * 40 + " AKIAIOSFODNN7EXAMPLE"])
+def test_a_kind_holding_a_secret_is_masked_like_any_other_value(kind: str) -> None:
+    with pytest.raises(SpecError) as caught:
+        parse_spec(with_("training", {"kind": kind}))
+    text = str(caught.value)
+    assert '$.training.kind: got "****"' in text, text
+    assert "hunter2" not in text and "AKIA" not in text, text
+
+
 def test_a_spec_error_never_shows_a_secret_the_spec_holds() -> None:
     """A message quotes what the user wrote: a secret env value reused elsewhere, or a command's
     `--password=` written as one string, is masked there as everywhere else."""
