@@ -16,6 +16,7 @@ Standard library only.
 from __future__ import annotations
 
 import os
+import socket
 import stat
 import tempfile
 
@@ -36,12 +37,17 @@ def make(parent: str | None = None) -> tuple[str, int | None]:
         return scratch, None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
+        os.write(fd, _host())
         os.rename(fresh, os.path.join(scratch, HELD))
     except OSError:
         os.close(fd)
         os.unlink(fresh)
         return scratch, None
     return scratch, fd
+
+
+def _host() -> bytes:
+    return socket.gethostname().encode("utf-8", "surrogateescape")[:256]
 
 
 def sweep(own: str) -> list[str]:
@@ -77,6 +83,8 @@ def _remove_if_left(path: str) -> bool:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:  # its agent is alive
             return False
+        if os.pread(fd, 256, 0) != _host():  # a temporary directory shared with other hosts (NFS, where a
+            return False  # lock may be this host's alone): only this host's agents are judged here
         if _mounts_under(path):  # a task mounted something there (FUSE, a bind): not ours to empty
             return False
         _remove(path)

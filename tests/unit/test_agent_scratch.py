@@ -44,6 +44,15 @@ def test_only_plain_directories_of_the_users_own_with_a_lock_file_are_swept(tmp_
     assert other_version.is_dir() and target.is_dir() and planted.is_dir() and plain.exists()
 
 
+def test_a_scratch_another_host_made_is_left_to_that_host(tmp_path: Path) -> None:
+    """A temporary directory shared over NFS, where a lock may hold on one host only."""
+    mine, _ = scratch.make(str(tmp_path))
+    elsewhere = _dead_scratch(tmp_path)
+    (elsewhere / scratch.HELD).write_bytes(b"another-host")
+    assert scratch.sweep(mine) == []
+    assert elsewhere.is_dir()
+
+
 def test_the_lock_file_is_named_only_once_held(tmp_path: Path) -> None:
     made, fd = scratch.make(str(tmp_path))
     assert fd is not None
