@@ -15,11 +15,11 @@ from typing import Any
 
 import tensorflow as tf
 
+from tflaunch.faults import FaultInjector
 from worker import example
 from worker.cluster import ClusterInfo
 from worker.contract import RESTORED, STEP, TaskEnv
 from worker.events import report
-from worker.faults import FaultInjector
 from worker.fingerprint import weights_fingerprint
 from worker.targets import WorkerUsageError, load_target
 from worker.training_spec import FitTraining

@@ -19,13 +19,13 @@ from typing import Any
 
 import tensorflow as tf
 
+from tflaunch.faults import FaultInjector
 from worker import example
 from worker.checkpoints import CheckpointStore
 from worker.cluster import ClusterInfo
 from worker.contract import RESTORED, STEP, TaskEnv
 from worker.events import record as record_row
 from worker.events import report
-from worker.faults import FaultInjector
 from worker.fingerprint import weights_fingerprint
 from worker.leaving import leave_together
 from worker.targets import load_target
