@@ -88,8 +88,8 @@ def run_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="FAULT",
-        help="rehearse a failure in the "
-        "first attempt: kill|term|hang|exit=CODE:TASK@step=N, e.g. kill:worker:1@step=50",
+        help="rehearse a failure in the first attempt: kill|term|hang|exit=CODE:TASK@step=N, e.g. "
+        "kill:worker:1@step=50 (a script of your own fires it from report('step', step=n))",
     )
     parser.add_argument(
         "--slurm",

@@ -112,6 +112,7 @@ def run(
     fresh: bool = False,
 ) -> int:
     from launcher.console import Console
+    from launcher.faults import unfired
     from launcher.gang import LaunchState
     from launcher.report import failure_text, success_text
     from launcher.resume import resume_or_start_over
@@ -126,6 +127,8 @@ def run(
     )
     resume_or_start_over(spec, fresh, console.notice)
     result = launch(spec, console, faults, allocation)
+    for text in unfired(faults, result.attempts[0].tasks if result.attempts else ()):
+        console.notice(text)
     if result.state is LaunchState.SUCCEEDED:
         console.notice(success_text(result))
         return exit_codes.SUCCEEDED

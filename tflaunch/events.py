@@ -3,7 +3,8 @@
 The launcher hands every task a pipe (its number in TFLAUNCH_EVENT_FD). Reports are JSON lines:
 `joined` once the strategy is built, `step` as training advances, `done` at the end. User
 scripts run through `launch -- python train.py` may call `report(...)` too; without a launcher
-(no TFLAUNCH_EVENT_FD) every call is a no-op. Never raises: reporting must not break training.
+(no TFLAUNCH_EVENT_FD) every call is a no-op. Never raises: reporting must not break training
+(only a fault `launch --inject` asked for, at its step, ends the process on purpose).
 
 Imports nothing of the project's other packages: a user script runs with its own directory first
 on sys.path, where a `worker.py` or `launcher.py` of the user's would stand in for them. The two
@@ -16,6 +17,8 @@ import json
 import os
 import time
 from typing import Any
+
+from tflaunch.faults import FAULT_VAR, injected
 
 EVENT_FD_VAR = "TFLAUNCH_EVENT_FD"  # worker.contract.EVENT_FD_VAR
 RECORD = "record"  # worker.contract.RECORD: a row of a record file
@@ -31,6 +34,9 @@ def report(event: str, **fields: Any) -> None:
         os.write(int(fd), (payload + "\n").encode())
     except (OSError, ValueError):  # the launcher is gone or the fd is not ours; keep training
         pass
+    step = fields.get("step")
+    if event == "step" and type(step) is int and os.environ.get(FAULT_VAR):
+        injected().at_step(step)  # an `--inject` rehearsal: fired once its step is reported
 
 
 def record(stream: str, row: dict[str, Any], fallback_path: str) -> None:

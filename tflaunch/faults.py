@@ -1,4 +1,10 @@
-"""Fire a fault injected by `launch --inject` when training reaches its step (rehearsal only)."""
+"""Fire a fault injected by `launch --inject` when a task reaches its step (rehearsal only).
+
+The launcher hands the fault to one task of the first attempt (TFLAUNCH_FAULT, "kind:step:code").
+The built-in runtime checks it at every step; a script of the user's has it fired by
+`report("step", step=N)` at the first step reported at or past the fault's. One injector per
+process (`injected()`), so a fault fires once however both ask. Standard library only.
+"""
 
 from __future__ import annotations
 
@@ -9,25 +15,39 @@ import sys
 
 log = logging.getLogger(__name__)
 FAULT_VAR = "TFLAUNCH_FAULT"  # worker.contract.FAULT_VAR
+_SIGNALS = {"kill": signal.SIGKILL, "term": signal.SIGTERM, "hang": signal.SIGSTOP}
 
 
 class FaultInjector:
-    """Reads TFLAUNCH_FAULT ("kind:step:code") once; `at_step` fires it at most once."""
+    """Reads TFLAUNCH_FAULT once (a value it cannot read is no fault); `at_step` fires it at most once."""
 
     def __init__(self, raw: str | None = None) -> None:
         raw = os.environ.get(FAULT_VAR) if raw is None else raw
-        self.kind, self.step, self.code = None, -1, 1
-        if raw:
-            kind, step, code = raw.split(":")
-            self.kind, self.step, self.code = kind, int(step), int(code)
+        self.kind: str | None = None
+        self.step, self.code = -1, 1
+        try:
+            kind, step, code = (raw or "").split(":")
+            if kind == "exit" or kind in _SIGNALS:
+                self.kind, self.step, self.code = kind, int(step), int(code)
+        except ValueError:  # not set, or not the launcher's: rehearsal only, never a crash
+            pass
 
     def at_step(self, step: int) -> None:
-        if self.kind is None or step != self.step:
+        if self.kind is None or step < self.step:
             return
         kind, self.kind = self.kind, None
         log.warning("injected fault: %s at step %d", kind, step)
         sys.stdout.flush()
         if kind == "exit":
             os._exit(self.code)
-        signum = {"kill": signal.SIGKILL, "term": signal.SIGTERM, "hang": signal.SIGSTOP}[kind]
-        os.kill(os.getpid(), signum)
+        os.kill(os.getpid(), _SIGNALS[kind])
+
+
+_injected: list[FaultInjector] = []
+
+
+def injected() -> FaultInjector:
+    """This process's injector."""
+    if not _injected:
+        _injected.append(FaultInjector())
+    return _injected[0]

@@ -15,7 +15,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from tflaunch.faults import FaultInjector
+from tflaunch.faults import injected
 from worker import example
 from worker.cluster import ClusterInfo
 from worker.contract import RESTORED, STEP, TaskEnv
@@ -74,7 +74,7 @@ def train_fit(strategy: tf.distribute.Strategy, cluster: ClusterInfo, settings: 
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
     data = data.with_options(options).prefetch(tf.data.AUTOTUNE)
 
-    faults = FaultInjector()
+    faults = injected()
     progress: dict[str, int] = {}
 
     class Progress(keras.callbacks.Callback):  # type: ignore[name-defined]

@@ -19,7 +19,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from tflaunch.faults import FaultInjector
+from tflaunch.faults import injected
 from worker import example
 from worker.checkpoints import CheckpointStore
 from worker.cluster import ClusterInfo
@@ -204,7 +204,7 @@ def train_builtin(strategy: tf.distribute.Strategy, cluster: ClusterInfo, settin
         ),
     )
     metrics = MetricsWriter(settings, cluster.is_chief, config.tensorboard)
-    faults = FaultInjector()
+    faults = injected()
     step, loss, first_loss = start_step, None, None
     window_start, window_step, last_report = time.monotonic(), start_step, 0.0
     try:
