@@ -157,6 +157,13 @@ def make_train_step(
     return train_step
 
 
+def _leave_preempted(step: int, total: int, loss: float | None, code: int) -> None:
+    """Say the step just saved (step reports are sent at most every half second, and the launcher
+    shows the last one as the step reached), then leave with the preemption exit code."""
+    report(STEP, step=step, total=total, loss=loss)
+    sys.exit(code)
+
+
 def train_builtin(strategy: tf.distribute.Strategy, cluster: ClusterInfo, settings: TaskEnv) -> dict[str, Any]:
     """Train to `steps`; returns what goes into the result file."""
     config = BuiltinTraining.model_validate(settings.training)
@@ -193,6 +200,8 @@ def train_builtin(strategy: tf.distribute.Strategy, cluster: ClusterInfo, settin
     iterator = iter(data)
     train_step = make_train_step(strategy, model, optimizer, config, global_batch)
 
+    step: int = start_step
+    loss: float | None = None
     # SIGTERM to any worker (a preemption notice) makes every worker save at the same next
     # step through this handler and leave with the preemption exit code; the launcher then
     # restarts the gang, which resumes from that very step.
@@ -200,12 +209,13 @@ def train_builtin(strategy: tf.distribute.Strategy, cluster: ClusterInfo, settin
         strategy.cluster_resolver,
         store.manager,
         termination_config=tf.distribute.experimental.TerminationConfig(
-            exit_fn=lambda: sys.exit(settings.preemption_exit_code)
+            # `step` and `loss` as they are when it is called: the step just saved
+            exit_fn=lambda: _leave_preempted(step, config.steps, loss, settings.preemption_exit_code)
         ),
     )
     metrics = MetricsWriter(settings, cluster.is_chief, config.tensorboard)
     faults = injected()
-    step, loss, first_loss = start_step, None, None
+    first_loss = None
     window_start, window_step, last_report = time.monotonic(), start_step, 0.0
     try:
         while step < config.steps:

@@ -89,6 +89,7 @@ def test_sigterm_preempts_checkpoints_and_loses_no_step(work: Path, reference: s
     found = results(work / "runs" / "term", 1)
     assert_agree(found, 2, STEPS)
     assert {r["start_step"] for r in found.values()} == {61}, "the preemption checkpoint is the step after the notice"
+    assert {t["step"] for t in run["attempts"][0]["tasks"]} == {61}, "a preempted worker's last step is the one it saved"
     assert found["worker-0"]["fingerprint"] == reference
     assert run["attempts"][1]["recovery"]["warm_tasks"] == 2, run["attempts"][1]["recovery"]
 
