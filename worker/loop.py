@@ -9,6 +9,7 @@ where it stopped.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import logging
 import posixpath
@@ -33,6 +34,11 @@ from worker.training_spec import BuiltinTraining
 
 log = logging.getLogger(__name__)
 _REPORT_INTERVAL_S = 0.5
+
+try:  # TensorFlow's own switch for its deprecation warnings (a private module; without it, warned)
+    from tensorflow.python.util.deprecation import silence as _deprecations_silenced
+except ImportError:  # pragma: no cover - a TensorFlow without it
+    _deprecations_silenced = contextlib.nullcontext
 
 
 def build_optimizer(config: BuiltinTraining) -> Any:
@@ -242,7 +248,8 @@ def train_builtin(strategy: tf.distribute.Strategy, cluster: ClusterInfo, settin
                 report(STEP, step=step, total=config.steps, loss=loss)  # loss: the last one logged
                 last_report = time.monotonic()
             if step < config.steps:
-                preemption.save_checkpoint_if_preempted(checkpoint_number=step)
+                with _deprecations_silenced():  # TensorFlow warns of the property it reads itself
+                    preemption.save_checkpoint_if_preempted(checkpoint_number=step)
             if step % config.checkpoint_every == 0 and step < config.steps:
                 store.save(step)
         if restored is None or start_step < config.steps:

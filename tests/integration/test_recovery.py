@@ -89,7 +89,11 @@ def test_sigterm_preempts_checkpoints_and_loses_no_step(work: Path, reference: s
     found = results(work / "runs" / "term", 1)
     assert_agree(found, 2, STEPS)
     assert {r["start_step"] for r in found.values()} == {61}, "the preemption checkpoint is the step after the notice"
-    assert {t["step"] for t in run["attempts"][0]["tasks"]} == {61}, "a preempted worker's last step is the one it saved"
+    first = run["attempts"][0]["tasks"]
+    assert {t["step"] for t in first} == {61}, "a preempted worker's last step is the one it saved"
+    logs = [Path(t["log_path"]).read_text() for t in first]
+    assert all("preempted" in log for log in logs), logs[0][-2000:]
+    assert not any("total_run_calls" in log for log in logs), "TensorFlow's warning of its own deprecated property"
     assert found["worker-0"]["fingerprint"] == reference
     assert run["attempts"][1]["recovery"]["warm_tasks"] == 2, run["attempts"][1]["recovery"]
 
