@@ -72,6 +72,7 @@ class _Task:
     times: dict[str, float] = field(default_factory=dict)  # milestone -> wall time the launcher got it
     warm: dict[str, Any] | None = None  # the agent's `warm` report: ran in a spare, or why not
     snapshot: TaskStatus | None = None  # the last TaskStatus made of it; None once anything in it changed
+    muted: int | None = None  # stopped because another task failed: lines not echoed since (logged)
 
 
 def _error_of(path: str) -> tuple[str, str] | None:
@@ -200,7 +201,10 @@ class Supervisor:
         if isinstance(event, OutputLine):
             if not self._reports_progress:
                 task.last_progress = self._clock()
-            self._on_output(task.launch, event.line)
+            if task.muted is None:
+                self._on_output(task.launch, event.line)
+            else:
+                task.muted += 1
         elif isinstance(event, WorkerReport):
             kind = event.data.get("event")
             if kind in _HELPER_REPORTS:  # from the helper watching the task, not from the runtime
@@ -388,7 +392,16 @@ class Supervisor:
                 task.exit is None and not (decision.action is Action.SUCCEED and task.launch.sidecar)
             )
         grace, send_term = self._policy.grace_s(decision)
+        failed = decision.kind not in (FailureKind.NONE, FailureKind.PREEMPTED)
+        for task in self._tasks.values():  # what they print as their peer's loss breaks them is noise
+            task.muted = 0 if failed and task.stopped else task.muted
         self.stop_all(grace, send_term=send_term)
+        muted = [t for t in self._tasks.values() if t.muted]
+        if muted:
+            self._on_notice(
+                f"{sum(t.muted or 0 for t in muted)} line(s) the other tasks printed while they were stopped are "
+                f"only in their logs ({self.plan.attempt_dir})"
+            )
         self._record(decision)
 
     def stop_all(self, grace_s: float, send_term: bool = True) -> None:

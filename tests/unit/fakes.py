@@ -38,11 +38,14 @@ class FakeTask:
     exited: bool = False
     ignore_term: bool = False
     closed: bool = False
+    last_words: list[str] = field(default_factory=list)  # printed when signalled (a peer's loss breaks it)
 
     def signal(self, signum: int) -> None:
         self.signals.append(signum)
         if self.exited:
             return
+        for line in self.last_words:
+            self.print(line)
         if signum == signal.SIGKILL or (signum == signal.SIGTERM and not self.ignore_term):
             self.exit(None, signum)
 

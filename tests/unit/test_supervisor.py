@@ -67,6 +67,52 @@ def test_crash_stops_the_rest_at_once_and_restarts_everyone(tmp_path: Path) -> N
     assert any("worker:1" in n and "SIGKILL" in n for n in notices)
 
 
+def test_what_the_others_print_while_a_failure_stops_them_is_logged_not_echoed(tmp_path: Path) -> None:
+    spec = fake_spec(2, max_restarts=1)
+    transport, echoed, notices = FakeTransport(), [], []
+    sup = Supervisor(
+        fake_planner(spec, str(tmp_path)),
+        transport,
+        RestartPolicy(spec.restart),
+        True,
+        on_notice=notices.append,
+        on_output=lambda launch, line: echoed.append((launch.name, line)),
+        clock=FakeClock(),
+        sleep=lambda s: None,
+    )
+    sup.start()
+    join_all(transport, 2)
+    transport.started[0].last_words = ["Traceback (most recent call last):", "UnavailableError: peer lost"]
+    transport.started[1].print("ValueError: the real cause")
+    transport.started[1].exit(1)
+    assert sup.step(0) is LaunchState.STARTING
+    assert echoed == [("worker:1", "ValueError: the real cause")]
+    assert any(n.startswith("2 line(s) the other tasks printed while they were stopped") for n in notices), notices
+    transport.started[2].print("attempt 1 speaks again")  # a new attempt's tasks are heard
+    sup.step(0)
+    assert echoed[-1] == ("worker:0", "attempt 1 speaks again")
+
+
+def test_what_tasks_print_while_they_save_at_a_preemption_is_echoed(tmp_path: Path) -> None:
+    spec = fake_spec(2, max_restarts=1, grace_period_s=0)  # the fake saves when its deadline's SIGKILL comes
+    transport, echoed = FakeTransport(), []
+    sup = Supervisor(
+        fake_planner(spec, str(tmp_path)),
+        transport,
+        RestartPolicy(spec.restart),
+        True,
+        on_output=lambda launch, line: echoed.append(line),
+        clock=FakeClock(),
+        sleep=lambda s: None,
+    )
+    sup.start()
+    join_all(transport, 2)
+    transport.started[0].last_words = ["preempted; checkpoint saved"]
+    transport.started[1].exit(spec.restart.preemption_exit_code)
+    sup.step(0)
+    assert echoed == ["preempted; checkpoint saved"]
+
+
 def test_term_ignored_gets_sigkill(tmp_path: Path) -> None:
     sup, transport, _, _ = make(tmp_path, max_restarts=0, grace_period_s=0, crash_grace_s=0)
     transport.started[0].ignore_term = True
