@@ -83,6 +83,15 @@ def _error_of(path: str) -> tuple[str, str] | None:
     return str(data.get("type", "")), str(data.get("message", ""))
 
 
+def _exception_in_log(path: str) -> tuple[str, str] | None:
+    """(exception type, message) of the last traceback in a task's log: how a script that writes no
+    error file died, for the root cause's words and to tell a failure bound to repeat."""
+    from launcher.log_reading import last_exception, read_end
+
+    found = last_exception(read_end(path))
+    return None if found is None else (found.short_type, " ".join(found.message.split()))
+
+
 def _read_json(path: str) -> dict[str, Any] | None:
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
@@ -236,12 +245,19 @@ class Supervisor:
         elif isinstance(event, TaskExited):
             task.exit = event.exit
             task.error = _error_of(task.launch.error_path)
+            if task.error is None and self._exited_on_its_own(task, event.exit):
+                task.error = _exception_in_log(task.launch.log_path)  # a script of the user's: no error file
             log.debug("%s exited: %s", event.task, event.exit.describe())
             if task.launch.sidecar and not event.exit.ok and not task.stopped:
                 self._on_notice(
                     f"side-car {task.launch.name} {event.exit.describe()} (training goes on; see "
                     f"{task.launch.log_path})"
                 )
+
+    def _exited_on_its_own(self, task: _Task, exit: ExitStatus) -> bool:
+        """A failing exit code of the task's own (not a signal, a lost host, a stop or a preemption)."""
+        ended_itself = exit.code not in (0, None, self._policy.spec.preemption_exit_code)
+        return ended_itself and exit.lost is None and not task.stopped
 
     def _pump(self, timeout: float) -> None:
         """Apply every queued event, waiting up to `timeout` for the first one. The drained

@@ -377,3 +377,32 @@ def test_only_a_death_by_the_launchers_own_signal_is_called_stopped_by_the_launc
         "worker:1": "killed by SIGTERM (stopped by the launcher)",
         "worker:2": "exit code 42",
     }
+
+
+def _dies_printing(task: object, exception: str, code: int | None = 1, sig: int | None = None) -> None:
+    """A script's death: its traceback in its log (no error file), then its exit."""
+    launch = task.launch  # type: ignore[attr-defined]
+    Path(launch.log_path).parent.mkdir(parents=True, exist_ok=True)
+    Path(launch.log_path).write_text(f'Traceback (most recent call last):\n  File "train.py", line 9\n{exception}\n')
+    task.exit(code, sig)  # type: ignore[attr-defined]
+
+
+def test_a_script_that_dies_of_the_same_exception_twice_is_not_retried(tmp_path: Path) -> None:
+    sup, transport, _, notices = make(tmp_path, max_restarts=3, backoff_s=0)
+    join_all(transport, 2)
+    _dies_printing(transport.started[1], "ValueError: bad batch: expected 32 rows, got 31")
+    assert sup.step(0) is LaunchState.STARTING
+    assert any("(ValueError: bad batch: expected 32 rows, got 31); restart 1 of 3" in n for n in notices), notices
+    join_all(transport, 2)
+    _dies_printing(transport.started[3], "ValueError: bad batch: expected 32 rows, got 31")
+    assert sup.step(0) is LaunchState.FAILED
+    assert "the same failure twice; not retrying" in notices[-1], notices
+
+
+def test_a_script_killed_by_a_signal_is_retried_whatever_its_log_holds(tmp_path: Path) -> None:
+    sup, transport, _, notices = make(tmp_path, max_restarts=3, backoff_s=0)
+    for attempt in range(2):
+        join_all(transport, 2)
+        _dies_printing(transport.started[2 * attempt + 1], "ValueError: handled earlier", None, signal.SIGKILL)
+        assert sup.step(0) is LaunchState.STARTING, notices
+    assert sup.restarts == 2
