@@ -73,6 +73,8 @@ def _faults(spec: ClusterSpec, texts: list[str]) -> list[Fault]:
             raise UsageError(
                 f"Got --inject {text!r}: there is no task {fault.task} (tasks: {', '.join(sorted(names))})."
             )
+        if sum(other.task == fault.task for other in faults) > 1:
+            raise UsageError(f"Got more than one --inject for {fault.task}: a task takes one fault per launch.")
     return faults
 
 

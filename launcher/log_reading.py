@@ -17,7 +17,7 @@ import stat
 from collections import deque
 from dataclasses import dataclass
 
-__all__ = ["LoggedException", "last_exception", "read_end", "tail_lines"]
+__all__ = ["LoggedException", "ending_exception", "last_exception", "read_end", "tail_lines"]
 
 READ_LIMIT = 4 << 20
 _TRACEBACK = "Traceback (most recent call last):"
@@ -125,3 +125,16 @@ def last_exception(text: str) -> LoggedException | None:
     while message and not message[-1].strip():
         message.pop()
     return LoggedException(found.group(1), "\n".join(message))
+
+
+def ending_exception(text: str) -> LoggedException | None:
+    """The last Python traceback's exception when its line is the last the log holds (TensorFlow's
+    C++ log lines and blank lines after it aside): how the process ended. A message of several lines,
+    or anything printed after it, gives None: it cannot be told from a traceback printed and handled."""
+    found = last_exception(text)
+    if found is None or found.type == "fatal":
+        return None
+    lines = [line.rstrip() for line in text.splitlines() if line.strip() and not _CPP_LOG.match(line)]
+    first = found.message.split("\n", 1)[0]
+    expected = f"{found.type}: {first}" if first else found.type
+    return found if lines and lines[-1] in (expected, f"{found.type}:{first}") else None

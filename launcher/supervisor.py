@@ -84,12 +84,14 @@ def _error_of(path: str) -> tuple[str, str] | None:
 
 
 def _exception_in_log(path: str) -> tuple[str, str] | None:
-    """(exception type, message) of the last traceback in a task's log: how a script that writes no
-    error file died, for the root cause's words and to tell a failure bound to repeat."""
-    from launcher.log_reading import last_exception, read_end
+    """(exception type, first line of its message) of the traceback that ends a task's log: how a
+    script that writes no error file died, for the root cause's words and to tell a failure bound to
+    repeat. Only a traceback that ends the log (TensorFlow's C++ log lines aside) counts: one the
+    script printed and handled before it exited for another reason is not why it exited."""
+    from launcher.log_reading import ending_exception, read_end
 
-    found = last_exception(read_end(path))
-    return None if found is None else (found.short_type, " ".join(found.message.split()))
+    found = ending_exception(read_end(path))
+    return None if found is None else (found.short_type, found.message.split("\n", 1)[0].strip())
 
 
 def _read_json(path: str) -> dict[str, Any] | None:
@@ -410,7 +412,8 @@ class Supervisor:
         grace, send_term = self._policy.grace_s(decision)
         failed = decision.kind not in (FailureKind.NONE, FailureKind.PREEMPTED)
         for task in self._tasks.values():  # what they print as their peer's loss breaks them is noise
-            task.muted = 0 if failed and task.stopped else task.muted
+            others = task.stopped and task.launch.name != decision.cause  # a hung cause's last words count
+            task.muted = 0 if failed and others else task.muted
         self.stop_all(grace, send_term=send_term)
         muted = [t for t in self._tasks.values() if t.muted]
         if muted:

@@ -14,6 +14,7 @@ names it shares with worker/contract.py are checked equal by tests/unit/test_con
 from __future__ import annotations
 
 import json
+import operator
 import os
 import time
 from typing import Any
@@ -29,6 +30,9 @@ def report(event: str, **fields: Any) -> None:
     fd = os.environ.get(EVENT_FD_VAR)
     if not fd:
         return
+    for key in ("step", "total"):  # numpy's integers (a TensorFlow step counter's .numpy()) as numbers
+        if key in fields:
+            fields[key] = _integer(fields[key])
     payload = json.dumps({"event": event, "time": time.time(), **fields}, default=str)
     try:
         os.write(int(fd), (payload + "\n").encode())
@@ -37,6 +41,16 @@ def report(event: str, **fields: Any) -> None:
     step = fields.get("step")
     if event == "step" and type(step) is int and os.environ.get(FAULT_VAR):
         injected().at_step(step)  # an `--inject` rehearsal: fired once its step is reported
+
+
+def _integer(value: Any) -> Any:
+    """An integer of any kind as a Python int (not a bool); anything else as it is."""
+    if isinstance(value, int):
+        return value
+    try:
+        return operator.index(value)
+    except Exception:  # noqa: BLE001 - whatever its __index__ does, reporting never raises
+        return value
 
 
 def record(stream: str, row: dict[str, Any], fallback_path: str) -> None:

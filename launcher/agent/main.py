@@ -43,7 +43,7 @@ from typing import Any
 
 from launcher.agent import cluster, frames, probe, scratch, spawn
 from launcher.agent.tasks import LATE_KEYS, Tasks
-from worker.contract import ALIVE
+from worker.contract import ALIVE, ENV_PREFIX
 
 BEATS_PER_TIMEOUT = 4  # alive reports (and silence checks) per liveness timeout
 STATE_POLL_S = 0.5  # how often a task's state (stopped or running) is read
@@ -161,8 +161,10 @@ class Agent:
     def _base_env(self, command: dict[str, Any]) -> dict[str, str]:
         """The host's environment with the spec's on top; temporary files go to the agent's scratch
         directory (removed when it leaves, so a task killed mid-save leaves no copy behind) unless
-        the spec names a TMPDIR."""
-        return {**os.environ, "TMPDIR": self.task_tmp, **(command.get("env") or {})}
+        the spec names a TMPDIR. The launcher's own variables come from the launcher alone: one the
+        host's environment holds (a shell's stray TFLAUNCH_FAULT, an outer launch's) is dropped."""
+        host = {key: value for key, value in os.environ.items() if not key.startswith(ENV_PREFIX)}
+        return {**host, "TMPDIR": self.task_tmp, **(command.get("env") or {})}
 
     def _start(self, command: dict[str, Any]) -> None:
         base = self._base_env(command)

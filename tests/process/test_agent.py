@@ -135,6 +135,20 @@ def test_what_a_killed_agent_left_is_removed_by_the_next_agent(work: Path, agent
     assert not left.exists()
 
 
+def test_the_launchers_variables_come_from_the_launcher_alone(
+    work: Path, agents: list[AgentTransport], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A shell's stray TFLAUNCH_FAULT (or an outer launch's variables) must not reach the tasks."""
+    monkeypatch.setenv("TFLAUNCH_FAULT", "exit:0:7")
+    monkeypatch.setenv("TFLAUNCH_SOMETHING_ELSE", "x")
+    monkeypatch.setenv("USERS_OWN_SETTING", "kept")
+    task, events = start(work, agents, command_spec(["python", TASK, "sleep"]))
+    wait_for(events, OutputLine)
+    environ = psutil.Process(task.pid).environ()
+    assert "TFLAUNCH_FAULT" not in environ and "TFLAUNCH_SOMETHING_ELSE" not in environ
+    assert environ["USERS_OWN_SETTING"] == "kept" and environ["TFLAUNCH_TASK"] == "worker:0"
+
+
 def test_a_missing_program_is_exit_127_with_a_message(work: Path, agents: list[AgentTransport]) -> None:
     task, events = start(work, agents, command_spec(["/no/such/program"]))
     exited = wait_for(events, TaskExited)

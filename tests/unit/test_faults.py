@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -43,8 +44,11 @@ def test_a_value_the_injector_cannot_read_is_no_fault(raw: str) -> None:
 SCRIPT = """
 import os, sys
 from tflaunch import report
+class Counter:  # as numpy's integers are: an index, not an int (a TensorFlow step's .numpy())
+    def __init__(self, n): self.n = n
+    def __index__(self): return self.n
 for step in (1, 2, 3, 4):
-    report("step", step=step)
+    report("step", step=Counter(step), total=Counter(4))
     print(step, flush=True)
 """
 
@@ -58,9 +62,11 @@ def test_a_script_fires_its_fault_by_reporting_the_step() -> None:
         )
     finally:
         os.close(write)
-        os.close(read)
     assert done.returncode == 7, done.stderr
     assert done.stdout.split() == ["1", "2"]
+    with os.fdopen(read, "rb") as events:
+        sent = [json.loads(line) for line in events.read().splitlines()]
+    assert [(e["step"], e["total"]) for e in sent] == [(1, 4), (2, 4), (3, 4)]
     assert "injected fault: exit at step 3" in done.stderr
 
 
@@ -75,3 +81,13 @@ def test_a_fault_that_could_not_fire_is_said() -> None:
     assert said.startswith("--inject kill:worker:1@step=3 did not fire: worker:1 exited 0 and it reported no step")
     assert unfired(faults, [_ended("worker:1", 0, 2)])[0].count("the last step it reported was 2") == 1
     assert unfired(faults, [_ended("worker:1", 0, 3), _ended("worker:0", 1, 1)]) == []
+
+
+def test_a_task_takes_one_fault() -> None:
+    from launcher.cli import _faults
+    from launcher.spec import parse_spec
+
+    spec = parse_spec({"name": "f", "hosts": [{"address": "localhost", "workers": 2}]})
+    assert len(_faults(spec, ["kill:worker:1@step=3", "exit=4:worker:0@step=5"])) == 2
+    with pytest.raises(UsageError, match="more than one --inject for worker:1"):
+        _faults(spec, ["exit=4:worker:1@step=3", "exit=5:worker:1@step=20"])

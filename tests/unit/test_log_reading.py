@@ -195,3 +195,17 @@ def test_a_huge_line_in_the_log_tail_is_cut_so_the_error_below_it_shows(tmp_path
     text = failure_text(_failed_run(tmp_path, "[" + "0.5, " * 100_000 + "]\n" + "ValueError: bad batch\n"))
     assert max(len(line) for line in text.splitlines()) < TAIL_LINE_CHARS + 100
     assert "[... cut; the log has the whole line]" in text and text.rstrip().endswith("ValueError: bad batch")
+
+
+def test_only_a_traceback_that_ends_the_log_is_how_the_process_ended() -> None:
+    from launcher.log_reading import ending_exception
+
+    died = 'step 3\nTraceback (most recent call last):\n  File "t.py", line 2\nValueError: bad batch\n'
+    assert ending_exception(died) is not None and ending_exception(died).message == "bad batch"  # type: ignore[union-attr]
+    shutdown = died + "I0000 00:00:1.2  345 grpc_server.cc:1] shutting down\n\n"
+    assert ending_exception(shutdown) is not None  # TensorFlow's own log lines after it do not count
+    handled = died + "retrying\ncheckpoint dir full; giving up\n"
+    assert ending_exception(handled) is None  # printed and handled; it exited for another reason
+    spread = 'Traceback (most recent call last):\n  File "t.py", line 2\nValueError: bad\nshape (3, 4)\n'
+    assert ending_exception(spread) is None  # a message over lines cannot be told from later output
+    assert ending_exception("F0000 00:00:1.2  345 x.cc:1] Check failed: y\n") is None

@@ -406,3 +406,39 @@ def test_a_script_killed_by_a_signal_is_retried_whatever_its_log_holds(tmp_path:
         _dies_printing(transport.started[2 * attempt + 1], "ValueError: handled earlier", None, signal.SIGKILL)
         assert sup.step(0) is LaunchState.STARTING, notices
     assert sup.restarts == 2
+
+
+def test_a_traceback_the_script_handled_is_not_why_it_exited(tmp_path: Path) -> None:
+    sup, transport, _, notices = make(tmp_path, max_restarts=3, backoff_s=0)
+    for attempt in range(2):
+        join_all(transport, 2)
+        transport.started[2 * attempt + 1].say("step", step=5)  # it trained: an exit code alone says nothing
+        _dies_printing(transport.started[2 * attempt + 1], "ConnectionError: transient: retrying\ngiving up")
+        assert sup.step(0) is LaunchState.STARTING, notices
+    assert not any("ConnectionError" in n for n in notices), notices
+
+
+def test_a_hung_causes_last_words_are_echoed_and_its_peers_are_not(tmp_path: Path) -> None:
+    spec = fake_spec(2, max_restarts=1, stall_timeout_s=3)
+    transport, clock, echoed = FakeTransport(), FakeClock(), []
+    sup = Supervisor(
+        fake_planner(spec, str(tmp_path)),
+        transport,
+        RestartPolicy(spec.restart),
+        True,
+        on_output=lambda launch, line: echoed.append((launch.name, line)),
+        clock=clock,
+        sleep=lambda s: None,
+    )
+    sup.start()
+    join_all(transport, 2)
+    transport.started[0].say("step", step=1)
+    sup.step(0)
+    clock.now += 1
+    transport.started[1].say("step", step=1)
+    sup.step(0)
+    for task in transport.started[:2]:
+        task.last_words = [f"{task.launch.name}: stuck on the data loader's lock"]
+    clock.now += 10
+    assert sup.step(0) is LaunchState.STARTING
+    assert echoed == [("worker:0", "worker:0: stuck on the data loader's lock")], echoed
