@@ -14,8 +14,13 @@ from tests.unit.fakes import FakeClock, FakeTransport, fake_planner, fake_spec
 
 
 def make(
-    tmp_path: Path, workers: int = 2, reports: bool = True, **restart: object
+    tmp_path: Path,
+    workers: int = 2,
+    reports: bool = True,
+    echoed: list[tuple[str, str]] | None = None,
+    **restart: object,
 ) -> tuple[Supervisor, FakeTransport, FakeClock, list[str]]:
+    """A started supervisor; `echoed` gets every (task, line) it passes on to the console."""
     spec = fake_spec(workers, **restart)
     transport, clock, notices = FakeTransport(), FakeClock(), []
     supervisor = Supervisor(
@@ -24,6 +29,7 @@ def make(
         RestartPolicy(spec.restart),
         reports,
         on_notice=notices.append,
+        on_output=None if echoed is None else lambda launch, line: echoed.append((launch.name, line)),
         clock=clock,
         sleep=lambda s: None,
     )
@@ -68,19 +74,8 @@ def test_crash_stops_the_rest_at_once_and_restarts_everyone(tmp_path: Path) -> N
 
 
 def test_what_the_others_print_while_a_failure_stops_them_is_logged_not_echoed(tmp_path: Path) -> None:
-    spec = fake_spec(2, max_restarts=1)
-    transport, echoed, notices = FakeTransport(), [], []
-    sup = Supervisor(
-        fake_planner(spec, str(tmp_path)),
-        transport,
-        RestartPolicy(spec.restart),
-        True,
-        on_notice=notices.append,
-        on_output=lambda launch, line: echoed.append((launch.name, line)),
-        clock=FakeClock(),
-        sleep=lambda s: None,
-    )
-    sup.start()
+    echoed: list[tuple[str, str]] = []
+    sup, transport, _, notices = make(tmp_path, echoed=echoed, max_restarts=1)
     join_all(transport, 2)
     transport.started[0].last_words = ["Traceback (most recent call last):", "UnavailableError: peer lost"]
     transport.started[1].print("ValueError: the real cause")
@@ -94,23 +89,14 @@ def test_what_the_others_print_while_a_failure_stops_them_is_logged_not_echoed(t
 
 
 def test_what_tasks_print_while_they_save_at_a_preemption_is_echoed(tmp_path: Path) -> None:
-    spec = fake_spec(2, max_restarts=1, grace_period_s=0)  # the fake saves when its deadline's SIGKILL comes
-    transport, echoed = FakeTransport(), []
-    sup = Supervisor(
-        fake_planner(spec, str(tmp_path)),
-        transport,
-        RestartPolicy(spec.restart),
-        True,
-        on_output=lambda launch, line: echoed.append(line),
-        clock=FakeClock(),
-        sleep=lambda s: None,
-    )
-    sup.start()
+    echoed: list[tuple[str, str]] = []
+    # grace_period_s=0: the fake saves when its deadline's SIGKILL comes
+    sup, transport, _, _ = make(tmp_path, echoed=echoed, max_restarts=1, grace_period_s=0)
     join_all(transport, 2)
     transport.started[0].last_words = ["preempted; checkpoint saved"]
-    transport.started[1].exit(spec.restart.preemption_exit_code)
+    transport.started[1].exit(42)  # the default preemption exit code
     sup.step(0)
-    assert echoed == ["preempted; checkpoint saved"]
+    assert echoed == [("worker:0", "preempted; checkpoint saved")]
 
 
 def test_term_ignored_gets_sigkill(tmp_path: Path) -> None:
@@ -419,18 +405,8 @@ def test_a_traceback_the_script_handled_is_not_why_it_exited(tmp_path: Path) -> 
 
 
 def test_a_hung_causes_last_words_are_echoed_and_its_peers_are_not(tmp_path: Path) -> None:
-    spec = fake_spec(2, max_restarts=1, stall_timeout_s=3)
-    transport, clock, echoed = FakeTransport(), FakeClock(), []
-    sup = Supervisor(
-        fake_planner(spec, str(tmp_path)),
-        transport,
-        RestartPolicy(spec.restart),
-        True,
-        on_output=lambda launch, line: echoed.append((launch.name, line)),
-        clock=clock,
-        sleep=lambda s: None,
-    )
-    sup.start()
+    echoed: list[tuple[str, str]] = []
+    sup, transport, clock, _ = make(tmp_path, echoed=echoed, max_restarts=1, stall_timeout_s=3)
     join_all(transport, 2)
     transport.started[0].say("step", step=1)
     sup.step(0)
