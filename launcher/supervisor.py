@@ -410,16 +410,16 @@ class Supervisor:
                 task.exit is None and not (decision.action is Action.SUCCEED and task.launch.sidecar)
             )
         grace, send_term = self._policy.grace_s(decision)
-        failed = decision.kind not in (FailureKind.NONE, FailureKind.PREEMPTED)
-        for task in self._tasks.values():  # what they print as their peer's loss breaks them is noise
-            others = task.stopped and task.launch.name != decision.cause  # a hung cause's last words count
-            task.muted = 0 if failed and others else task.muted
+        if decision.kind not in (FailureKind.NONE, FailureKind.PREEMPTED):
+            for task in self._tasks.values():  # what they print as their peer's loss breaks them is noise
+                if task.stopped and task.launch.name != decision.cause:  # a hung cause's last words count
+                    task.muted = 0
         self.stop_all(grace, send_term=send_term)
-        muted = [t for t in self._tasks.values() if t.muted]
-        if muted:
+        hidden = sum(task.muted or 0 for task in self._tasks.values())
+        if hidden:
             self._on_notice(
-                f"{sum(t.muted or 0 for t in muted)} line(s) the other tasks printed while they were stopped are "
-                f"only in their logs ({self.plan.attempt_dir})"
+                f"{hidden} line(s) the other tasks printed while they were stopped are only in their logs "
+                f"({self.plan.attempt_dir})"
             )
         self._record(decision)
 

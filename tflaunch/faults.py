@@ -8,12 +8,10 @@ process (`injected()`), so a fault fires once however both ask. Standard library
 
 from __future__ import annotations
 
-import logging
 import os
 import signal
 import sys
 
-log = logging.getLogger(__name__)
 FAULT_VAR = "TFLAUNCH_FAULT"  # worker.contract.FAULT_VAR
 _SIGNALS = {"kill": signal.SIGKILL, "term": signal.SIGTERM, "hang": signal.SIGSTOP}
 
@@ -35,8 +33,10 @@ class FaultInjector:
     def at_step(self, step: int) -> None:
         if self.kind is None or step < self.step:
             return
+        import logging  # only when a fault fires: `from tflaunch import report` stays light
+
         kind, self.kind = self.kind, None
-        log.warning("injected fault: %s at step %d", kind, step)
+        logging.getLogger(__name__).warning("injected fault: %s at step %d", kind, step)
         sys.stdout.flush()
         if kind == "exit":
             os._exit(self.code)

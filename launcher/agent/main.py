@@ -251,7 +251,7 @@ def main(settings: dict[str, Any]) -> int:
     _raise_open_files_limit()
     agent.hello()
     threading.Thread(target=probe.host_facts, daemon=True, name="facts").start()
-    threading.Thread(target=spawn.warm, daemon=True, name="setpriv").start()
+    threading.Thread(target=spawn.setpriv, daemon=True, name="setpriv").start()
     threading.Thread(target=scratch.sweep, args=(agent.scratch,), daemon=True, name="sweep").start()
     threading.Thread(target=agent.beat, daemon=True, name="beat").start()
     if agent.liveness_s and agent.watch_silence:

@@ -73,15 +73,11 @@ _setpriv_lock = threading.Lock()
 
 
 def setpriv() -> str | None:
-    """A `setpriv` that takes `--pdeathsig` (looked for once, at the agent's start, by `warm`)."""
+    """A `setpriv` that takes `--pdeathsig` (looked for once, on a thread of its own at the agent's start)."""
     with _setpriv_lock:
         if not _setpriv:
             _setpriv.append(_working_setpriv())
         return _setpriv[0]
-
-
-def warm() -> None:
-    setpriv()
 
 
 def _working_setpriv() -> str | None:
@@ -145,8 +141,15 @@ def start_task(
 ) -> subprocess.Popen[bytes]:
     """Start `argv` in a process group of its own, standard input from /dev/null, standard error
     into `stdout`; raise OSError as Popen does when it cannot."""
-    streams: dict[str, Any] = {"stdin": subprocess.DEVNULL, "stdout": stdout, "stderr": subprocess.STDOUT}
-    started: dict[str, Any] = {**streams, "env": env, "cwd": cwd, "pass_fds": pass_fds, "close_fds": True}
+    started: dict[str, Any] = {
+        "stdin": subprocess.DEVNULL,
+        "stdout": stdout,
+        "stderr": subprocess.STDOUT,
+        "env": env,
+        "cwd": cwd,
+        "pass_fds": pass_fds,
+        "close_fds": True,
+    }
     tool = setpriv()
     if tool is not None and argv and _startable(argv[0], env, cwd):
         umask = _umask_of(env)
