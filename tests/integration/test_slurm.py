@@ -44,12 +44,12 @@ def cluster(slurm: Any) -> Iterator[Any]:
     assert not slurm.node_processes(), f"processes left in the nodes: {slurm.node_processes()}"
 
 
-def _spec(work: Path, name: str, log_every: int = 10, **slurm: Any) -> dict[str, Any]:
+def _spec(work: Path, name: str, log_every: int = 10, steps: int = STEPS, **slurm: Any) -> dict[str, Any]:
     return {
         "name": name,
         "run_root": str(work / "runs"),
         "env": {"TF_CPP_MIN_LOG_LEVEL": "2"},
-        "training": {"kind": "builtin", "steps": STEPS, "checkpoint_every": 10, "log_every": log_every},
+        "training": {"kind": "builtin", "steps": steps, "checkpoint_every": 10, "log_every": log_every},
         "restart": {"max_restarts": 2, "backoff_s": 0, "start_timeout_s": 120},
         "slurm": {"nodes": 2, **slurm},
     }
@@ -134,7 +134,9 @@ def test_a_killed_worker_restarts_on_the_same_agents_and_ends_as_an_uninterrupte
 
 
 def test_a_preemption_saves_requeues_and_resumes_without_losing_a_step(cluster: Any, work: Path) -> None:
-    proc = _submit(cluster, work, _spec(work, "preempted", log_every=1), "--wait")
+    # 600 steps: at about 120 steps/s the job must not finish before scancel reaches it (60 steps could)
+    steps = 600
+    proc = _submit(cluster, work, _spec(work, "preempted", log_every=1, steps=steps), "--wait")
     seen: list[str] = []
     _wait_output(proc, seen, "step 20/")
     job = next(line.split("job ")[1].split(":")[0] for line in seen if "submitted Slurm job" in line)
@@ -148,7 +150,8 @@ def test_a_preemption_saves_requeues_and_resumes_without_losing_a_step(cluster: 
     last_attempt = max(a["attempt"] for a in summary["attempts"])
     assert last_attempt >= 1, "the requeued job continued the attempt numbering"
     found = results(run_dir, last_attempt)
-    assert_agree(found, 2, STEPS)
+    assert_agree(found, 2, steps)
+    assert done_before < steps, "the preemption came before the end"
     resumed_at = {r["start_step"] for r in found.values()}
     assert len(resumed_at) == 1 and resumed_at.pop() >= done_before, (done_before, found)  # 0 steps lost
 
