@@ -154,13 +154,20 @@ class Console:
 
     # ---- callbacks from the supervisor ---------------------------------------------------
 
+    def echoes(self, launch: TaskLaunch, line: str) -> bool:
+        """Whether `output` writes this line of this task to the screen."""
+        return self._shown(launch) and (self.verbose or not is_benign(line))
+
+    def _shown(self, launch: TaskLaunch) -> bool:
+        return not self.quiet and not self.live and (not self.show or launch.name in self.show)
+
     def output(self, launch: TaskLaunch, line: str) -> None:
         if not self.verbose and is_benign(line):
             return  # kept in the task's log, which the transport writes before this is called
         line = printable(line)  # the log file keeps the bytes; the screen gets text
         view = self._view(launch)
         view.last_line = line
-        if not self.quiet and not self.live and (not self.show or launch.name in self.show):
+        if self._shown(launch):
             try:
                 self._out.write(f"[{launch.label}] {line}\n")
             except (OSError, ValueError) as error:  # ValueError: closed under us (a caller's own stream)

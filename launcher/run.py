@@ -216,6 +216,7 @@ def launch(
         on_notice=console.notice,
         on_report=console.report,
         on_drained=console.flush,
+        echoes=console.echoes,
         preemption_ends_run=allocation is not None and requeueable(spec, allocation),
     )
     console.attach(supervisor.snapshot, RunLayout(first_plan.run_dir).status_file)

@@ -120,11 +120,13 @@ class Supervisor:
         on_notice: NoticeCallback | None = None,
         on_report: Callable[[TaskLaunch, dict[str, Any]], None] | None = None,
         on_drained: Callable[[], None] | None = None,
+        echoes: Callable[[TaskLaunch, str], bool] | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
         preemption_ends_run: bool = False,
     ) -> None:
-        """`preemption_ends_run`: after a preemption (every task saved) end the run as PREEMPTED
+        """`echoes`: whether `on_output` would show a line (a muted line that it would not show is not counted
+        as hidden). `preemption_ends_run`: after a preemption (every task saved) end the run as PREEMPTED
         instead of restarting, for a scheduler that requeues it (Slurm)."""
         self._preemption_ends_run = preemption_ends_run
         self._planner = planner
@@ -136,6 +138,7 @@ class Supervisor:
         self._on_notice = on_notice or (lambda text: None)
         self._on_report = on_report or (lambda launch, data: None)
         self._on_drained = on_drained or (lambda: None)
+        self._echoes = echoes or (lambda launch, line: True)
         self._clock = clock
         self._sleep = sleep
         self._events: queue.Queue[tuple[_Task, Event]] = queue.Queue(maxsize=_QUEUE_LIMIT)
@@ -214,7 +217,7 @@ class Supervisor:
                 task.last_progress = self._clock()
             if task.muted is None:
                 self._on_output(task.launch, event.line)
-            else:
+            elif self._echoes(task.launch, event.line):
                 task.muted += 1
         elif isinstance(event, WorkerReport):
             kind = event.data.get("event")

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import signal
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from launcher.gang import LaunchState
+from launcher.plan import TaskLaunch
 from launcher.policy import RestartPolicy
 from launcher.supervisor import Supervisor
 from tests.unit.fakes import FakeClock, FakeTransport, fake_planner, fake_spec
@@ -18,9 +20,11 @@ def make(
     workers: int = 2,
     reports: bool = True,
     echoed: list[tuple[str, str]] | None = None,
+    echoes: Callable[[TaskLaunch, str], bool] | None = None,
     **restart: object,
 ) -> tuple[Supervisor, FakeTransport, FakeClock, list[str]]:
-    """A started supervisor; `echoed` gets every (task, line) it passes on to the console."""
+    """A started supervisor; `echoed` gets every (task, line) it passes on to the console, which shows the lines
+    `echoes` says (default: all)."""
     spec = fake_spec(workers, **restart)
     transport, clock, notices = FakeTransport(), FakeClock(), []
     supervisor = Supervisor(
@@ -30,6 +34,7 @@ def make(
         reports,
         on_notice=notices.append,
         on_output=None if echoed is None else lambda launch, line: echoed.append((launch.name, line)),
+        echoes=echoes,
         clock=clock,
         sleep=lambda s: None,
     )
@@ -86,6 +91,16 @@ def test_what_the_others_print_while_a_failure_stops_them_is_logged_not_echoed(t
     transport.started[2].print("attempt 1 speaks again")  # a new attempt's tasks are heard
     sup.step(0)
     assert echoed[-1] == ("worker:0", "attempt 1 speaks again")
+
+
+def test_no_line_is_said_hidden_when_the_console_would_not_have_shown_it(tmp_path: Path) -> None:
+    """--quiet, a live table, or --show of another task: the stopped tasks' lines were not to be shown anyway."""
+    sup, transport, _, notices = make(tmp_path, echoed=[], echoes=lambda launch, line: launch.name == "worker:1")
+    join_all(transport, 2)
+    transport.started[0].last_words = ["UnavailableError: peer lost"]
+    transport.started[1].exit(1)
+    assert sup.step(0) is LaunchState.STARTING
+    assert not any("while they were stopped" in n for n in notices), notices
 
 
 def test_what_tasks_print_while_they_save_at_a_preemption_is_echoed(tmp_path: Path) -> None:
