@@ -118,7 +118,23 @@ def resume_notice(spec: ClusterSpec, words: ResumeWords = CLI_WORDS) -> Resuming
             f"the command's arguments changed since they were written (was: {shown_training(saved)}; now: "
             f"{shown_training(now)})"
         )
+    if (finished := _finished_at(layout.summary_file, spec)) is not None:
+        remarks.append(
+            f"the run already trained all its training.steps={finished}, so nothing is left to train "
+            "(raise training.steps to train further)"
+        )
     return Resuming(checkpoints, tuple(remarks))
+
+
+def _finished_at(summary_file: str, spec: ClusterSpec) -> int | None:
+    """training.steps when the run's last launch trained all of them (its summary says it succeeded at that step);
+    None for a command, whose steps only it knows, or a run with steps left."""
+    steps = getattr(spec.training, "steps", None)
+    summary = _read_json(summary_file)
+    if not isinstance(steps, int) or summary is None or summary.get("state") != "succeeded":
+        return None
+    final = summary.get("final_step")
+    return steps if isinstance(final, int) and final >= steps else None
 
 
 def refuse_if_unsafe(checkpoints: str, to_move: bool = False) -> None:

@@ -203,6 +203,23 @@ def test_a_rerun_says_it_resumes_and_fresh_starts_over(work: Path) -> None:
     assert (aside / "attempt-0").is_dir() and (run_dir / "attempt-0").is_dir()
 
 
+def test_a_rerun_of_a_finished_run_says_nothing_is_left_to_train(work: Path) -> None:
+    run_dir = work / "runs" / "done"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    (run_dir / "checkpoints" / "ckpt-20.index").write_text("saved")
+    (run_dir / "summary.json").write_text(json.dumps({"state": "succeeded", "final_step": 20}))
+    said = {}
+    for steps in (20, 40):
+        training = {"kind": "builtin", "steps": steps}
+        hosts = [{"address": "localhost", "workers": 1}]
+        spec = write_spec(work, {"name": "done", "run_root": str(work / "runs"), "hosts": hosts, "training": training})
+        checked = run_launch(["--cluster", str(spec), "--check"], work)
+        assert checked.returncode == 0, checked.stderr
+        said[steps] = checked.stdout
+    assert "the run already trained all its training.steps=20, so nothing is left to train" in said[20], said[20]
+    assert "already trained" not in said[40] and "would resume from the checkpoints" in said[40], said[40]
+
+
 def test_checkpoints_of_another_training_are_not_resumed(work: Path) -> None:
     """Every `--local` run is named `local`: a second command must not restore the first one's model."""
     args = ["--local", "1", "--run-root", str(work / "runs"), "--plain"]
