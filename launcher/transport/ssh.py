@@ -71,9 +71,12 @@ class SshMedium:
             channel = client.get_transport().open_session(timeout=_SESSION_TIMEOUT_S)
             channel.set_combine_stderr(True)
             channel.exec_command(remote_command(self._pythons[index]))
-            channel.sendall(memoryview(first_line))  # sendall slices what is left: a view is not copied
         except _channel_errors() as error:
             raise HostError(address, f"cannot open an SSH session ({error or type(error).__name__})") from None
+        try:
+            channel.sendall(memoryview(first_line))  # sendall slices what is left: a view is not copied
+        except _channel_errors():  # the command ended at once (a python that is not there): the session reads why
+            pass
 
         def ended() -> str | None:
             if not channel.exit_status_ready():

@@ -262,6 +262,27 @@ def test_wrong_user_key_is_a_clear_error(work: Path, sshd: SshServer) -> None:
     assert not (work / "runs" / "auth" / "attempt-0").exists(), "nothing may start when a host fails preflight"
 
 
+def test_an_agent_that_ends_while_its_first_line_is_sent_is_named_with_its_words(sshd: SshServer) -> None:
+    """A python that is not there ends the session while the agent's first line is still being written (a
+    line larger than the SSH window makes sure; a short one can lose the race too): the host's error names
+    the python and the shell's words, not a closed socket."""
+    from launcher.errors import HostError
+    from launcher.spec import HostSpec
+    from launcher.transport.session import AgentSession
+    from launcher.transport.ssh import SshMedium
+
+    medium = SshMedium([HostSpec.model_validate(ssh_host(sshd, "127.0.0.3"))], ["/no/python3"])
+    try:
+        channel = medium.open([0], b"x" * (8 << 20) + b"\n")[0]
+        assert not isinstance(channel, HostError), channel
+        with pytest.raises(HostError) as raised:
+            AgentSession("127.0.0.3", "/no/python3", channel, liveness_s=30).wait_ready(timeout=30)
+    finally:
+        medium.close()
+    said = str(raised.value)
+    assert "the agent did not start with python '/no/python3'" in said and "No such file" in said, said
+
+
 def test_preflight_reports_taken_ports_and_missing_python(work: Path, sshd: SshServer) -> None:
     import socket
 
