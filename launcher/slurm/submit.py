@@ -29,6 +29,7 @@ from launcher.spec import ClusterSpec, SlurmSpec
 
 _POLL_S = 0.5
 _ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE")
+_WAITING = ("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "CONFIGURING")
 
 
 class SubmitError(LaunchError):
@@ -209,8 +210,9 @@ def wait_started(job_id: str, timeout_s: float, say: Callable[[str], None]) -> d
 
 
 def follow(job_id: str, output: Path, say: Callable[[str], None], echo: Callable[[str], None]) -> int:
-    """Echo the job's output until it ends; its exit code (0 when it completed)."""
-    offset = 0
+    """Echo the job's output until it ends; its exit code (0 when it completed). A requeued job's
+    time back in the queue is said when it begins and ends, so a quiet follow is never a mystery."""
+    offset, previous = 0, "RUNNING"
     while True:
         fields = job_fields(job_id)
         if output.exists():
@@ -221,8 +223,30 @@ def follow(job_id: str, output: Path, say: Callable[[str], None], echo: Callable
             for line in chunk.decode("utf-8", "replace").splitlines():
                 echo(line)
         state = fields.get("JobState", "")
+        change = queue_change(job_id, previous, fields)
+        if change:
+            say(change)
+        previous = state or previous
         if state in _ENDED:
             exit_code, restarts = fields.get("ExitCode", "?"), fields.get("Restarts", "0")
             say(f"job {job_id} ended: {state} (exit {exit_code}, requeued {restarts}x)")
             return 0 if state == "COMPLETED" else 1
         time.sleep(_POLL_S)
+
+
+def queue_change(job_id: str, previous: str, fields: dict[str, str]) -> str | None:
+    """What a followed job's move between running and waiting means to its user, or None."""
+    state, reason = fields.get("JobState", ""), fields.get("Reason", "None")
+    if state in _WAITING and previous not in _WAITING:
+        eligible = fields.get("EligibleTime", "")
+        when = f", eligible at {eligible}" if eligible[:1].isdigit() else ""
+        why = (
+            ": Slurm holds a requeued job for AuthInfo's cred_expire (120 s by default) before it runs again"
+            if reason == "BeginTime"
+            else ""
+        )
+        return f"job {job_id} is back in the queue ({state.lower()}, reason {reason}{when}){why}"
+    if state == "RUNNING" and previous in _WAITING:
+        nodes, restarts = fields.get("NodeList", "?"), fields.get("Restarts", "?")
+        return f"job {job_id} is running again on {nodes} (requeued {restarts}x)"
+    return None

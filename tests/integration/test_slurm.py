@@ -143,6 +143,10 @@ def test_a_preemption_saves_requeues_and_resumes_without_losing_a_step(cluster: 
     cluster.run("scancel", "--signal=TERM", job)
     text = _finish(proc, seen)
     assert "requeueing Slurm job" in text and "requeued 1x" in text, text[-3000:]
+    # the stock cred_expire holds the requeued job for 120 s: the follow says so, then that it runs
+    held = text.index(f"job {job} is back in the queue")
+    assert "cred_expire" in text[held:].splitlines()[0], text[held:][:500]
+    assert text.index(f"job {job} is running again") > held
     run_dir = work / "runs" / "preempted"
     before = (run_dir / "attempt-0" / "worker-0.log").read_text()
     done_before = max(int(m) for m in re.findall(r"step (\d+)/", before))
