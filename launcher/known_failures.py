@@ -37,6 +37,12 @@ def _known(anchor: str, pattern: str, says: str) -> KnownFailure:
 
 KNOWN_FAILURES: tuple[KnownFailure, ...] = (
     _known(
+        "an-injected-fault",
+        r"injected fault: (?:exit|kill|term|hang) at step \d+",
+        "`launch --inject` fired this fault in the task (a rehearsal): nothing is wrong with the task or its "
+        "host; the run recovers from it as from a real failure, within restart.max_restarts",
+    ),
+    _known(
         "keras-3-modelfit-under-the-strategy",
         r"unsupported type \(<class 'tensorflow\.python\.distribute\.values\.PerReplica'>\) to a Tensor"
         r"|Invalid reduction dimension 0",

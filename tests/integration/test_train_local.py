@@ -84,6 +84,7 @@ def test_worker_exit_mid_training_stops_everyone_fast(work: Path) -> None:
     assert code == 1, text[-3000:]
     assert "root cause: worker:1 on localhost" in text and "exit code 3" in text
     summary = json.loads((work / "runs" / "crash" / "summary.json").read_text())
+    assert summary["first_failure"]["known_cause"]["see"].endswith("#an-injected-fault"), summary["first_failure"]
     tasks = {t["name"]: t for t in summary["attempts"][0]["tasks"]}
     failed_at = tasks["worker:1"]["ended_at"]
     last_exit = max(t["ended_at"] for t in tasks.values())

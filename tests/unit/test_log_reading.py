@@ -110,6 +110,13 @@ def test_a_task_killed_by_sigkill_without_a_traceback_points_at_the_oom_killer(t
     assert "killed by SIGKILL in attempt 0" in text and "known cause: the task was killed by SIGKILL" in text
 
 
+def test_a_kill_that_launch_inject_fired_is_named_as_the_rehearsal_it_is(tmp_path: Path) -> None:
+    log = "step 69\ninjected fault: kill at step 70\n"
+    text = failure_text(_failed_run(tmp_path, log, exit_code=None, signal=signal.SIGKILL))
+    assert "known cause: `launch --inject` fired this fault" in text and "out-of-memory" not in text
+    assert "troubleshooting.md#an-injected-fault" in text
+
+
 THREAD_NOISE = (
     "Exception in thread PeerTerminationWatcher:\nTraceback (most recent call last):\n" + FRAMES + "KeyError: 'x'\n\n"
     "During handling of the above exception, another exception occurred:\n\n"
