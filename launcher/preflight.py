@@ -94,6 +94,8 @@ def run_preflight(spec: ClusterSpec, plan: LaunchPlan, transport: Transport) -> 
                 "checkpoint_dir": plan.checkpoint_dir,
                 "need_worker": need_worker,
                 "gpus": bool(host.gpus),
+                "programs": sorted({task.argv[0] for task in host.tasks}),
+                "path": host.tasks[0].env.get("PATH"),  # the spec's, else the host's own
             }
         )
 
@@ -190,6 +192,13 @@ def _check_info(hosts: list[_Host], plan: LaunchPlan, need_worker: bool, report:
             )
         if not info["workdir_ok"]:
             report.problems.append(f"{host.address}: working directory {host.workdir} does not exist")
+        for program, why in (info.get("programs_missing") or {}).items():
+            fix = (
+                f"a relative path starts from the working directory {host.workdir}"
+                if "/" in program
+                else "give its full path, install it there, or set PATH in the spec's env"
+            )
+            report.problems.append(f"{host.address}: the tasks' command {program!r} cannot run there ({why}); {fix}")
         if info.get("checkpoint_unsafe"):
             report.problems.append(
                 f"{host.address}: checkpoint_dir {plan.checkpoint_dir} {info['checkpoint_unsafe']}: a checkpoint "

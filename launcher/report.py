@@ -76,6 +76,11 @@ def diagnose(task: TaskResult) -> Diagnosis:
     return Diagnosis(exception, known or known_failure(task.describe_exit))
 
 
+def _pid(task: TaskResult) -> str:
+    """` (pid N)`, or nothing for a task that never got a process."""
+    return f" (pid {task.pid})" if task.pid else ""
+
+
 def _failure_time(task: TaskResult) -> float:
     if task.error and isinstance(task.error.get("time"), (int, float)):
         return float(task.error["time"])
@@ -171,9 +176,7 @@ def failure_text(result: RunResult) -> str:
     lines = [f"launch {result.state.value}: {_shown(last.reason) if last else 'nothing ran'}"]
     if ordered:
         attempt, task = ordered[0]
-        lines.append(
-            f"root cause: {task.name} on {task.host} (pid {task.pid}) {task.describe_exit} in attempt {attempt}"
-        )
+        lines.append(f"root cause: {task.name} on {task.host}{_pid(task)} {task.describe_exit} in attempt {attempt}")
         diagnosis = diagnose(task)
         if task.error:
             lines.append(f"  {_shown(task.error.get('type'))}: {_shown(task.error.get('message'))}")
@@ -193,7 +196,7 @@ def failure_text(result: RunResult) -> str:
     elif last is not None and last.kind == "start_timeout":
         late = [t for t in last.tasks if not t.joined]
         for task in [t for t in late if t.name == last.cause] or late:
-            lines.append(f"never joined: {task.name} on {task.host} (pid {task.pid}); last lines of {task.log_path}:")
+            lines.append(f"never joined: {task.name} on {task.host}{_pid(task)}; last lines of {task.log_path}:")
             lines += [f"    | {line}" for line in log_tail(task.log_path)] or ["    (no output)"]
     elif last is not None and last.cause:
         cause = next((t for t in last.tasks if t.name == last.cause), None)

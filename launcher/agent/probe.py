@@ -4,8 +4,9 @@ The host agent answers each `probe` command with `handle(request)`, on remote an
 alike. Standard library only; it never imports TensorFlow (metadata lookups are enough and
 take milliseconds). Requests and their answers:
 
-    {"op": "info", "workdir": ..., "checkpoint_dir": ..., "need_worker": true, "gpus": true}
-                                         "gpus": also nvidia-smi's raw answers (parsed by launcher.gpus)
+    {"op": "info", "workdir": ..., "checkpoint_dir": ..., "need_worker": true, "gpus": true,
+     "programs": [...], "path": ...}     "gpus": also nvidia-smi's raw answers (parsed by launcher.gpus);
+                                         "programs": why each task's program cannot run (PATH: "path")
     {"op": "write_marker" | "read_marker" | "remove", "path": ..., "token": ...}
     {"op": "bind", "ports": [...]}       keeps listeners open until "release" or end of input
     {"op": "connect", "addresses": [["host", port], ...], "timeout": 3}
@@ -221,9 +222,32 @@ def _info(request: dict[str, Any]) -> dict[str, Any]:
     }
     if request.get("need_worker"):
         answer["worker_ok"] = worker_fact()
+    path = request.get("path")
+    missing = {
+        program: why
+        for program in request.get("programs") or []
+        if (why := not_runnable(program, os.environ.get("PATH", os.defpath) if path is None else path, workdir))
+    }
+    if missing:
+        answer["programs_missing"] = missing
     if request.get("gpus"):
         answer["gpus"] = _nvidia_smi()
     return answer
+
+
+def not_runnable(program: str, path: str, cwd: str) -> str | None:
+    """Why a task could not exec `program` from `cwd` with `path` as its PATH, as execvp looks it
+    up (a name with a slash is a path, else each PATH entry in turn); None when it can."""
+    if "/" in program:
+        candidate = os.path.join(cwd, program)
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return None
+        return "not an executable file" if os.path.exists(candidate) else "no such file"
+    for entry in path.split(os.pathsep):
+        candidate = os.path.join(cwd, entry or ".", program)
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return None
+    return f"not on PATH={path}"
 
 
 NVIDIA_SMI_TIMEOUT_S = 10.0
