@@ -25,8 +25,9 @@ from typing import TYPE_CHECKING, Any
 from launcher import __version__
 from launcher.errors import UsageError
 from launcher.log_reading import read_end
-from launcher.masking import Redactor, printable, redact, redacted
+from launcher.masking import Redactor, redact, redacted
 from launcher.request import redactor_of
+from launcher.run_status import not_a_run_dir
 from worker.contract import RunLayout
 from worker.files import new_temporary, write_atomic
 
@@ -174,7 +175,7 @@ def default_output(run_dir: str) -> str:
 def make_bundle(run_dir: str, output: str | None = None) -> BundleResult:
     """Pack the run's post-mortem files into one tar.gz (never checkpoints or models); see the module docstring."""
     if not os.path.isdir(run_dir):
-        raise BundleError(f"{printable(run_dir)}: no such directory; give a run directory such as runs/example.")
+        raise BundleError(not_a_run_dir(run_dir))
     if not is_run_dir(run_dir):
         raise BundleError(
             f"{run_dir}: has no summary.json, status.json or attempt directory; is it a run directory "

@@ -41,6 +41,11 @@ def _split_command(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     argv = list(argv)
     if "--" in argv:
         cut = argv.index("--")
+        if cut == len(argv) - 1:  # an empty "$@" in a wrapper: not a wish for the spec's training
+            raise UsageError(
+                "nothing follows '--': give the command every task runs (-- python train.py), "
+                "or leave out '--' to run the spec's training"
+            )
         return argv[:cut], argv[cut + 1 :]
     return argv, []
 
@@ -165,8 +170,8 @@ def _subcommand(name: str, own: list[str], command: list[str]) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    own, command = _split_command(sys.argv[1:] if argv is None else argv)
     try:
+        own, command = _split_command(sys.argv[1:] if argv is None else argv)
         if own[:1] and own[0] in SUBCOMMANDS:
             return _subcommand(own[0], own[1:], command)
         return _run(own, command)

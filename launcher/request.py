@@ -172,11 +172,16 @@ def _refuse_visible_secrets(spec: ClusterSpec, source: str) -> None:
     if not argv or os.path.basename(argv[0]).startswith("python") and argv[1:2] != ["-c"]:
         return
     hidden = set(secret_arguments(argv[1:], spec.secrets))
+    why = (
+        "holds a secret, and a `python -c` command's arguments cannot be kept off the process list (a script's "
+        "can: python script.py --token=...)"
+        if argv[1:2] == ["-c"]
+        else "holds a secret, and only a python command's arguments can be kept off the process list"
+    )
     problems = [
         SpecProblem(
             f"$.training.argv[{index}]",
-            "holds a secret, and only a python command's arguments can be kept off the process list: pass it in "
-            "env (its value is masked everywhere) and read it there",
+            f"{why}: pass it in env (its value is masked everywhere) and read it there",
         )
         for index, arg in enumerate(argv)
         if index > 0 and (arg in hidden or any(value in arg for value in hidden))

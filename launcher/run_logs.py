@@ -22,7 +22,7 @@ from typing import BinaryIO, TextIO
 from launcher import exit_codes
 from launcher.errors import UsageError
 from launcher.masking import printable, redact
-from launcher.run_status import RunStatusError, launcher_process, read_run
+from launcher.run_status import RunStatusError, launcher_process, not_a_run_dir, read_run
 from launcher.transport.session import CUT_MARKER, MAX_LINE_BYTES
 from worker.contract import RunLayout, task_stem
 
@@ -37,12 +37,8 @@ def attempts_of(layout: RunLayout) -> list[int]:
     """The attempt numbers that have a directory in the run, in order."""
     try:
         names = os.listdir(layout.run_dir)
-    except FileNotFoundError:
-        raise UsageError(
-            f"{printable(layout.run_dir)}: no such directory; give a run directory such as runs/example."
-        ) from None
-    except NotADirectoryError:
-        raise UsageError(f"{layout.run_dir}: not a directory; give a run directory such as runs/example.") from None
+    except (FileNotFoundError, NotADirectoryError):
+        raise UsageError(not_a_run_dir(layout.run_dir)) from None
     numbers = (RunLayout.attempt_of(name) for name in names)
     return sorted(n for n in numbers if n is not None and os.path.isdir(layout.attempt_dir(n)))
 
@@ -188,7 +184,7 @@ def _summary_mark(layout: RunLayout) -> tuple[int, int] | None:
     """Which summary.json is there (the launcher replaces it whole, so a new one is a new inode)."""
     try:
         info = os.stat(layout.summary_file)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # none yet, or the run directory was replaced by a file
         return None
     return info.st_ino, info.st_mtime_ns
 
@@ -219,8 +215,8 @@ def show_logs(
     what is written, into later attempts, until the run ends (or `stop` is set). Returns the exit code.
     UsageError when the run has no such attempt or task (the message lists those it has)."""
     layout = RunLayout(run_dir)
+    attempts = attempts_of(layout)  # first: it says what is wrong with a run directory that is not one
     summary_at_start = _summary_mark(layout)
-    attempts = attempts_of(layout)
     wake = stop if stop is not None else threading.Event()
     if follow and not attempts:  # launched moments ago: its first attempt is on its way
         while not attempts and not _run_ended(layout, summary_at_start):

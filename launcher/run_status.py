@@ -194,12 +194,18 @@ def _time_of(value: object) -> float | None:
     return seconds if seconds is not None and 0 <= seconds <= _LATEST_TIME else None
 
 
+def not_a_run_dir(run_dir: str) -> str:
+    """The message for a run directory that is not one: missing, or a file."""
+    what = "not a directory" if os.path.lexists(run_dir) else "no such directory"
+    return f"{printable(run_dir)}: {what}; give a run directory such as runs/example."
+
+
 def read_run(run_dir: str) -> RunFiles:
     """status.json and summary.json of `run_dir`; RunStatusError when the directory is missing, a file
     is unreadable or cut short, or status.json is not launch's (a summary's fields are checked by
     what reads them)."""
     if not os.path.isdir(run_dir):
-        raise RunStatusError(f"{printable(run_dir)}: no such directory; give a run directory such as runs/example.")
+        raise RunStatusError(not_a_run_dir(run_dir))
     layout = RunLayout(run_dir)
     status = _load(layout.status_file)
     summary = _load(layout.summary_file)

@@ -320,6 +320,9 @@ def test_status_of_what_is_not_a_healthy_run_is_a_usage_error(
 def test_status_of_a_missing_directory_is_a_usage_error(tmp_path: Path) -> None:
     with pytest.raises(RunStatusError, match="no such directory"):
         describe_run(str(tmp_path / "nowhere"))
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(RunStatusError, match="afile: not a directory"):
+        describe_run(str(tmp_path / "afile"))
 
 
 def test_a_status_naming_pid_0_is_never_a_live_launcher(tmp_path: Path) -> None:

@@ -147,6 +147,10 @@ def test_a_run_without_attempts_is_a_usage_error(tmp_path: Path) -> None:
         show_logs(layout.run_dir, io.StringIO())
     with pytest.raises(UsageError, match="no such directory"):
         show_logs(str(tmp_path / "nowhere"), io.StringIO())
+    (tmp_path / "afile").write_text("")
+    for follow in (False, True):
+        with pytest.raises(UsageError, match="afile: not a directory"):
+            show_logs(str(tmp_path / "afile"), io.StringIO(), follow=follow)
 
 
 def test_other_files_of_an_attempt_are_not_logs(tmp_path: Path) -> None:
