@@ -83,7 +83,7 @@ _FLAG = re.compile(r"^--?([A-Za-z][A-Za-z0-9_.\-]*)(?:=(.*))?$", re.S)
 _CONTROL = re.compile(
     r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]?|[\x00-\x08\x0a-\x1f\x7f-\x9f]"
 )
-_MIN_LITERAL = 4  # shorter values would mask ordinary text
+MIN_MASKED = 4  # shorter values would mask ordinary text
 
 
 def _words(name: str) -> list[str]:
@@ -94,11 +94,16 @@ def _normal(name: str) -> str:
     return name.replace("-", "_").upper()
 
 
+def is_declared(name: str, declared: Iterable[str]) -> bool:
+    """Whether `name` is one of the spec's `secrets`, whatever its case and `-` or `_`."""
+    return name in declared or _normal(name) in {_normal(d) for d in declared}
+
+
 def is_secret(name: str, declared: Iterable[str] = ()) -> bool:
     """Whether an environment variable or flag called `name` holds a secret, by its words (`DB_PASS`,
     `apiKey`) or run together (`PGPASSWORD`, `SSHKEY`); `declared` names match whatever their case and
     whether a flag spells them with `-` or `_`."""
-    if name in declared or _normal(name) in {_normal(d) for d in declared}:
+    if is_declared(name, declared):
         return True
     if name.upper() in _NOT_SECRET:
         return False
@@ -183,7 +188,7 @@ class Redactor:
     def __init__(self, literals: Iterable[str] = (), declared: Iterable[str] = ()) -> None:
         self.declared = frozenset(declared)
         forms = {form for value in literals for form in _printed_forms(value)}  # as repr() or JSON show it too
-        kept = sorted({v for v in forms if len(v) >= _MIN_LITERAL}, key=len, reverse=True)
+        kept = sorted({v for v in forms if len(v) >= MIN_MASKED}, key=len, reverse=True)
         self._literals = re.compile("|".join(re.escape(v) for v in kept)) if kept else None
 
     @classmethod

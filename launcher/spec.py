@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal, get_args
 from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from launcher.errors import SpecError, SpecProblem
-from launcher.masking import MASK, Redactor, is_secret, looks_secret, secret_arguments
+from launcher.masking import MASK, MIN_MASKED, Redactor, is_declared, is_secret, looks_secret, secret_arguments
 from launcher.spec_json import decode_json, decode_text, json_child, raw_problems
 from worker.contract import ENV_PREFIX, PREEMPTION_EXIT_CODE
 from worker.training_spec import (  # noqa: F401 - re-exported: the spec's `training` section
@@ -122,6 +122,33 @@ def _check_env(env: dict[str, str], where: str) -> list[tuple[str, str]]:
                     f"TF_CONFIG and {ENV_PREFIX}* are set by the launcher for each task; remove this key",
                 )
             )
+    return problems
+
+
+_SECRET_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+
+
+def _check_secrets(secrets: list[str], envs: list[tuple[str, dict[str, str]]]) -> list[tuple[str, str]]:
+    """A declared secret must be a name, and a value it names long enough to be masked."""
+    problems = [
+        (
+            f"secrets[{i}]",
+            f"{name!r} is not a variable or flag name: letters, digits, '_', '-' and '.' (a flag without its dashes)",
+        )
+        for i, name in enumerate(secrets)
+        if not _SECRET_NAME.fullmatch(name)
+    ]
+    for where, env in envs:
+        for key, value in env.items():
+            if 0 < len(value) < MIN_MASKED and is_declared(key, secrets):
+                problems.append(
+                    (
+                        f"{where}.{key}",
+                        f"is listed in secrets, but its value has {len(value)} character(s): one shorter than "
+                        f"{MIN_MASKED} cannot be masked in output without hiding ordinary text; use a longer value, "
+                        f"or take {key} out of secrets",
+                    )
+                )
     return problems
 
 
@@ -670,6 +697,8 @@ class ClusterSpec(StrictModel):
     @model_validator(mode="after")
     def _check(self, info: ValidationInfo) -> ClusterSpec:
         problems: list[tuple[str, str]] = _check_env(self.env, "env")
+        envs = [("env", self.env), *((f"hosts[{i}].env", h.env) for i, h in enumerate(self.hosts))]
+        problems += _check_secrets(self.secrets, envs)
         if not self.hosts:
             if (info.context or {}).get(HOSTS_LATER):
                 return self  # the allocation's nodes become the hosts; checked again with them

@@ -136,3 +136,21 @@ def test_url_passwords_holding_a_slash_or_an_at_sign_are_masked_whole() -> None:
     assert redact("https://user:pa/ss@host/p") == "https://user:****@host/p"
     assert redact("https://u:p@ss@host") == "https://u:****@host"
     assert redact("see https://host:8080/path ok") == "see https://host:8080/path ok"
+
+
+def test_a_declared_secret_too_short_to_mask_and_a_secret_that_is_no_name_are_refused_by_field() -> None:
+    from launcher.errors import SpecError
+    from launcher.spec import parse_spec
+
+    spec = {
+        "name": "a",
+        "hosts": [{"address": "localhost", "workers": 1, "env": {"MY_PIN": "12"}}],
+        "env": {"DB_PASS": "xy", "USE_TOKEN": "1", "LONG_ENOUGH": "abcd"},
+        "secrets": ["db_pass", "my-pin", "LONG_ENOUGH", "bad name!"],
+    }
+    with pytest.raises(SpecError) as caught:
+        parse_spec(spec)
+    fields = sorted(p.path for p in caught.value.problems)
+    assert fields == ["$.env.DB_PASS", "$.hosts[0].env.MY_PIN", "$.secrets[3]"], caught.value
+    assert "xy" not in str(caught.value) and "12" not in str(caught.value).replace("$.", "")
+    parse_spec({**spec, "env": {"USE_TOKEN": "1"}, "hosts": [{"address": "localhost", "workers": 1}], "secrets": []})
