@@ -252,8 +252,12 @@ def train_builtin(strategy: tf.distribute.Strategy, cluster: ClusterInfo, settin
                     preemption.save_checkpoint_if_preempted(checkpoint_number=step)
             if step % config.checkpoint_every == 0 and step < config.steps:
                 store.save(step)
+                if cluster.is_chief and step % max(config.checkpoint_every, config.log_every) == 0:
+                    log.info("%s: checkpoint saved at step %d", cluster.name, step)  # not more often than steps
         if restored is None or start_step < config.steps:
             store.save(step)
+            if cluster.is_chief:
+                log.info("%s: checkpoint saved at step %d in %s", cluster.name, step, settings.checkpoint_dir)
         if cluster.is_chief:
             tf.io.gfile.makedirs(settings.export_dir)  # a directory, or an object-store URL
             model.save(posixpath.join(settings.export_dir, "model.keras"))
