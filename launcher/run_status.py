@@ -14,6 +14,7 @@ import glob
 import json
 import os
 import posixpath
+import shlex
 import stat
 import time
 from dataclasses import dataclass
@@ -390,6 +391,9 @@ def _describe_summary(run_dir: str, summary: dict[str, Any], path: str) -> list[
         known = first.get("known_cause") if isinstance(first.get("known_cause"), dict) else {}
         if known:
             lines.append(f"  known cause: {known.get('says')} (see {known.get('see')})"[:600])
+        if isinstance(first.get("attempt"), int) and isinstance(first.get("task"), str):
+            where = shlex.join([run_dir, "--attempt", str(first["attempt"]), "--task", first["task"]])
+            lines.append(f"  its log: launch logs {printable(where)}"[:600])
     return lines
 
 

@@ -149,6 +149,7 @@ def test_status_of_a_finished_run(tmp_path: Path) -> None:
     text = describe_run(str(tmp_path)).text
     assert "succeeded at step 60 after 2 attempt(s)" in text
     assert "first failure: worker:1 on localhost killed by SIGKILL (attempt 0)" in text
+    assert f"  its log: launch logs {tmp_path} --attempt 0 --task worker:1" in text.splitlines()
     assert "step 60 weights abc" in text
     # a resumed run's attempts are numbered on from its earlier launches: its count says whose they are
     for attempt in summary["attempts"]:
