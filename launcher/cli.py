@@ -128,7 +128,7 @@ def _run(own: list[str], command: list[str]) -> int:
     if args.dry_run:
         from launcher.run import make_planner
 
-        return commands.dry_run(make_planner(spec, faults)(0), args.json)
+        return commands.dry_run(make_planner(spec, faults)(0), args.json, "ssh" if allocation is None else "srun")
     if args.check:
         return commands.check(spec, allocation)
     options = commands.ConsoleOptions(quiet=args.quiet, plain=args.plain, verbose=args.verbose, show=show)

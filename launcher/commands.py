@@ -61,14 +61,15 @@ def raise_fd_limit() -> None:
             log.info("could not raise the open-file limit from %d", soft)
 
 
-def dry_run(plan: LaunchPlan, as_json: bool) -> int:
+def dry_run(plan: LaunchPlan, as_json: bool, remote: str = "ssh") -> int:
+    """Print every task's TF_CONFIG, environment and command; `remote`: how a remote host is reached."""
     if as_json:
         print(json.dumps(redacted(plan.to_json()), indent=2))
         return exit_codes.SUCCEEDED
     shown = redact
     print(f"run {plan.run_name}: {len(plan.tasks)} task(s), run dir {plan.run_dir}, checkpoints {plan.checkpoint_dir}")
     for task in plan.tasks:
-        print(f"\n[{task.label}] on {task.host} ({'local' if task.is_local else 'ssh'}), port {task.port}")
+        print(f"\n[{task.label}] on {task.host} ({'local' if task.is_local else remote}), port {task.port}")
         print(f"  TF_CONFIG={json.dumps(task.tf_config, sort_keys=True)}")
         for key, value in sorted(redacted(task.env).items()):
             if key != TF_CONFIG:

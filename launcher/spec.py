@@ -621,6 +621,34 @@ class SlurmSpec(StrictModel):
         description="Further options of the srun step that runs the tasks, one '--name=value' each.",
     )
 
+    @model_validator(mode="after")
+    def _check(self) -> SlurmSpec:
+        """What the allocation would refuse, said before a job waits in the queue for its GPUs (the
+        allocation checks again with the GPUs it got: SLURM_GPUS_ON_NODE when gpus_per_node is unset)."""
+        gpus = self.gpus_per_node
+        problems: list[tuple[str, str]] = []
+        if gpus and self.chief:
+            problems.append(
+                (
+                    "chief",
+                    "a chief with GPUs: the first node would run one training task more than the others, and every "
+                    "training task needs the same number of GPUs; leave chief out (worker 0 then leads the gang)",
+                )
+            )
+        if gpus == 0 and self.worker_per_gpu:
+            problems.append(("worker_per_gpu", "gpus_per_node is 0; ask for GPUs, or set tasks_per_node instead"))
+        if gpus and self.tasks_per_node and gpus % self.tasks_per_node:
+            problems.append(
+                (
+                    "tasks_per_node",
+                    f"{self.tasks_per_node} task(s) per node do not split a node's {gpus} GPUs evenly (one would stay "
+                    f"idle or be shared); use a divisor of {gpus}, or worker_per_gpu: true",
+                )
+            )
+        if problems:
+            raise CrossFieldProblems(problems)
+        return self
+
 
 class ClusterSpec(StrictModel):
     """A whole training job: where its tasks run and what they run."""

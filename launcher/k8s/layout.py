@@ -36,6 +36,7 @@ DEFAULT_PORT = 2222  # TFJob's default; every task has a pod, and so an address,
 CONTAINER = "tensorflow"  # the container name TFJob requires; the JobSet form uses it too
 MOUNT_PATH = "/tflaunch"  # the run's storage in every pod: run directory, and checkpoints unless a URL
 VOLUME = "run"
+SHM_VOLUME = "dshm"  # a GPU pod's /dev/shm: the runtime's default is 64 MiB, and NCCL keeps buffers there
 IMAGE_UID = 1000  # the project's image runs as uid/gid 1000 (docker/Dockerfile: USER 1000:1000)
 IMAGE_GID = 1000  # the volume must be writable for that group
 _DNS_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
@@ -345,6 +346,8 @@ def container(
         result["startupProbe"] = probe
     result["securityContext"] = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
     result["volumeMounts"] = [{"name": VOLUME, "mountPath": MOUNT_PATH}]
+    if group.gpus:
+        result["volumeMounts"].append({"name": SHM_VOLUME, "mountPath": "/dev/shm"})
     return result
 
 
@@ -410,6 +413,9 @@ def pod_spec(
     }
     result["containers"] = containers
     result["volumes"] = [volume]
+    if any(mount["name"] == SHM_VOLUME for box in containers for mount in box["volumeMounts"]):
+        # memory-backed, counted against the pod's memory like the tasks' own pages
+        result["volumes"].append({"name": SHM_VOLUME, "emptyDir": {"medium": "Memory"}})
     return result
 
 

@@ -279,3 +279,9 @@ def test_the_image_gets_every_package_the_project_installs() -> None:
     ignore = (REPO / ".dockerignore").read_text().splitlines()
     assert packages and all(f"COPY {name} /tmp/tflaunch-src/{name}" in dockerfile for name in packages), packages
     assert all(f"!{name}/" in ignore for name in packages), packages
+
+
+def test_a_gpu_worker_gets_a_shared_memory_larger_than_the_default() -> None:
+    services = _compose("compose.yaml", "compose.gpu.yaml")["services"]
+    gpu_workers = [name for name, service in services.items() if service.get("deploy")]
+    assert gpu_workers and all(services[name].get("shm_size") == "1gb" for name in gpu_workers), gpu_workers

@@ -141,3 +141,22 @@ def test_slurm_nodes_whose_gpus_do_not_split_evenly_are_refused_in_slurm_words()
         parse_spec({"name": "r", "slurm": {"chief": True, "worker_per_gpu": True}}, hosts_from=node.hosts)
     spec = parse_spec({"name": "r", "slurm": {"tasks_per_node": 2}}, hosts_from=node.hosts)
     assert [t.env["CUDA_VISIBLE_DEVICES"] for t in build_plan(spec, INPUTS).tasks] == ["0,1", "2,3", "0,1", "2,3"]
+
+
+def test_a_slurm_spec_that_its_gpus_would_refuse_is_refused_before_it_is_submitted() -> None:
+    with pytest.raises(SpecError) as caught:
+        parse_spec({"name": "r", "slurm": {"nodes": 4, "gpus_per_node": 8, "chief": True, "tasks_per_node": 3}})
+    assert sorted(p.path for p in caught.value.problems) == ["$.slurm.chief", "$.slurm.tasks_per_node"]
+    with pytest.raises(SpecError, match=r"\$\.slurm\.worker_per_gpu: gpus_per_node is 0"):
+        parse_spec({"name": "r", "slurm": {"gpus_per_node": 0, "worker_per_gpu": True}})
+    parse_spec({"name": "r", "slurm": {"gpus_per_node": 8, "tasks_per_node": 4}}, hosts_from=lambda first: None)
+
+
+def test_a_slurm_dry_run_says_its_nodes_are_reached_by_srun(capsys: pytest.CaptureFixture[str]) -> None:
+    from launcher.commands import dry_run
+
+    node = Allocation("7", ["n1", "n2"], ["10.0.0.1", "10.0.0.2"], tasks_per_node=1, gpus_on_node=0, restart_count=0)
+    plan = build_plan(parse_spec({"name": "r", "slurm": {}}, hosts_from=node.hosts), INPUTS)
+    dry_run(plan, False, "srun")
+    headers = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[worker")]
+    assert len(headers) == 2 and all("(srun), port" in line for line in headers), headers

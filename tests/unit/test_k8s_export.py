@@ -439,7 +439,13 @@ def test_gpus_grace_storage_and_startup(fmt: str) -> None:
     assert worker["_pod"]["terminationGracePeriodSeconds"] == 30
     assert worker["startupProbe"] == {"tcpSocket": {"port": 2222}, "periodSeconds": 5, "failureThreshold": 120}
     assert "startupProbe" not in evaluator
-    assert worker["_pod"]["volumes"] == [{"name": "run", "emptyDir": {}}]  # checkpoints at gs://, passed through
+    # checkpoints at gs://, passed through; a GPU pod's /dev/shm in memory (NCCL's buffers), not the 64 MiB default
+    assert worker["_pod"]["volumes"] == [
+        {"name": "run", "emptyDir": {}},
+        {"name": "dshm", "emptyDir": {"medium": "Memory"}},
+    ]
+    assert {"name": "dshm", "mountPath": "/dev/shm"} in worker["volumeMounts"]
+    assert evaluator["_pod"]["volumes"] == [{"name": "run", "emptyDir": {}}]  # no GPU, no shared-memory volume
     layout = json.loads(_env(worker)["TFLAUNCH_POD_LAYOUT"])
     assert layout["checkpoint_dir"] == "gs://ckpt-bucket/gpu-fleet" and layout["tasks"] == {"worker": 8, "evaluator": 1}
     _, result = _export("example", fmt)
