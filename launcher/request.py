@@ -24,7 +24,8 @@ if TYPE_CHECKING:  # pydantic: imported by the paths that validate
 
 __all__ = ["LaunchRequest", "parse_host_list", "read_hostfile", "request_spec"]
 
-MAX_LOCAL_WORKERS = 256
+MAX_LOCAL_WORKERS = 256  # the spec's own bound on a host's workers
+MAX_HOSTS = 4096  # the spec's own bound on its hosts
 HOST_LIST_PORT = 23456  # -H/--hostfile: TF ports of a remote host's tasks, upward from here (preflight checks them)
 _HOST_ENTRY = re.compile(r"^(?P<host>\[[0-9A-Fa-f:.]+\]|[^\s:,\[\]]+)(?::(?P<n>\d+))?$")
 _HOSTFILE_LINE = re.compile(r"^(?P<host>\S+?)(?::(?P<n>\d+))?(?:\s+slots\s*=\s*(?P<slots>\d+))?$")
@@ -56,22 +57,29 @@ class LaunchRequest:
 
 def parse_host_list(text: str, flag: str = "-H") -> tuple[tuple[str, int], ...]:
     """`a:2,b:2,c` -> (("a", 2), ("b", 2), ("c", 1)); a clear error naming the bad entry."""
+    parts = text.split(",")
+    _at_most_max_hosts(len(parts), flag)
     entries = []
-    for part in text.split(","):
+    for part in parts:
         match = _HOST_ENTRY.match(part.strip())
-        if match is None or (match["n"] is not None and int(match["n"]) < 1):
+        if match is None or (match["n"] is not None and not 1 <= int(match["n"]) <= MAX_LOCAL_WORKERS):
             raise UsageError(
-                f"Got {part.strip()!r} in {flag} {text!r}: give HOST or HOST:N (N >= 1 workers), comma-separated, "
-                "e.g. -H node1:2,node2:2."
+                f"Got {part.strip()[:200]!r} in {flag}: give HOST or HOST:N (N from 1 to {MAX_LOCAL_WORKERS} "
+                "workers), comma-separated, e.g. -H node1:2,node2:2."
             )
         entries.append((match["host"].strip("[]"), int(match["n"] or 1)))
     return _no_repeats(tuple(entries), flag)
 
 
+def _at_most_max_hosts(count: int, where: str) -> None:
+    if count > MAX_HOSTS:
+        raise UsageError(f"{where} lists more than {MAX_HOSTS} hosts: a launch takes at most {MAX_HOSTS}.")
+
+
 def read_hostfile(path: str) -> tuple[tuple[str, int], ...]:
     """A hostfile: one `HOST`, `HOST:N` or `HOST slots=N` per line; blank lines and `#` comments skipped."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = Path(path).read_text(encoding="utf-8-sig")  # a byte-order mark is not part of the first host
     except (OSError, UnicodeDecodeError) as error:
         raise UsageError(f"Cannot read --hostfile {path}: {getattr(error, 'strerror', None) or error}.") from None
     entries = []
@@ -81,19 +89,24 @@ def read_hostfile(path: str) -> tuple[tuple[str, int], ...]:
             continue
         match = _HOSTFILE_LINE.match(line)
         count = match and (match["slots"] or match["n"])
-        if match is None or (match["slots"] and match["n"]) or (count is not None and int(count) < 1):
+        if match is None or (match["slots"] and match["n"]) or (count and not 1 <= int(count) <= MAX_LOCAL_WORKERS):
             raise UsageError(
-                f"{path}:{number}: got {line!r}; write one HOST, HOST:N or HOST slots=N per line (N >= 1)."
+                f"{path}:{number}: got {line[:200]!r}; write one HOST, HOST:N or HOST slots=N per line "
+                f"(N from 1 to {MAX_LOCAL_WORKERS})."
             )
         entries.append((match["host"], int(count or 1)))
+        _at_most_max_hosts(len(entries), path)
     if not entries:
         raise UsageError(f"{path}: lists no hosts; write one HOST, HOST:N or HOST slots=N per line.")
     return _no_repeats(tuple(entries), path)
 
 
 def _no_repeats(entries: tuple[tuple[str, int], ...], where: str) -> tuple[tuple[str, int], ...]:
-    seen = [host for host, _ in entries]
-    repeated = sorted({host for host in seen if seen.count(host) > 1})
+    """Each host once, whatever the case of its name (`H1` and `h1`); linear in the entries."""
+    names: dict[str, list[str]] = {}
+    for host, _ in entries:
+        names.setdefault(host.lower().rstrip("."), []).append(host)
+    repeated = sorted(" and ".join(dict.fromkeys(spelt)) for spelt in names.values() if len(spelt) > 1)
     if repeated:
         raise UsageError(f"{where} names {', '.join(repeated)} more than once: give each host once with its count.")
     return entries

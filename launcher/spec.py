@@ -284,6 +284,12 @@ class HostSpec(StrictModel):
             raise ValueError(
                 f"{value!r} looks like an IP address but is not a valid one; write it as 10.1.2.3 or fd00::3"
             )
+        ip = _plain_ip(value)
+        if ip is not None and ip.is_unspecified:
+            raise ValueError(
+                f"{value!r} is the unspecified address, which no host can reach; give the address or name "
+                "that the other hosts reach this host by (localhost for this machine alone)"
+            )
         return value
 
     @model_validator(mode="after")
@@ -809,9 +815,29 @@ class ClusterSpec(StrictModel):
                         )
                     )
         problems += self._gpu_count_problems()
+        problems += self._gpus_shared_across_entries()
         if problems:
             raise CrossFieldProblems(problems)
         return self
+
+    def _gpus_shared_across_entries(self) -> list[tuple[str, str]]:
+        """A machine listed twice (two entries, or two spellings of it) gives each GPU to one entry only."""
+        owner: dict[tuple[str, int], int] = {}
+        problems: list[tuple[str, str]] = []
+        for i, host in enumerate(self.hosts):
+            ids = sorted({gpu for share in host.gpu_shares() if share for gpu in share})
+            for gpu in ids:
+                first = owner.setdefault((machine_key(host.address), gpu), i)
+                if first != i:
+                    problems.append(
+                        (
+                            f"hosts[{i}].gpus" if host.gpus is not None else f"hosts[{i}].tasks",
+                            f"GPU {gpu} of {host.address} is also given to the tasks of hosts[{first}], the same "
+                            "machine: tasks would share it; give each entry its own GPUs",
+                        )
+                    )
+                    break
+        return problems
 
     def _gpu_count_problems(self) -> list[tuple[str, str]]:
         """Every training task whose GPUs the spec sets must get as many as the others: MWMS mirrors over the

@@ -160,3 +160,12 @@ def test_a_slurm_dry_run_says_its_nodes_are_reached_by_srun(capsys: pytest.Captu
     dry_run(plan, False, "srun")
     headers = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[worker")]
     assert len(headers) == 2 and all("(srun), port" in line for line in headers), headers
+
+
+def test_a_machine_listed_twice_gives_each_gpu_to_one_entry() -> None:
+    one = {"workers": 1, "gpus": [0]}
+    hosts = [{"address": "h1", "ports": [5000], **one}, {"address": "H1", "ports": [5001], **one}]
+    with pytest.raises(SpecError, match=r"\$\.hosts\[1\]\.gpus: GPU 0 of H1 is also given to the tasks of hosts\[0\]"):
+        parse_spec({"name": "r", "hosts": hosts})
+    hosts[1]["gpus"] = [1]
+    parse_spec({"name": "r", "hosts": hosts})

@@ -19,7 +19,7 @@ def test_a_host_list_gives_each_host_its_workers() -> None:
     assert parse_host_list("[::1]:2,10.0.0.5:1") == (("::1", 2), ("10.0.0.5", 1))
 
 
-@pytest.mark.parametrize("text", ["a:0", "a:x", "a:2,,b", "a,a:2", ""])
+@pytest.mark.parametrize("text", ["a:0", "a:x", "a:2,,b", "a,a:2", "", "a:257", "a:2,b,A"])
 def test_a_bad_host_list_names_the_entry(text: str) -> None:
     with pytest.raises(UsageError, match="HOST|more than once"):
         parse_host_list(text)
@@ -31,12 +31,23 @@ def test_a_hostfile_in_the_usual_forms(tmp_path: Path) -> None:
     assert read_hostfile(str(path)) == (("node1", 4), ("node2", 2), ("node3", 1))
 
 
-@pytest.mark.parametrize("line", ["node1 slots=x", "node1:2 slots=2", "node1 extra", "node1 slots=0"])
+@pytest.mark.parametrize("line", ["node1 slots=x", "node1:2 slots=2", "node1 extra", "node1 slots=0", "node1:99999"])
 def test_a_bad_hostfile_line_is_named_by_number(tmp_path: Path, line: str) -> None:
     path = tmp_path / "hosts"
     path.write_text(f"node0\n{line}\n")
     with pytest.raises(UsageError, match=r"hosts:2: got"):
         read_hostfile(str(path))
+
+
+def test_a_hostfile_with_a_byte_order_mark_or_more_hosts_than_a_launch_takes(tmp_path: Path) -> None:
+    path = tmp_path / "hosts"
+    path.write_bytes(b"\xef\xbb\xbfnode1:2\nnode2\n")
+    assert read_hostfile(str(path)) == (("node1", 2), ("node2", 1))
+    path.write_text("".join(f"node{i}\n" for i in range(100_000)))
+    with pytest.raises(UsageError, match="lists more than 4096 hosts"):
+        read_hostfile(str(path))
+    with pytest.raises(UsageError, match="lists more than 4096 hosts"):
+        parse_host_list(",".join(f"n{i}" for i in range(5000)))
 
 
 def test_a_missing_or_empty_hostfile(tmp_path: Path) -> None:

@@ -41,6 +41,8 @@ BAD: list[tuple[str, Any, str]] = [
     ("unknown host key", with_("hosts.0.cpus", 3), "$.hosts[0].cpus"),
     ("host address with shell chars", with_("hosts.0.address", "a;touch /tmp/x"), "$.hosts[0].address"),
     ("host address empty", with_("hosts.0.address", ""), "$.hosts[0].address"),
+    ("host address unspecified", with_("hosts.0.address", "0.0.0.0"), "$.hosts[0].address"),
+    ("host address unspecified v6", with_("hosts.0.address", "::"), "$.hosts[0].address"),
     ("negative workers", with_("hosts.0.workers", -1), "$.hosts[0].workers"),
     ("workers as string", with_("hosts.0.workers", "two"), "$.hosts[0].workers"),
     ("zero tasks on host", with_("hosts.0.workers", 0), "$.hosts[0].workers"),
