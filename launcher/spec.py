@@ -575,6 +575,31 @@ class RestartSpec(StrictModel):
 
 _SLURM_TIME = r"^(\d+|\d+:\d{2}(:\d{2})?|\d+-\d{1,2}(:\d{2}(:\d{2})?)?|UNLIMITED|INFINITE)$"
 _SBATCH_OPTION = r"^--[a-z][a-z0-9-]*(=.*)?$"
+# What the launcher writes itself, and what to use instead: a later line of the user's would win.
+_SBATCH_OWN = {
+    "job-name": "name",
+    "nodes": "slurm.nodes",
+    "ntasks": "slurm.tasks_per_node",
+    "ntasks-per-node": "slurm.tasks_per_node",
+    "gpus-per-node": "slurm.gpus_per_node",
+    "output": "run_root (the launcher follows that file)",
+    "error": "run_root (the launcher follows one file)",
+    "open-mode": "run_root (a requeued job appends)",
+    "chdir": "workdir",
+    "requeue": "slurm.requeue",
+    "no-requeue": "slurm.requeue",
+    "signal": "slurm.signal_before_end_s",
+    "partition": "slurm.partition",
+    "account": "slurm.account",
+    "time": "slurm.time_limit",
+}
+_SBATCH_REFUSED = {
+    "wrap": "the batch script is the launcher's: give your command after -- instead",
+    "array": "a run is one job (an array's jobs would share the run directory)",
+}
+# The srun step's own options: the agents' channel (input, output, labels) and their placement.
+_SRUN_OWN = ("input", "output", "error", "label", "pty", "open-mode", "nodes", "ntasks", "ntasks-per-node",
+             "nodelist", "distribution", "kill-on-bad-exit")  # fmt: skip
 
 
 class SlurmSpec(StrictModel):
@@ -651,6 +676,24 @@ class SlurmSpec(StrictModel):
                     f"idle or be shared); use a divisor of {gpus}, or worker_per_gpu: true",
                 )
             )
+        for i, option in enumerate(self.sbatch_options):
+            name = option[2:].split("=", 1)[0]
+            if name in _SBATCH_OWN:
+                problems.append(
+                    (f"sbatch_options[{i}]", f"the launcher writes --{name} from {_SBATCH_OWN[name]}; set that")
+                )
+            elif name in _SBATCH_REFUSED:
+                problems.append((f"sbatch_options[{i}]", f"--{name}: {_SBATCH_REFUSED[name]}"))
+        for i, option in enumerate(self.srun_options):
+            name = option[2:].split("=", 1)[0]
+            if name in _SRUN_OWN:
+                problems.append(
+                    (
+                        f"srun_options[{i}]",
+                        f"--{name} is the launcher's own for the step that runs the host agents (their channel "
+                        "and placement); leave it out",
+                    )
+                )
         if problems:
             raise CrossFieldProblems(problems)
         return self

@@ -241,3 +241,23 @@ def test_spec_validation_refuses_what_sbatch_cannot_be_given() -> None:
         )
     paths = {p.path for p in raised.value.problems}
     assert paths == {"$.slurm.sbatch_options[0]", "$.slurm.sbatch_options[1]"}
+
+
+def test_an_option_the_launcher_writes_itself_is_refused_with_the_field_to_use() -> None:
+    slurm = {
+        "sbatch_options": ["--qos=high", "--output=/etc/x", "--wrap=ls", "--gpus=8", "--time=1:00"],
+        "srun_options": ["--input=none", "--cpu-bind=cores", "--label"],
+    }
+    with pytest.raises(SpecError) as caught:
+        parse_spec({"name": "r", "slurm": slurm}, hosts_from=lambda first: None)
+    said = {p.path: p.message for p in caught.value.problems}
+    assert sorted(said) == [
+        "$.slurm.sbatch_options[1]",
+        "$.slurm.sbatch_options[2]",
+        "$.slurm.sbatch_options[4]",
+        "$.slurm.srun_options[0]",
+        "$.slurm.srun_options[2]",
+    ], said
+    assert (
+        "from run_root" in said["$.slurm.sbatch_options[1]"] and "slurm.time_limit" in said["$.slurm.sbatch_options[4]"]
+    )
