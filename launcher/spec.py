@@ -859,9 +859,29 @@ class ClusterSpec(StrictModel):
                     )
         problems += self._gpu_count_problems()
         problems += self._gpus_shared_across_entries()
+        problems += self._gpus_and_a_visible_devices_env()
         if problems:
             raise CrossFieldProblems(problems)
         return self
+
+    def _gpus_and_a_visible_devices_env(self) -> list[tuple[str, str]]:
+        """The GPUs a spec gives become CUDA_VISIBLE_DEVICES: one in env as well would be silently replaced."""
+        key = "CUDA_VISIBLE_DEVICES"
+        with_gpus = [i for i, h in enumerate(self.hosts) if any(share is not None for share in h.gpu_shares())]
+        problems = [
+            (f"hosts[{i}].env.{key}", f"hosts[{i}] gives its tasks GPUs, which set {key} for each; remove it from env")
+            for i in with_gpus
+            if key in self.hosts[i].env
+        ]
+        if with_gpus and key in self.env:
+            problems.append(
+                (
+                    f"env.{key}",
+                    f"hosts[{with_gpus[0]}] gives its tasks GPUs, which set {key} for each; set it per host "
+                    "without gpus, or remove it",
+                )
+            )
+        return problems
 
     def _gpus_shared_across_entries(self) -> list[tuple[str, str]]:
         """A machine listed twice (two entries, or two spellings of it) gives each GPU to one entry only."""

@@ -169,3 +169,18 @@ def test_a_machine_listed_twice_gives_each_gpu_to_one_entry() -> None:
         parse_spec({"name": "r", "hosts": hosts})
     hosts[1]["gpus"] = [1]
     parse_spec({"name": "r", "hosts": hosts})
+
+
+def test_a_visible_devices_env_beside_the_gpus_that_set_it_is_refused() -> None:
+    hosts = [
+        {"address": "h1", "workers": 1, "ports": [5000], "gpus": [0], "env": {"CUDA_VISIBLE_DEVICES": "1"}},
+        {"address": "h2", "workers": 1, "ports": [5000], "env": {"CUDA_VISIBLE_DEVICES": "2"}},  # no gpus: its own
+    ]
+    with pytest.raises(SpecError) as caught:
+        parse_spec({"name": "r", "env": {"CUDA_VISIBLE_DEVICES": "3"}, "hosts": hosts})
+    assert sorted(p.path for p in caught.value.problems) == [
+        "$.env.CUDA_VISIBLE_DEVICES",
+        "$.hosts[0].env.CUDA_VISIBLE_DEVICES",
+    ]
+    del hosts[0]["env"]
+    assert visible(*hosts) == {"worker:0": "0", "worker:1": "2"}
