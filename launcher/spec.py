@@ -277,6 +277,27 @@ class HostSpec(StrictModel):
     )
     ssh: SshSpec | None = Field(None, description="SSH settings for a remote host.")
 
+    @field_validator("address", mode="before")
+    @classmethod
+    def _address_forms_of_other_tools(cls, value: Any) -> Any:
+        """What ssh or a URL would take, said with where each part goes here."""
+        if not isinstance(value, str):
+            return value
+        if "@" in value:
+            user, _, host = value.rpartition("@")
+            raise ValueError(f"{value!r} holds a user: give the address alone ({host!r}) and the user in ssh.user")
+        if re.fullmatch(r"[^:\[\]]+:\d+|\[[^\]]*\]:\d+", value):
+            host = value.rpartition(":")[0].strip("[]")
+            raise ValueError(
+                f"{value!r} holds a port: give the address alone ({host!r}), the SSH port in ssh.port and the "
+                "tasks' TF ports in ports"
+            )
+        if value.startswith("[") and value.endswith("]"):
+            raise ValueError(f"{value!r}: write an IPv6 address without brackets ({value[1:-1]!r})")
+        if value.endswith(".") and len(value) > 1:
+            raise ValueError(f"{value!r}: write the name without its final dot ({value.rstrip('.')!r})")
+        return value
+
     @field_validator("address")
     @classmethod
     def _address_is_valid(cls, value: str) -> str:
