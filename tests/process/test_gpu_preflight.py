@@ -43,15 +43,16 @@ def test_check_names_every_gpu_problem_of_a_fleet_at_once(work: Path) -> None:
     hosts = [
         {"address": "localhost", "workers": 1, "gpus": [0, 1], "python": str(python_seeing(pythons, "h100x4-550"))},
         {"address": "localhost", "workers": 1, "gpus": [2, 3], "python": str(python_seeing(pythons, "h100x4-535"))},
-        {"address": "localhost", "workers": 1, "gpus": [2, 3], "python": str(python_seeing(pythons, "a100x2-535"))},
-        {"address": "localhost", "workers": 1, "gpus": [0, 1], "python": str(python_seeing(pythons, "driver-down"))},
+        # one machine in the spec's eyes: each entry has GPU ids of its own (two entries may not share one)
+        {"address": "localhost", "workers": 1, "gpus": [4, 5], "python": str(python_seeing(pythons, "a100x2-535"))},
+        {"address": "localhost", "workers": 1, "gpus": [6, 7], "python": str(python_seeing(pythons, "driver-down"))},
     ]
     proc = check(work, write_spec(work, gpu_spec(work, hosts)), {"PATH": path_with(work / "bin")})
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr
     problems = [line for line in proc.stderr.splitlines() if line.startswith("  - ")]
     assert len(problems) == 4, proc.stderr
-    assert "localhost: GPU 2, 3 of hosts[2].gpus does not exist there: nvidia-smi lists 2 GPU(s) (0, 1)" in proc.stderr
+    assert "localhost: GPU 4, 5 of hosts[2].gpus does not exist there: nvidia-smi lists 2 GPU(s) (0, 1)" in proc.stderr
     assert "localhost: nvidia-smi failed (exit 9: NVIDIA-SMI has failed because it couldn't communicate" in proc.stderr
     assert "NVIDIA driver versions differ across hosts (535.183.01 on localhost; 550.54.15 on localhost)" in proc.stderr
     assert "CUDA versions differ across hosts (12.2 on localhost; 12.4 on localhost)" in proc.stderr
