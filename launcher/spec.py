@@ -81,6 +81,11 @@ def is_this_machine(address: str) -> bool:
     return ip is not None and ip in _THIS_MACHINE_IPS
 
 
+def _host_port(address: str, port: int) -> str:
+    """`host:port`, with an IPv6 address in brackets as URLs and TF_CONFIG write it."""
+    return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
+
+
 def machine_key(address: str) -> str:
     """One key per machine: every spelling of this machine is 'localhost'; IPs in canonical form."""
     if is_this_machine(address):
@@ -863,8 +868,8 @@ class ClusterSpec(StrictModel):
                     problems.append(
                         (
                             where,
-                            f"{host.address}:{task.port} is used twice (also in hosts[{seen[key]}]); every task "
-                            f"needs its own host:port",
+                            f"{_host_port(host.address, task.port)} is used twice (also in hosts[{seen[key]}]); "
+                            "every task needs its own host:port",
                         )
                     )
                 seen[key] = i

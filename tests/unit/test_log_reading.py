@@ -86,8 +86,8 @@ def test_every_known_failure_has_its_section_in_the_troubleshooting_page() -> No
 def _failed_run(tmp_path: Path, log: str, **how: object) -> RunResult:
     path = tmp_path / "worker-1.log"
     path.write_text(log)
-    task = TaskResult("worker:1", "localhost", 7, how.pop("exit_code", 1), how.pop("signal", None), 0.0, 5.0, True, 3,
-                      str(path))  # fmt: skip
+    pid, code, signal_number = how.pop("pid", 7), how.pop("exit_code", 1), how.pop("signal", None)
+    task = TaskResult("worker:1", "localhost", pid, code, signal_number, 0.0, 5.0, True, 3, str(path))
     attempt = AttemptResult(0, "worker:1 exited", "worker:1", "retryable", (task,), 0.0, 6.0)
     return RunResult("r", str(tmp_path), LaunchState.FAILED, [attempt])
 
@@ -108,6 +108,11 @@ def test_the_report_names_the_exception_and_the_known_cause_and_keeps_them_in_th
 def test_a_task_killed_by_sigkill_without_a_traceback_points_at_the_oom_killer(tmp_path: Path) -> None:
     text = failure_text(_failed_run(tmp_path, "step 3\n", exit_code=None, signal=signal.SIGKILL))
     assert "killed by SIGKILL in attempt 0" in text and "known cause: the task was killed by SIGKILL" in text
+
+
+def test_a_task_that_never_got_a_process_is_named_without_a_pid(tmp_path: Path) -> None:
+    text = failure_text(_failed_run(tmp_path, "cannot start './train.sh': Exec format error\n", exit_code=127, pid=0))
+    assert "root cause: worker:1 on localhost exit code 127" in text and "(pid" not in text
 
 
 def test_a_kill_that_launch_inject_fired_is_named_as_the_rehearsal_it_is(tmp_path: Path) -> None:

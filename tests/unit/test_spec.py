@@ -43,6 +43,14 @@ BAD: list[tuple[str, Any, str]] = [
     ("host address empty", with_("hosts.0.address", ""), "$.hosts[0].address"),
     ("host address unspecified", with_("hosts.0.address", "0.0.0.0"), "$.hosts[0].address"),
     ("host address with a user", with_("hosts.0.address", "root@h1"), "give the address alone ('h1')"),
+    (
+        "ipv6 host:port twice",
+        {
+            "name": "v6",
+            "hosts": [{"address": "2001:db8::1", "ports": [5000]}, {"address": "2001:db8:0::1", "ports": [5000]}],
+        },
+        "[2001:db8:0::1]:5000 is used twice (also in hosts[0])",
+    ),
     ("host address with a port", with_("hosts.0.address", "h1:22"), "the SSH port in ssh.port"),
     ("host address in brackets", with_("hosts.0.address", "[fd00::3]"), "without brackets ('fd00::3')"),
     ("host address with a final dot", with_("hosts.0.address", "h1.example."), "without its final dot"),
