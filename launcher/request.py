@@ -18,14 +18,13 @@ from typing import TYPE_CHECKING, Any
 
 from launcher.errors import UsageError
 from launcher.masking import Redactor, secret_arguments, set_secrets
+from launcher.spec_limits import MAX_HOSTS, MAX_WORKERS_PER_HOST
 
 if TYPE_CHECKING:  # pydantic: imported by the paths that validate
     from launcher.spec import ClusterSpec, HostsFrom
 
 __all__ = ["LaunchRequest", "parse_host_list", "read_hostfile", "request_spec"]
 
-MAX_LOCAL_WORKERS = 256  # the spec's own bound on a host's workers
-MAX_HOSTS = 4096  # the spec's own bound on its hosts
 HOST_LIST_PORT = 23456  # -H/--hostfile: TF ports of a remote host's tasks, upward from here (preflight checks them)
 _HOST_ENTRY = re.compile(r"^(?P<host>\[[0-9A-Fa-f:.]+\]|[^\s:,\[\]]+)(?::(?P<n>\d+))?$")
 _HOSTFILE_LINE = re.compile(r"^(?P<host>\S+?)(?::(?P<n>\d+))?(?:\s+slots\s*=\s*(?P<slots>\d+))?$")
@@ -62,9 +61,9 @@ def parse_host_list(text: str, flag: str = "-H") -> tuple[tuple[str, int], ...]:
     entries = []
     for part in parts:
         match = _HOST_ENTRY.match(part.strip())
-        if match is None or (match["n"] is not None and not 1 <= int(match["n"]) <= MAX_LOCAL_WORKERS):
+        if match is None or (match["n"] is not None and not 1 <= int(match["n"]) <= MAX_WORKERS_PER_HOST):
             raise UsageError(
-                f"Got {part.strip()[:200]!r} in {flag}: give HOST or HOST:N (N from 1 to {MAX_LOCAL_WORKERS} "
+                f"Got {part.strip()[:200]!r} in {flag}: give HOST or HOST:N (N from 1 to {MAX_WORKERS_PER_HOST} "
                 "workers), comma-separated, e.g. -H node1:2,node2:2."
             )
         entries.append((match["host"].strip("[]"), int(match["n"] or 1)))
@@ -89,10 +88,10 @@ def read_hostfile(path: str) -> tuple[tuple[str, int], ...]:
             continue
         match = _HOSTFILE_LINE.match(line)
         count = match and (match["slots"] or match["n"])
-        if match is None or (match["slots"] and match["n"]) or (count and not 1 <= int(count) <= MAX_LOCAL_WORKERS):
+        if match is None or (match["slots"] and match["n"]) or (count and not 1 <= int(count) <= MAX_WORKERS_PER_HOST):
             raise UsageError(
                 f"{path}:{number}: got {line[:200]!r}; write one HOST, HOST:N or HOST slots=N per line "
-                f"(N from 1 to {MAX_LOCAL_WORKERS})."
+                f"(N from 1 to {MAX_WORKERS_PER_HOST})."
             )
         entries.append((match["host"], int(count or 1)))
         _at_most_max_hosts(len(entries), path)
@@ -122,8 +121,8 @@ def _quiet_tensorflow() -> dict[str, Any]:
 def _base_data(request: LaunchRequest) -> dict[str, Any] | None:
     """The spec of a run without a spec file; None when a spec file (or object) is given."""
     if request.local is not None:
-        if not 1 <= request.local <= MAX_LOCAL_WORKERS:
-            raise UsageError(f"Got --local {request.local}: give between 1 and {MAX_LOCAL_WORKERS} workers.")
+        if not 1 <= request.local <= MAX_WORKERS_PER_HOST:
+            raise UsageError(f"Got --local {request.local}: give between 1 and {MAX_WORKERS_PER_HOST} workers.")
         return {
             "name": request.name or "local",
             "hosts": [{"address": "localhost", "workers": request.local}],

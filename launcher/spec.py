@@ -20,6 +20,7 @@ from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_va
 from launcher.errors import SpecError, SpecProblem
 from launcher.masking import MASK, MIN_MASKED, Redactor, is_declared, is_secret, looks_secret, secret_arguments
 from launcher.spec_json import decode_json, decode_text, json_child, raw_problems
+from launcher.spec_limits import MAX_HOSTS, MAX_WORKERS_PER_HOST
 from worker.contract import ENV_PREFIX, PREEMPTION_EXIT_CODE
 from worker.training_spec import (  # noqa: F401 - re-exported: the spec's `training` section
     TRAINING_KINDS,
@@ -240,7 +241,7 @@ class HostSpec(StrictModel):
     workers: int | None = Field(
         None,
         ge=0,
-        le=256,
+        le=MAX_WORKERS_PER_HOST,
         description="Number of worker tasks on this host (default 1). Indices are given in host order.",
     )
     chief: bool = Field(False, description="Run the chief task on this host (in addition to its workers).")
@@ -289,7 +290,7 @@ class HostSpec(StrictModel):
         if not isinstance(value, str):
             return value
         if "@" in value:
-            user, _, host = value.rpartition("@")
+            host = value.rpartition("@")[2]
             raise ValueError(f"{value!r} holds a user: give the address alone ({host!r}) and the user in ssh.user")
         if re.fullmatch(r"[^:\[\]]+:\d+|\[[^\]]*\]:\d+", value):
             host = value.rpartition(":")[0].strip("[]")
@@ -628,14 +629,30 @@ _SRUN_OWN = ("input", "output", "error", "label", "pty", "open-mode", "nodes", "
              "nodelist", "distribution", "kill-on-bad-exit")  # fmt: skip
 
 
+CHIEF_WITH_GPUS = (
+    "the first node would run one training task more than the others, and every training task needs the same "
+    "number of GPUs; leave chief out (worker 0 then leads the gang)"
+)
+
+
+def uneven_node_split(workers: int, gpus: int | None) -> str | None:
+    """Why `workers` tasks per node cannot share a node's `gpus` GPUs evenly; None when they can."""
+    if not gpus or gpus % workers == 0:
+        return None
+    return (
+        f"{workers} task(s) per node do not split a node's {gpus} GPUs evenly (one would stay idle or be "
+        f"shared); set slurm.tasks_per_node to a divisor of {gpus}, or slurm.worker_per_gpu: true"
+    )
+
+
 class SlurmSpec(StrictModel):
     """Running on a Slurm allocation instead of a host list (`launch --slurm`, `launch slurm submit`)."""
 
-    nodes: int = Field(1, ge=1, le=4096, description="Nodes to allocate (`launch slurm submit`).")
+    nodes: int = Field(1, ge=1, le=MAX_HOSTS, description="Nodes to allocate (`launch slurm submit`).")
     tasks_per_node: int | None = Field(
         None,
         ge=1,
-        le=256,
+        le=MAX_WORKERS_PER_HOST,
         description="Workers per node (default: SLURM_NTASKS_PER_NODE inside an allocation, else 1, or one per GPU "
         "with worker_per_gpu).",
     )
@@ -685,23 +702,12 @@ class SlurmSpec(StrictModel):
         gpus = self.gpus_per_node
         problems: list[tuple[str, str]] = []
         if gpus and self.chief:
-            problems.append(
-                (
-                    "chief",
-                    "a chief with GPUs: the first node would run one training task more than the others, and every "
-                    "training task needs the same number of GPUs; leave chief out (worker 0 then leads the gang)",
-                )
-            )
+            problems.append(("chief", f"a chief with GPUs: {CHIEF_WITH_GPUS}"))
         if gpus == 0 and self.worker_per_gpu:
             problems.append(("worker_per_gpu", "gpus_per_node is 0; ask for GPUs, or set tasks_per_node instead"))
-        if gpus and self.tasks_per_node and gpus % self.tasks_per_node:
-            problems.append(
-                (
-                    "tasks_per_node",
-                    f"{self.tasks_per_node} task(s) per node do not split a node's {gpus} GPUs evenly (one would stay "
-                    f"idle or be shared); use a divisor of {gpus}, or worker_per_gpu: true",
-                )
-            )
+        uneven = uneven_node_split(self.tasks_per_node, gpus) if self.tasks_per_node else None
+        if uneven:
+            problems.append(("tasks_per_node", uneven))
         for i, option in enumerate(self.sbatch_options):
             name = option[2:].split("=", 1)[0]
             if name in _SBATCH_OWN:
@@ -733,7 +739,7 @@ class ClusterSpec(StrictModel):
     )
     hosts: list[HostSpec] = Field(
         default_factory=list,
-        max_length=4096,
+        max_length=MAX_HOSTS,
         description="Machines and the tasks each runs. Not needed on Slurm (`launch --slurm`, `launch slurm "
         "submit`): there the allocation's nodes are the hosts.",
     )
@@ -883,17 +889,18 @@ class ClusterSpec(StrictModel):
                             f"this machine's name or network address",
                         )
                     )
-        problems += self._gpu_count_problems()
-        problems += self._gpus_shared_across_entries()
-        problems += self._gpus_and_a_visible_devices_env()
+        shares = [host.gpu_shares() for host in self.hosts]  # each host's, once for the three checks
+        problems += self._gpu_count_problems(shares)
+        problems += self._gpus_shared_across_entries(shares)
+        problems += self._gpus_and_a_visible_devices_env(shares)
         if problems:
             raise CrossFieldProblems(problems)
         return self
 
-    def _gpus_and_a_visible_devices_env(self) -> list[tuple[str, str]]:
+    def _gpus_and_a_visible_devices_env(self, shares: list[list[list[int] | None]]) -> list[tuple[str, str]]:
         """The GPUs a spec gives become CUDA_VISIBLE_DEVICES: one in env as well would be silently replaced."""
         key = "CUDA_VISIBLE_DEVICES"
-        with_gpus = [i for i, h in enumerate(self.hosts) if any(share is not None for share in h.gpu_shares())]
+        with_gpus = [i for i, host_shares in enumerate(shares) if any(share is not None for share in host_shares)]
         problems = [
             (f"hosts[{i}].env.{key}", f"hosts[{i}] gives its tasks GPUs, which set {key} for each; remove it from env")
             for i in with_gpus
@@ -909,12 +916,12 @@ class ClusterSpec(StrictModel):
             )
         return problems
 
-    def _gpus_shared_across_entries(self) -> list[tuple[str, str]]:
+    def _gpus_shared_across_entries(self, shares: list[list[list[int] | None]]) -> list[tuple[str, str]]:
         """A machine listed twice (two entries, or two spellings of it) gives each GPU to one entry only."""
         owner: dict[tuple[str, int], int] = {}
         problems: list[tuple[str, str]] = []
         for i, host in enumerate(self.hosts):
-            ids = sorted({gpu for share in host.gpu_shares() if share for gpu in share})
+            ids = sorted({gpu for share in shares[i] if share for gpu in share})
             for gpu in ids:
                 first = owner.setdefault((machine_key(host.address), gpu), i)
                 if first != i:
@@ -928,12 +935,12 @@ class ClusterSpec(StrictModel):
                     break
         return problems
 
-    def _gpu_count_problems(self) -> list[tuple[str, str]]:
+    def _gpu_count_problems(self, shares: list[list[list[int] | None]]) -> list[tuple[str, str]]:
         """Every training task whose GPUs the spec sets must get as many as the others: MWMS mirrors over the
         same number of devices in every worker (its all-reduce group is workers x devices per worker)."""
         counts: dict[int, list[str]] = {}
         for i, host in enumerate(self.hosts):
-            for j, (task, share) in enumerate(zip(self.task_entries(host), host.gpu_shares(), strict=True)):
+            for j, (task, share) in enumerate(zip(self.task_entries(host), shares[i], strict=True)):
                 if share is not None and task.type != "evaluator":
                     where = f"hosts[{i}].tasks[{j}]" if host.tasks is not None else f"hosts[{i}]"
                     places = counts.setdefault(len(share), [])

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from launcher.errors import UsageError
-from launcher.spec import ClusterSpec, SlurmSpec
+from launcher.spec import CHIEF_WITH_GPUS, ClusterSpec, SlurmSpec, uneven_node_split
 
 _NODE_ADDR = re.compile(r"\bNodeAddr=(\S+)")
 _NODE_NAME = re.compile(r"\bNodeName=(\S+)")
@@ -57,15 +57,10 @@ class Allocation:
             )
         workers = slurm.tasks_per_node or (gpus if slurm.worker_per_gpu else None) or self.tasks_per_node or 1
         if gpus and slurm.chief:
-            raise UsageError(
-                "slurm.chief with GPUs: the first node would run one training task more than the others, and every "
-                "training task needs the same number of GPUs; leave chief out (worker 0 then leads the gang)"
-            )
-        if gpus and gpus % workers:
-            raise UsageError(
-                f"{workers} task(s) per node do not split a node's {gpus} GPUs evenly (one would stay idle or be "
-                f"shared); set slurm.tasks_per_node to a divisor of {gpus}, or slurm.worker_per_gpu: true"
-            )
+            raise UsageError(f"slurm.chief with GPUs: {CHIEF_WITH_GPUS}")
+        uneven = uneven_node_split(workers, gpus)
+        if uneven:
+            raise UsageError(uneven)
         entries: list[dict[str, Any]] = []
         for index, address in enumerate(self.addresses):
             chief = slurm.chief and index == 0
