@@ -67,7 +67,8 @@ def dry_run(plan: LaunchPlan, as_json: bool, remote: str = "ssh") -> int:
         print(json.dumps(redacted(plan.to_json()), indent=2))
         return exit_codes.SUCCEEDED
     shown = redact
-    print(f"run {plan.run_name}: {len(plan.tasks)} task(s), run dir {plan.run_dir}, checkpoints {plan.checkpoint_dir}")
+    where = f"run dir {plan.run_dir}, checkpoints {plan.checkpoint_dir}"
+    print(shown(f"run {plan.run_name}: {len(plan.tasks)} task(s), {where}"))
     for task in plan.tasks:
         print(f"\n[{task.label}] on {task.host} ({'local' if task.is_local else remote}), port {task.port}")
         print(f"  TF_CONFIG={json.dumps(task.tf_config, sort_keys=True)}")
@@ -77,7 +78,7 @@ def dry_run(plan: LaunchPlan, as_json: bool, remote: str = "ssh") -> int:
         print(f"  cwd: {shown(task.cwd)}")
         argv = [task.argv[0], *json.loads(task.env[ARGV_VAR])] if ARGV_VAR in task.env else task.argv
         print(f"  command: {' '.join(shown(arg) for arg in argv)}")
-        print(f"  log: {task.log_path}")
+        print(f"  log: {shown(task.log_path)}")
     return exit_codes.SUCCEEDED
 
 

@@ -45,6 +45,8 @@ _SECRET_ENDINGS = ("PASS", "PWD", "KEY")
 _NOT_SECRET = frozenset(
     {
         "TOKENIZERS_PARALLELISM",
+        "PWD",  # the shell's working directory, not a password
+        "OLDPWD",
         "SSH_AUTH_SOCK",
         "GOOGLE_APPLICATION_CREDENTIALS",
         "AWS_SHARED_CREDENTIALS_FILE",
@@ -82,6 +84,7 @@ _FLAG = re.compile(r"^--?([A-Za-z][A-Za-z0-9_.\-]*)(?:=(.*))?$", re.S)
 # remaining C0/C1 control character except tab.
 _CONTROL = re.compile(
     r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]?|[\x00-\x08\x0a-\x1f\x7f-\x9f]"
+    r"|[\u200e\u200f\u202a-\u202e\u2066-\u2069]"  # bidirectional overrides: text that shows other than it is
 )
 MIN_MASKED = 4  # shorter values would mask ordinary text
 

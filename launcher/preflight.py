@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 from launcher.agent.probe import creatable
 from launcher.errors import HostError
 from launcher.gpus import GpuHost, fleet_problems, inventory
+from launcher.masking import redact, redacted
 from launcher.plan import LaunchPlan, TaskLaunch
 from launcher.spec import BuiltinTraining, ClusterSpec, FunctionTraining, is_url, machine_key
 from launcher.transport.base import Agent, Transport
@@ -118,6 +119,10 @@ def run_preflight(spec: ClusterSpec, plan: LaunchPlan, transport: Transport) -> 
             f"{len(host.tasks)} task(s) on port(s) {', '.join(str(t.port) for t in host.tasks)}"
         )
         report.hosts.append(_host_record(host))
+    # what it says quotes the spec (a checkpoint URL's password, a path holding a secret's value)
+    report.lines = [redact(line) for line in report.lines]
+    report.problems = [redact(problem) for problem in report.problems]
+    report.hosts = [redacted(record) for record in report.hosts]
     return report
 
 

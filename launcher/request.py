@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from launcher.errors import UsageError
-from launcher.masking import Redactor, secret_arguments, set_secrets
+from launcher.masking import Redactor, redact, secret_arguments, set_secrets
 from launcher.spec_limits import MAX_HOSTS, MAX_WORKERS_PER_HOST
 
 if TYPE_CHECKING:  # pydantic: imported by the paths that validate
@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # pydantic: imported by the paths that validate
 
 __all__ = ["LaunchRequest", "parse_host_list", "read_hostfile", "request_spec"]
 
+_MAX_HOSTFILE_BYTES = 4 * 2**20  # 4,096 lines of a long name and a count fit many times over
 HOST_LIST_PORT = 23456  # -H/--hostfile: TF ports of a remote host's tasks, upward from here (preflight checks them)
 _HOST_ENTRY = re.compile(r"^(?P<host>\[[0-9A-Fa-f:.]+\]|[^\s:,\[\]]+)(?::(?P<n>\d+))?$")
 _HOSTFILE_LINE = re.compile(r"^(?P<host>\S+?)(?::(?P<n>\d+))?(?:\s+slots\s*=\s*(?P<slots>\d+))?$")
@@ -78,7 +79,11 @@ def _at_most_max_hosts(count: int, where: str) -> None:
 def read_hostfile(path: str) -> tuple[tuple[str, int], ...]:
     """A hostfile: one `HOST`, `HOST:N` or `HOST slots=N` per line; blank lines and `#` comments skipped."""
     try:
-        text = Path(path).read_text(encoding="utf-8-sig")  # a byte-order mark is not part of the first host
+        with open(path, "rb") as handle:  # bounded: /dev/zero or a huge file is refused, not read for ever
+            data = handle.read(_MAX_HOSTFILE_BYTES + 1)
+        if len(data) > _MAX_HOSTFILE_BYTES:
+            raise UsageError(f"--hostfile {path} is larger than {_MAX_HOSTFILE_BYTES // 2**20} MiB; is it a hostfile?")
+        text = data.decode("utf-8-sig")  # a byte-order mark is not part of the first host
     except (OSError, UnicodeDecodeError) as error:
         raise UsageError(f"Cannot read --hostfile {path}: {getattr(error, 'strerror', None) or error}.") from None
     entries = []
@@ -177,27 +182,44 @@ def request_spec(request: LaunchRequest, hosts_from: HostsFrom | None = None) ->
 
 def _refuse_visible_secrets(spec: ClusterSpec, source: str) -> None:
     """A secret in a command's arguments can be kept off the process's command line (world-readable
-    in /proc) only when the command is a python: its arguments then travel in its environment."""
+    in /proc) only when the command is a python: its arguments then travel in its environment. A
+    Slurm job's options are shown to every user (squeue, scontrol): none may hold one. A secret is a
+    flag of a secret name, a value of the spec's secrets, or a secret's form (`redact` finds the last two)."""
     from launcher.errors import SpecError, SpecProblem
 
+    def holding(args: list[str], first: int) -> list[int]:
+        hidden = set(secret_arguments(args[first:], spec.secrets))
+        return [
+            index
+            for index, arg in enumerate(args)
+            if index >= first and (arg in hidden or any(value in arg for value in hidden) or redact(arg) != arg)
+        ]
+
+    problems: list[SpecProblem] = []
     argv = getattr(spec.training, "argv", None) or []
-    if not argv or os.path.basename(argv[0]).startswith("python") and argv[1:2] != ["-c"]:
-        return
-    hidden = set(secret_arguments(argv[1:], spec.secrets))
-    why = (
-        "holds a secret, and a `python -c` command's arguments cannot be kept off the process list (a script's "
-        "can: python script.py --token=...)"
-        if argv[1:2] == ["-c"]
-        else "holds a secret, and only a python command's arguments can be kept off the process list"
-    )
-    problems = [
-        SpecProblem(
-            f"$.training.argv[{index}]",
-            f"{why}: pass it in env (its value is masked everywhere) and read it there",
+    if argv and not (os.path.basename(argv[0]).startswith("python") and argv[1:2] != ["-c"]):
+        why = (
+            "holds a secret, and a `python -c` command's arguments cannot be kept off the process list (a script's "
+            "can: python script.py --token=...)"
+            if argv[1:2] == ["-c"]
+            else "holds a secret, and only a python command's arguments can be kept off the process list"
         )
-        for index, arg in enumerate(argv)
-        if index > 0 and (arg in hidden or any(value in arg for value in hidden))
-    ]
+        problems += [
+            SpecProblem(
+                f"$.training.argv[{index}]", f"{why}: pass it in env (its value is masked everywhere) and read it there"
+            )
+            for index in holding(argv, 1)
+        ]
+    if spec.slurm is not None:
+        for name, options in (("sbatch_options", spec.slurm.sbatch_options), ("srun_options", spec.slurm.srun_options)):
+            problems += [
+                SpecProblem(
+                    f"$.slurm.{name}[{index}]",
+                    "holds a secret, and a Slurm job's options are shown to every user (squeue, scontrol): pass it "
+                    "in env (it reaches the tasks over the agents' channel) and read it there",
+                )
+                for index in holding(options, 0)
+            ]
     if problems:
         raise SpecError(source, problems)
 
@@ -222,9 +244,10 @@ def shown_tasks(spec: ClusterSpec, text: str | None, flag: str = "--show") -> fr
 
 
 def redactor_of(spec: ClusterSpec) -> Redactor:
-    """The secrets of a spec: its env's and hosts' env's secret values, and its command's."""
+    """The secrets of a spec: its env's and hosts' env's secret values, and its command's; and those of
+    this environment, which a local host's tasks inherit (a `DB_PASS` exported in the shell)."""
     argv = getattr(spec.training, "argv", None) or []
-    return Redactor.for_values([spec.env, *(host.env for host in spec.hosts)], [argv], spec.secrets)
+    return Redactor.for_values([os.environ, spec.env, *(host.env for host in spec.hosts)], [argv], spec.secrets)
 
 
 _THIS_MACHINE = ("localhost", "127.0.0.1", "::1")

@@ -29,7 +29,7 @@ from launcher.policy import RestartPolicy
 from launcher.ports import check_local_ports, choose_free_ports, port_is_free
 from launcher.private_files import make_private_dir
 from launcher.report import write_summary
-from launcher.run_lock import RunLock, check_run_dir, lock_run, refuse_if_running
+from launcher.run_lock import RunLock, check_run_dir, lock_run, refuse_if_running, refuse_unsafe_ancestry
 from launcher.slurm.allocation import Allocation
 from launcher.spec import BuiltinTraining, ClusterSpec, FunctionTraining, is_url
 from launcher.supervisor import Supervisor
@@ -45,6 +45,9 @@ Planner = Callable[[int], LaunchPlan]
 
 
 def run_dir_of(spec: ClusterSpec) -> Path:
+    """The run directory, with the run root's symbolic links resolved once no other user could have
+    swapped one of them (after resolving, a link of theirs would no longer show)."""
+    refuse_unsafe_ancestry(os.path.join(os.path.abspath(spec.run_root), spec.name))
     return Path(spec.run_root).resolve() / spec.name
 
 

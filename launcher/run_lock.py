@@ -22,17 +22,24 @@ from worker.contract import RunLayout
 __all__ = ["RunLock", "check_run_dir", "holder_of", "lock_run", "refuse_if_running"]
 
 
+def refuse_unsafe_ancestry(run_dir: str) -> None:
+    """Refuse a run directory that another user could swap for theirs through a directory or a
+    symbolic link above it (see unsafe_ancestry)."""
+    problem = unsafe_ancestry(run_dir)
+    if problem is not None:
+        raise UsageError(
+            f"{printable(run_dir)} is not safe to write in: {printable(problem)}, so another user could put their "
+            "own directory in its place. Use a --run-root whose directories only you or root can change. Nothing "
+            "was started."
+        )
+
+
 def check_run_dir(run_dir: str) -> None:
     """Refuse a run directory that is not ours alone, or that another user could swap for theirs (a
     symbolic link, or a directory above it that others may change: see unsafe_ancestry); a missing
     one is fine (we make it 0700)."""
     shown = printable(run_dir)
-    problem = unsafe_ancestry(run_dir)
-    if problem is not None:
-        raise UsageError(
-            f"{shown} is not safe to write in: {printable(problem)}, so another user could put their own directory in "
-            "its place. Use a --run-root whose directories only you or root can change. Nothing was started."
-        )
+    refuse_unsafe_ancestry(run_dir)
     try:
         info = os.lstat(run_dir)
     except (FileNotFoundError, NotADirectoryError):  # made later; a file in the way is reported then

@@ -465,3 +465,17 @@ def test_a_run_directory_named_with_escapes_is_shown_as_plain_text(tmp_path: Pat
     with pytest.raises(RunStatusError) as caught:
         describe_run(str(tmp_path / "r\x1b[31mred\nline"))
     assert "\x1b" not in str(caught.value) and "\n" not in str(caught.value)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a symbolic link to another user needs root")
+def test_a_run_root_through_another_users_symbolic_link_is_refused_before_it_is_resolved(tmp_path: Path) -> None:
+    from launcher.errors import UsageError
+
+    (tmp_path / "mine").mkdir(mode=0o700)
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "mine")
+    spec = parse_spec({"name": "r", "run_root": str(link), "hosts": [{"address": "localhost", "workers": 1}]})
+    assert run.run_dir_of(spec) == (tmp_path / "mine" / "r").resolve()  # our own link: followed
+    os.lchown(link, 65534, 65534)
+    with pytest.raises(UsageError, match="is a symbolic link of uid 65534"):
+        run.run_dir_of(spec)

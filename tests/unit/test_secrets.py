@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from launcher.masking import MASK, Redactor, is_secret, looks_secret, mask_env, secret_arguments
@@ -154,3 +156,42 @@ def test_a_declared_secret_too_short_to_mask_and_a_secret_that_is_no_name_are_re
     assert fields == ["$.env.DB_PASS", "$.hosts[0].env.MY_PIN", "$.secrets[3]"], caught.value
     assert "xy" not in str(caught.value) and "12" not in str(caught.value).replace("$.", "")
     parse_spec({**spec, "env": {"USE_TOKEN": "1"}, "hosts": [{"address": "localhost", "workers": 1}], "secrets": []})
+
+
+def test_a_secret_exported_in_the_launchers_shell_is_masked_as_the_spec_s_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from launcher.request import redactor_of
+    from launcher.spec import parse_spec
+
+    monkeypatch.setenv("DB_PASS", "hunter2-from-the-shell")
+    spec = parse_spec({"name": "a", "hosts": [{"address": "localhost", "workers": 1}]})
+    shown = redactor_of(spec).text("it is 'hunter2-from-the-shell' in /work/dir")
+    assert shown == f"it is '{MASK}' in /work/dir"  # PWD is a directory, not a password
+
+
+def test_a_spec_secret_on_a_command_line_or_in_a_slurm_option_is_refused_by_field(tmp_path: Path) -> None:
+    from launcher.errors import SpecError
+    from launcher.request import LaunchRequest, request_spec
+
+    spec = {
+        "name": "a",
+        "run_root": str(tmp_path),
+        "hosts": [{"address": "localhost", "workers": 1}],
+        "env": {"DB_PASS": "hunter2-secret"},
+        "training": {"kind": "command", "argv": ["sh", "-c", "echo hunter2-secret"]},
+        "slurm": {
+            "sbatch_options": ["--export=ALL,DB_PASS=hunter2-secret", "--comment=" + "hf_" + "a" * 30, "--qos=x"]
+        },
+    }
+    with pytest.raises(SpecError) as caught:
+        request_spec(LaunchRequest(spec))
+    paths = sorted(p.path for p in caught.value.problems)
+    assert paths == ["$.slurm.sbatch_options[0]", "$.slurm.sbatch_options[1]", "$.training.argv[2]"], caught.value
+    assert "hunter2" not in str(caught.value)
+
+
+def test_bidirectional_overrides_are_not_printed() -> None:
+    from launcher.masking import printable
+
+    assert printable("H\u202eevil\u202cI\u2066x\u2069") == "HevilIx"
