@@ -199,3 +199,12 @@ def test_a_stopped_task_is_called_hung_within_seconds(work: Path) -> None:
     text = log.read_text()
     assert "worker:1 on localhost has been stopped (SIGSTOP or Ctrl-Z)" in text, text
     assert elapsed < 2 + 3, f"took {elapsed:.1f}s to call a stopped task hung"
+
+
+def test_a_password_in_a_checkpoint_url_is_masked_by_the_check_and_the_dry_run(work: Path) -> None:
+    spec = write_spec(work, good(work, checkpoint_dir="gs://user:pa55word-xyz@bucket/run"))
+    checked = run_launch(["--cluster", str(spec), "--check", "--", "python", TASK, "sleep"], work, timeout=90)
+    dry = run_launch(["--cluster", str(spec), "--dry-run", "--", "python", TASK, "sleep"], work)
+    assert checked.returncode == 0 and dry.returncode == 0, checked.stderr + dry.stderr
+    assert "object-store URL" in checked.stdout and "checkpoints gs://" in dry.stdout
+    assert "pa55word" not in checked.stdout + checked.stderr + dry.stdout + dry.stderr
