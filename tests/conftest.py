@@ -47,6 +47,11 @@ def processes_mentioning(marker: str) -> list[psutil.Process]:
     return found
 
 
+def tasks_of(agent: psutil.Process) -> list[psutil.Process]:
+    """An agent's children but its keeper (forked from it: the same command line, a session of its own)."""
+    return [child for child in agent.children() if child.cmdline() != agent.cmdline()]
+
+
 def wait_until_gone(marker: str, timeout: float) -> list[psutil.Process]:
     """Wait for every process mentioning `marker` to exit; return the ones still alive."""
     deadline = time.monotonic() + timeout

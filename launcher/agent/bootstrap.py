@@ -45,6 +45,7 @@ MODULES = (
     "launcher.agent.cluster",
     "launcher.agent.safe_paths",
     "launcher.agent.probe",
+    "launcher.agent.keeper",
     "launcher.agent.spawn",
     "launcher.agent.scratch",
     "launcher.agent.tasks",

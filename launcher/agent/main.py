@@ -42,6 +42,8 @@ import time
 from typing import Any
 
 from launcher.agent import cluster, frames, probe, scratch, spawn
+from launcher.agent.keeper import Keeper
+from launcher.agent.keeper import start as start_keeper
 from launcher.agent.tasks import LATE_KEYS, Tasks
 from worker.contract import ALIVE, ENV_PREFIX
 
@@ -61,8 +63,9 @@ class Agent:
     """Lifecycle: `serve()` reads commands until the input ends; `leave()` (once, from any thread)
     kills everything, removes the scratch directory and exits the process."""
 
-    def __init__(self, settings: dict[str, Any]) -> None:
+    def __init__(self, settings: dict[str, Any], keeper: Keeper | None = None) -> None:
         self._out = sys.stdout.buffer
+        self.keeper = keeper
         self._write_lock = threading.Lock()
         self._leaving = threading.Lock()
         self.liveness_s: float | None = settings.get("liveness_s")
@@ -75,7 +78,7 @@ class Agent:
         os.mkdir(self.task_tmp, 0o700)
         self.cluster: dict[str, list[str]] = {}
         self.commons: dict[str, dict[str, Any]] = {}  # what a start command's tasks share, by name
-        self.tasks = Tasks(self.send, self.scratch)
+        self.tasks = Tasks(self.send, self.scratch, keeper)
 
     def send(self, frame: bytes) -> None:
         with self._write_lock:
@@ -220,6 +223,8 @@ class Agent:
             return  # another thread is at it
         try:
             self.tasks.kill_all()
+            if self.keeper is not None:
+                self.keeper.release()
         finally:
             import shutil  # only at the end: an agent's start-up is paid on every host of a fleet
 
@@ -244,14 +249,15 @@ def _raise_open_files_limit() -> None:
 
 
 def main(settings: dict[str, Any]) -> int:
-    agent = Agent(settings)
+    agent = Agent(settings, start_keeper())  # forked first: before this process has any thread
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, _ignore)
     signal.signal(signal.SIGHUP, lambda signum, frame: threading.Thread(target=agent.leave).start())
     _raise_open_files_limit()
     agent.hello()
     threading.Thread(target=probe.host_facts, daemon=True, name="facts").start()
-    threading.Thread(target=spawn.setpriv, daemon=True, name="setpriv").start()
+    if agent.keeper is None:  # without a keeper, tasks start through setpriv where it works
+        threading.Thread(target=spawn.setpriv, daemon=True, name="setpriv").start()
     threading.Thread(target=scratch.sweep, args=(agent.scratch,), daemon=True, name="sweep").start()
     threading.Thread(target=agent.beat, daemon=True, name="beat").start()
     if agent.liveness_s and agent.watch_silence:

@@ -1,14 +1,16 @@
 """How the agent starts a task's process: leading a process group of its own, with the run's umask,
-and killed by the kernel should the agent die without cleaning up.
+and killed should the agent die without cleaning up.
 
-Only the death signal needs code in the child, and code in the child (a `preexec_fn`) makes Python
-fork the whole agent for every task instead of using vfork, which costs the agent ~2 ms of CPU per
-task: a host of 250 tasks spent half a second on it. Where util-linux's `setpriv` can set the death
-signal (2.33 and later; on every Debian and RHEL), the task starts as
-`setpriv --pdeathsig KILL -- ARGV` with the group and umask set by Popen itself, and vfork stays.
-Without it, or on a python older than 3.11 (no `process_group`), the `preexec_fn` does all three.
-The one thing `setpriv` cannot do is notice an agent that died between the spawn and its `prctl`
-(about a millisecond); the `preexec_fn` exits then.
+Where the agent has its keeper (launcher/agent/keeper.py: a process forked at the agent's start
+that kills the listed groups once the agent is gone), the task starts as it is, with the group and
+umask set by Popen itself, so Python keeps vfork, and the keeper lists it. Without a keeper (python
+older than 3.11, or the keeper was killed), the kernel's parent-death signal does it: code in the
+child (a `preexec_fn`) would make Python fork the whole agent for every task instead of using vfork
+(~2 ms of the agent's CPU per task), so where util-linux's `setpriv` can set the death signal (2.33
+and later) the task starts as `setpriv --pdeathsig KILL -- ARGV` (~1 ms of CPU per task for its
+exec); else, or on a python older than 3.11 (no `process_group`), the `preexec_fn` does all three.
+Neither way covers an agent that died between the spawn and the keeper's line or setpriv's `prctl`
+(a moment); the `preexec_fn` exits then.
 
 Standard library only.
 """
@@ -21,9 +23,12 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from worker.contract import UMASK_VAR
+
+if TYPE_CHECKING:
+    from launcher.agent.keeper import Keeper
 
 _PR_SET_PDEATHSIG = 1
 
@@ -137,10 +142,15 @@ def _startable(program: str, env: dict[str, str], cwd: str | None) -> bool:
 
 
 def start_task(
-    argv: list[str], env: dict[str, str], cwd: str | None, stdout: int, pass_fds: tuple[int, ...]
+    argv: list[str],
+    env: dict[str, str],
+    cwd: str | None,
+    stdout: int,
+    pass_fds: tuple[int, ...],
+    keeper: Keeper | None = None,
 ) -> subprocess.Popen[bytes]:
     """Start `argv` in a process group of its own, standard input from /dev/null, standard error
-    into `stdout`; raise OSError as Popen does when it cannot."""
+    into `stdout`, listed with `keeper` while it lives; raise OSError as Popen does when it cannot."""
     started: dict[str, Any] = {
         "stdin": subprocess.DEVNULL,
         "stdout": stdout,
@@ -150,9 +160,13 @@ def start_task(
         "pass_fds": pass_fds,
         "close_fds": True,
     }
+    umask = _umask_of(env)
+    own: dict[str, Any] = {"process_group": 0, "umask": -1 if umask is None else umask}
+    if keeper is not None and keeper.lives():
+        proc = subprocess.Popen(argv, **own, **started)
+        keeper.watch(proc.pid)  # a keeper found dead here leaves this one task to its own group
+        return proc
     tool = setpriv()
     if tool is not None and argv and _startable(argv[0], env, cwd):
-        umask = _umask_of(env)
-        own: dict[str, Any] = {"process_group": 0, "umask": -1 if umask is None else umask}
         return subprocess.Popen([tool, "--pdeathsig", "KILL", "--", *argv], **own, **started)
     return subprocess.Popen(argv, preexec_fn=own_group_dying_with(os.getpid(), env), **started)

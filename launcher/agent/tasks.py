@@ -31,6 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 from launcher.agent import frames
+from launcher.agent.keeper import Keeper
 from launcher.agent.spawn import start_task
 from worker.contract import (
     AGENT_EVENTS,
@@ -139,7 +140,15 @@ class Running:
 class Standby:
     """A spare interpreter for one task of the next attempt (module docstring). Used once, or closed."""
 
-    def __init__(self, ident: int, order: dict[str, Any], env: dict[str, str], cwd: str | None, send: Send) -> None:
+    def __init__(
+        self,
+        ident: int,
+        order: dict[str, Any],
+        env: dict[str, str],
+        cwd: str | None,
+        send: Send,
+        keeper: Keeper | None = None,
+    ) -> None:
         self.ident = ident
         self.python = str(order["python"])
         self.error: str | None = None
@@ -161,6 +170,7 @@ class Standby:
                 cwd,
                 out_w,
                 (orders_r, ready_w, ev_w),
+                keeper,
             )
         except OSError as error:
             self.error = f"cannot start {self.python!r}: {error.strerror}"
@@ -236,9 +246,10 @@ class Tasks:
     does everything else. Invariant: a task's `exit` event is the last frame sent for it, and is
     sent only once its whole process group is gone."""
 
-    def __init__(self, send: Send, scratch: str) -> None:
+    def __init__(self, send: Send, scratch: str, keeper: Keeper | None = None) -> None:
         self._send = send
         self._scratch = scratch
+        self._keeper = keeper
         self._selector = selectors.DefaultSelector()
         self._lock = threading.Lock()
         self._running: dict[int, Running] = {}
@@ -278,7 +289,7 @@ class Tasks:
         ev_r, ev_w = os.pipe()
         env[EVENT_FD_VAR] = str(ev_w)
         try:
-            proc = start_task(argv, env, cwd, out_w, (ev_w,))
+            proc = start_task(argv, env, cwd, out_w, (ev_w,), self._keeper)
         except OSError as error:
             _close(out_r, ev_r)
             where = f" in {cwd}" if cwd and not os.path.isdir(cwd) else ""
@@ -291,7 +302,7 @@ class Tasks:
         return Running(ident, name, proc, out_r, ev_r)
 
     def prepare(self, ident: int, order: dict[str, Any], env: dict[str, str], cwd: str | None) -> None:
-        standby = Standby(ident, order, env, cwd, self._send)
+        standby = Standby(ident, order, env, cwd, self._send, self._keeper)
         with self._lock:
             self._standbys[ident] = standby
 
@@ -389,6 +400,8 @@ class Tasks:
 
     def _ended(self, task: Running) -> None:
         kill_group(task.pid)  # the task is over when its group is: nothing of it may linger
+        if self._keeper is not None:
+            self._keeper.forget(task.pid)
         task.status = task.proc.wait()
         task.drain_until = time.monotonic() + DRAIN_S
         if not task.fds:

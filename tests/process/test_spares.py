@@ -24,7 +24,7 @@ from launcher.spec import parse_spec
 from launcher.transport.base import Event, OutputLine, TaskExited, WorkerReport
 from launcher.transport.fleet import AgentTransport
 from launcher.transport.hosts import host_transport
-from tests.conftest import HELPERS, REPO, free_port
+from tests.conftest import HELPERS, REPO, free_port, tasks_of
 from worker.contract import WARM
 
 SCRIPT = HELPERS / "in_spare.py"
@@ -61,7 +61,7 @@ def standing_by(transport: AgentTransport, launch: TaskLaunch) -> psutil.Process
     while transport.spares() != (1, 1):
         assert time.monotonic() < deadline, transport.spares()
         time.sleep(0.05)
-    (spare,) = agent_process(transport).children()
+    (spare,) = tasks_of(agent_process(transport))
     return spare
 
 

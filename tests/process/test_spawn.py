@@ -1,5 +1,6 @@
-"""How the agent starts a task: leading its own process group, with the run's umask, killed by the
-kernel with its agent; through setpriv where it works (Python keeps vfork), else a preexec_fn."""
+"""How the agent starts a task: leading its own process group, with the run's umask, killed with its
+agent: by the agent's keeper (Python keeps vfork), else by the kernel's parent-death signal, through
+setpriv where it works, else a preexec_fn."""
 
 from __future__ import annotations
 
@@ -20,12 +21,13 @@ from tests.conftest import REPO
 HOLDER = """
 import os, sys
 sys.path.insert(0, sys.argv[1])
-from launcher.agent import spawn
+from launcher.agent import keeper, spawn
+kept = keeper.start() if sys.argv[2] == "keeper" else None
 if sys.argv[2] == "preexec":
     spawn._setpriv[:] = [None]
 code = "import sys, time; print('up', flush=True); time.sleep(120)"
 env = {**os.environ, "TFLAUNCH_UMASK": "027"}
-proc = spawn.start_task([sys.executable, "-c", code], env, None, 1, ())
+proc = spawn.start_task([sys.executable, "-c", code], env, None, 1, (), kept)
 print(proc.pid, proc.args[0], flush=True)
 sys.stdin.read()
 """
@@ -36,7 +38,7 @@ def _umask(pid: int) -> str:
     return next(line.split()[1] for line in status.splitlines() if line.startswith("Umask:"))
 
 
-@pytest.mark.parametrize("way", ["setpriv", "preexec"])
+@pytest.mark.parametrize("way", ["keeper", "setpriv", "preexec"])
 def test_a_task_leads_its_group_takes_the_umask_and_dies_with_its_agent(way: str) -> None:
     if way == "setpriv" and spawn.setpriv() is None:
         pytest.skip("no setpriv that takes --pdeathsig on this machine")
@@ -48,13 +50,15 @@ def test_a_task_leads_its_group_takes_the_umask_and_dies_with_its_agent(way: str
         pid_text, program = holder.stdout.readline().split()
         task = psutil.Process(int(pid_text))
         assert holder.stdout.readline() == "up\n"  # the task's own line: past setpriv, in python
-        assert (program == spawn.setpriv()) == (way == "setpriv"), program
+        assert (program == spawn.setpriv()) == (way == "setpriv"), program  # the keeper's: started as it is
         assert os.getpgid(task.pid) == task.pid
         assert _umask(task.pid) == "0027"
+        keepers = [p for p in psutil.Process(holder.pid).children() if p.pid != task.pid]
+        assert len(keepers) == (way == "keeper"), keepers
         holder.kill()
         holder.wait(timeout=10)
-        gone, alive = psutil.wait_procs([task], timeout=10)
-        assert gone and not alive, "the task outlived its agent"
+        gone, alive = psutil.wait_procs([task, *keepers], timeout=10)
+        assert gone and not alive, f"outlived its agent: {alive}"
     finally:
         holder.kill()
         holder.wait(timeout=10)
