@@ -12,6 +12,7 @@ bundle all go through it. `printable` strips terminal control sequences from wha
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -108,6 +109,10 @@ def is_secret(name: str, declared: Iterable[str] = ()) -> bool:
     whether a flag spells them with `-` or `_`."""
     if is_declared(name, declared):
         return True
+    return _known_name_secret(name) if len(name) <= _NAME_KEPT else _secret_by_its_words(name)
+
+
+def _secret_by_its_words(name: str) -> bool:
     if name.upper() in _NOT_SECRET:
         return False
     words = _words(name)
@@ -118,6 +123,10 @@ def is_secret(name: str, declared: Iterable[str] = ()) -> bool:
         any(part in word for part in _SECRET_PARTS) or word.endswith(_SECRET_ENDINGS) and len(word) > 4
         for word in words
     )
+
+
+_NAME_KEPT = 64  # names up to this long are judged once: the same few come once per task in every summary
+_known_name_secret = functools.lru_cache(maxsize=1024)(_secret_by_its_words)
 
 
 def looks_secret(value: str) -> bool:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from launcher.benign_lines import is_benign
@@ -114,7 +114,7 @@ def final_step(result: RunResult) -> int | None:
 
 
 def _task_json(task: TaskResult) -> dict[str, Any]:
-    data = asdict(task)
+    data = dict(vars(task))  # a copy of the fields alone: the JSON written from it copies the rest
     data["exit"] = task.describe_exit
     if task.result:
         data["fingerprint"] = task.result.get("fingerprint")
