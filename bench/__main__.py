@@ -6,8 +6,10 @@ Tables also go to bench/results/latest.md; raw numbers to bench/results/<name>.j
 from __future__ import annotations
 
 import argparse
+import compileall
 import importlib
 import time
+from pathlib import Path
 
 from bench.common import RESULTS, machine
 
@@ -22,6 +24,10 @@ def main() -> None:
     unknown = sorted(set(args.names) - set(ORDER))
     if unknown:
         parser.error(f"unknown benchmark(s) {', '.join(unknown)}; choose from {', '.join(ORDER)}")
+    # as an install leaves them: edits since (under PYTHONDONTWRITEBYTECODE) would be compiled at every start
+    root = Path(__file__).resolve().parent.parent
+    for package in ("launcher", "worker", "tflaunch"):
+        compileall.compile_dir(root / package, quiet=1)
     started = time.monotonic()
     sections = [f"Machine: {machine()}; mode: {'quick' if args.quick else 'full'}"]
     for name in args.names or ORDER:
