@@ -3,23 +3,23 @@ killed outright (SIGKILL, the OOM killer) and so leave them running.
 
 Forked from the agent at its very start, before it has any thread (a fork copies only the forking
 thread, so no lock can be left half-held), it leaves the agent's session and process group, keeps
-no descriptor but the read end of one pipe (nothing of the agent's channel stays open through it),
-and reads what the agent writes there, a line each: `+PID START` when a task's group starts (START
-is the leader's start time from /proc), `-PID` when the agent has ended that group itself, `!` when
-the agent leaves after killing every task. When the pipe ends without `!`, the agent is gone: every
-group still listed gets SIGKILL, and the keeper exits.
+nothing open of the agent's (its standard streams go to /dev/null, so it holds neither the agent's
+channel nor a terminal) but the read end of one pipe, and reads what the agent writes there, a
+line each: `+PID START` when a task's group starts (START is the leader's start time from /proc),
+`-PID` before the agent reaps a leader it has killed or seen end. When the pipe ends, the agent is
+gone: every group still listed and still the agent's gets SIGKILL, and the keeper exits. An agent
+that leaves on its own kills its tasks first, then its keeper.
 
-A process id is reused once its process is reaped and no group holds it, so a listed group is
-killed only while its leader is the process that was started (same start time), or, with the leader
-gone, while the number names no other process and some process is still in that group (a group's
-id cannot be reused while a member holds it).
+A group counts as still the agent's while its leader is the process that was started (same pid,
+same start time); with the leader gone, while a process of that group is in the agent's session
+(tasks never leave it; a daemon that double-forked did) and started no earlier than the leader.
 
-This costs the agent one fork (no new interpreter) and one short write per start, where the
-kernel's parent-death signal costs each task either the exec of `setpriv` (about a millisecond of
-CPU per task, a sixth of a trivial task's start when a host starts hundreds) or a `preexec_fn`,
-which rules out vfork. What it does not cover: a task in the moment between its spawn and its
-`+PID` line (microseconds), and every task started after the keeper itself was killed; the agent
-then starts tasks the kernel's way again (launcher/agent/spawn.py).
+This costs the agent one fork (no new interpreter) and one short write per start and per end, where
+the kernel's parent-death signal costs each task either the exec of `setpriv` (about a millisecond
+of CPU, a sixth of a trivial task's start when a host starts hundreds) or a `preexec_fn`, which rules
+out vfork. What it does not cover: a task in the moment between its spawn and its `+PID` line
+(microseconds), and a task whose line could not be written (the keeper killed, or not reading for a
+second); from then on the agent starts tasks the kernel's way (launcher/agent/spawn.py).
 
 Standard library only.
 """
@@ -27,72 +27,78 @@ Standard library only.
 from __future__ import annotations
 
 import os
+import select
 import signal
 import sys
 import threading
-import time
 
-WAIT_S = 2.0  # how long a leaving agent waits for its keeper to exit
+WRITE_WAIT_S = 1.0  # how long a line waits for a keeper that reads nothing (stopped, or starved of CPU)
 
 
-def _start_time(pid: int) -> str | None:
-    """Field 22 of /proc/PID/stat (clock ticks since boot): with the pid, names one process."""
+def _stat(pid: int | str) -> list[bytes] | None:
+    """The fields of /proc/PID/stat after the command name (state first), or None."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as handle:
-            return handle.read().rsplit(b")", 1)[1].split()[19].decode()
+            return handle.read().rsplit(b")", 1)[1].split()
     except (OSError, IndexError):
         return None
 
 
-def _groups_in_use() -> set[int]:
-    """The process group of every process now running (or a zombie)."""
-    found = set()
+def _start_time(pid: int) -> int | None:
+    """Field 22 of /proc/PID/stat (clock ticks since boot): with the pid, names one process."""
+    fields = _stat(pid)
+    return int(fields[19]) if fields is not None and len(fields) > 19 else None
+
+
+def _members() -> dict[int, list[tuple[int, int]]]:
+    """Every process now running (or a zombie) by its process group: (session, start time) each."""
+    found: dict[int, list[tuple[int, int]]] = {}
     for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat", "rb") as handle:
-                    found.add(int(handle.read().rsplit(b")", 1)[1].split()[2]))
-            except (OSError, IndexError, ValueError):  # exited meanwhile
-                pass
+        fields = _stat(name) if name.isdigit() else None
+        if fields is not None and len(fields) > 19:
+            found.setdefault(int(fields[2]), []).append((int(fields[3]), int(fields[19])))
     return found
 
 
-def doomed(listed: dict[int, str]) -> list[int]:
-    """Which of the listed groups (pid -> its leader's start time) are still the agent's tasks."""
-    groups: set[int] | None = None
+def doomed(listed: dict[int, int], session: int) -> list[int]:
+    """Which listed groups (leader pid -> its start time) are still the agent's (module docstring)."""
+    members: dict[int, list[tuple[int, int]]] | None = None
     kill = []
     for pid, started in listed.items():
         now = _start_time(pid)
         if now == started:
             kill.append(pid)
-        elif now is None:  # the leader was reaped: its group may live on, under its number
-            groups = _groups_in_use() if groups is None else groups
-            if pid in groups:
+        elif now is None:  # the leader was reaped: its group may live on under its number
+            members = _members() if members is None else members
+            if any(sid == session and begun >= started for sid, begun in members.get(pid, [])):
                 kill.append(pid)
     return kill
 
 
 def _keep(read_fd: int) -> None:
+    session = os.getsid(0)  # the agent's, which its tasks share
     os.setsid()  # out of the agent's group and session: what stops them does not stop the keeper
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(null, fd)
-    os.closerange(3, read_fd)
-    os.closerange(read_fd + 1, max(os.sysconf("SC_OPEN_MAX"), read_fd + 1))
-    listed: dict[int, str] = {}
+    for name in os.listdir("/proc/self/fd"):
+        if int(name) > 2 and int(name) != read_fd:
+            try:
+                os.close(int(name))
+            except OSError:  # the listing's own descriptor, closed already
+                pass
+    listed: dict[int, int] = {}
     pending = b""
     while data := os.read(read_fd, 65536):
         *lines, pending = (pending + data).split(b"\n")
         for line in lines:
-            words = line.split()
-            if line == b"!":
-                return
-            if len(words) == 2 and line[:1] == b"+":
-                listed[int(words[0][1:])] = words[1].decode()
-            elif len(words) == 1 and line[:1] == b"-":
-                listed.pop(int(words[0][1:]), None)
-    for pgid in doomed(listed):
+            words = line[1:].split()
+            if line[:1] == b"+" and len(words) == 2:
+                listed[int(words[0])] = int(words[1])
+            elif line[:1] == b"-" and len(words) == 1:
+                listed.pop(int(words[0]), None)
+    for pgid in doomed(listed, session):
         try:
             os.killpg(pgid, signal.SIGKILL)
         except OSError:  # gone meanwhile
@@ -100,64 +106,71 @@ def _keep(read_fd: int) -> None:
 
 
 class Keeper:
-    """The agent's side. Lifecycle: `start()` -> `watch`/`forget` per task -> `release()` once the
+    """The agent's side. Lifecycle: `start()` -> `watch` and `forget` per task -> `release()` once the
     agent has killed every task itself. Once `lives()` is False it stays so."""
 
     def __init__(self, pid: int, write_fd: int) -> None:
         self.pid = pid
-        self._alive = True
+        self._usable = True  # False once a line could not be written: tasks then start the kernel's way
+        self._reaped = False
         self._fd = write_fd
         self._lock = threading.Lock()
 
     def lives(self) -> bool:
-        """Whether the keeper still runs (it is this process's child: asking costs one system call)."""
+        """Whether the keeper runs and takes lines (it is this process's child: one system call)."""
         with self._lock:
-            if self._alive:
-                try:
-                    self._alive = os.waitpid(self.pid, os.WNOHANG)[0] == 0
-                except ChildProcessError:  # reaped already
-                    self._alive = False
-            return self._alive
+            self._reap()
+            return self._usable and not self._reaped
+
+    def _reap(self) -> None:
+        if not self._reaped:
+            try:
+                self._reaped = os.waitpid(self.pid, os.WNOHANG)[0] != 0
+            except ChildProcessError:  # not ours to reap (cannot happen: nothing else waits for it)
+                self._reaped = True
 
     def _write(self, line: bytes) -> bool:
         with self._lock:
-            if not self._alive:
+            if not self._usable or self._reaped:
                 return False
-            try:  # a keeper that reads nothing any more (stopped) must not stop the agent: never blocks
-                self._alive = os.write(self._fd, line) == len(line)
-            except OSError:  # killed (EPIPE), or its pipe is full
-                self._alive = False
-            return self._alive
+            try:
+                while line:  # never blocks for long: a keeper that reads nothing must not stop the agent
+                    if not select.select([], [self._fd], [], WRITE_WAIT_S)[1]:
+                        raise BlockingIOError
+                    line = line[os.write(self._fd, line) :]
+            except OSError:  # killed (EPIPE), or it read nothing for a second
+                self._usable = False
+            return self._usable
 
     def watch(self, pid: int) -> bool:
-        """A task's group just started under `pid`; False when the keeper cannot cover it."""
+        """A task's group just started under `pid`; False when the keeper does not cover it."""
         started = _start_time(pid)
         return started is not None and self._write(f"+{pid} {started}\n".encode())
 
     def forget(self, pid: int) -> None:
-        """The agent ended that group itself."""
+        """The agent is about to reap that group's leader (killed, or ended): no longer the keeper's."""
         self._write(f"-{pid}\n".encode())
 
     def release(self) -> None:
-        """Every task is dead: the keeper exits without killing anything, and is reaped here."""
-        self._write(b"!\n")
+        """Every task is dead: the keeper has nothing left to do. Killed and reaped here."""
         with self._lock:
-            self._alive = False
+            self._usable = False
+            self._reap()
+            if not self._reaped:
+                try:
+                    os.kill(self.pid, signal.SIGKILL)
+                    os.waitpid(self.pid, 0)
+                except (ProcessLookupError, ChildProcessError):  # cannot happen: unreaped, it is ours
+                    pass
+                self._reaped = True
             os.close(self._fd)
-        deadline = time.monotonic() + WAIT_S
-        while time.monotonic() < deadline:
-            try:
-                if os.waitpid(self.pid, os.WNOHANG)[0]:
-                    return
-            except ChildProcessError:  # reaped already (it had died)
-                return
-            time.sleep(0.005)
 
 
 def start() -> Keeper | None:
-    """Fork the keeper; call before the agent starts any thread. None where there is no fork or
-    no `process_group` (python < 3.11): tasks then get the kernel's parent-death signal instead."""
-    if sys.version_info < (3, 11) or not sys.platform.startswith("linux"):
+    """Fork the keeper; call before the agent starts any thread. None where there is no fork, no
+    readable /proc, or no `process_group` (python < 3.11): tasks then get the kernel's parent-death
+    signal instead."""
+    if sys.version_info < (3, 11) or not sys.platform.startswith("linux") or _start_time(os.getpid()) is None:
         return None
     try:
         read_fd, write_fd = os.pipe()

@@ -256,8 +256,7 @@ def main(settings: dict[str, Any]) -> int:
     _raise_open_files_limit()
     agent.hello()
     threading.Thread(target=probe.host_facts, daemon=True, name="facts").start()
-    if agent.keeper is None:  # without a keeper, tasks start through setpriv where it works
-        threading.Thread(target=spawn.setpriv, daemon=True, name="setpriv").start()
+    threading.Thread(target=spawn.setpriv, daemon=True, name="setpriv").start()  # should the keeper die
     threading.Thread(target=scratch.sweep, args=(agent.scratch,), daemon=True, name="sweep").start()
     threading.Thread(target=agent.beat, daemon=True, name="beat").start()
     if agent.liveness_s and agent.watch_silence:

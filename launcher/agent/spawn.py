@@ -164,7 +164,7 @@ def start_task(
     own: dict[str, Any] = {"process_group": 0, "umask": -1 if umask is None else umask}
     if keeper is not None and keeper.lives():
         proc = subprocess.Popen(argv, **own, **started)
-        keeper.watch(proc.pid)  # a keeper found dead here leaves this one task to its own group
+        keeper.watch(proc.pid)  # refused (the keeper died this moment): this one task is not covered
         return proc
     tool = setpriv()
     if tool is not None and argv and _startable(argv[0], env, cwd):

@@ -73,6 +73,20 @@ def _close(*fds: int) -> None:
             pass
 
 
+def exit_code_unreaped(proc: subprocess.Popen[bytes]) -> int | None:
+    """`proc`'s exit code (negative: its signal) once it has ended, None before; it is not reaped, so
+    its pid stays its own until the keeper forgot it."""
+    if proc.returncode is not None:
+        return proc.returncode
+    try:
+        info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:  # reaped already
+        return proc.poll()
+    if info is None:
+        return None
+    return info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
+
+
 def process_state(pid: int) -> str | None:
     """The one-letter state in /proc/PID/stat ('T' is stopped); None when it cannot be read."""
     try:
@@ -150,6 +164,7 @@ class Standby:
         keeper: Keeper | None = None,
     ) -> None:
         self.ident = ident
+        self._keeper = keeper
         self.python = str(order["python"])
         self.error: str | None = None
         self.ready = False
@@ -201,7 +216,7 @@ class Standby:
                 elif said.get("ready"):
                     self.ready = True
                     self._tell({"ready": True, "import_s": said.get("import_s"), "failed": said.get("failed") or []})
-        code = self.proc.poll() if self.proc is not None else None
+        code = exit_code_unreaped(self.proc) if self.proc is not None else None
         self._tell({"ready": False, "error": self.error or f"the spare exited before it was ready ({code})"})
 
     def _tell(self, info: dict[str, Any]) -> None:
@@ -215,8 +230,9 @@ class Standby:
         """Hand the spare its task. False (and the spare killed) when it cannot or did not take it;
         either way a `warm` event says so."""
         why = self.error or spare_declines(self.python, self.env, argv, env)
-        if why is None and self.proc is not None and self.proc.poll() is not None:
-            why = f"the spare exited (code {self.proc.returncode})"
+        code = exit_code_unreaped(self.proc) if why is None and self.proc is not None else None
+        if code is not None:
+            why = f"the spare exited (code {code})"
         if why is None:
             order = {"argv": argv, "env": {**env, EVENT_FD_VAR: self.env[EVENT_FD_VAR]}, "cwd": cwd}
             if not self._write(json.dumps(order) + "\n"):
@@ -237,6 +253,8 @@ class Standby:
         _close(self._orders)
         if self.proc is not None:
             kill_group(self.proc.pid)
+            if self._keeper is not None:
+                self._keeper.forget(self.proc.pid)
             self.proc.wait()
         _close(self.out_fd, self.ev_fd)
 
@@ -329,6 +347,8 @@ class Tasks:
         for standby in standbys:
             standby.close()
         for task in running:
+            if self._keeper is not None:
+                self._keeper.forget(task.pid)
             try:
                 task.proc.wait(timeout=5)
             except subprocess.TimeoutExpired:  # stuck in the kernel: nothing more to be done from here

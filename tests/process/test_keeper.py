@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import psutil
 import pytest
@@ -13,6 +14,10 @@ import pytest
 from launcher.agent import keeper, spawn
 
 SLEEP = [sys.executable, "-c", "import time; time.sleep(120)"]
+# leads a group, leaves a member in it (in our session, or in a session of its own: a daemon), exits
+LEAVES_A_MEMBER = (
+    "import os, subprocess, sys, time; sys.argv[1] == 'daemon' and os.setsid(); subprocess.Popen(sys.argv[2:])"
+)
 
 
 def _group(argv: list[str]) -> subprocess.Popen[bytes]:
@@ -24,35 +29,6 @@ def _program(proc: subprocess.Popen[bytes]) -> str:
     return str(proc.args[0])
 
 
-def _end(*procs: subprocess.Popen[bytes]) -> None:
-    for proc in procs:
-        proc.kill()
-        proc.wait(timeout=10)
-
-
-def test_only_a_group_still_led_or_held_by_what_was_started_is_doomed() -> None:
-    led, reused = _group(SLEEP), _group(SLEEP)
-    # a group whose leader is gone but whose member lives on, under the leader's number
-    parent = _group(
-        [sys.executable, "-c", "import subprocess, sys, time; subprocess.Popen(sys.argv[1:]); time.sleep(0.2)", *SLEEP]
-    )
-    try:
-        started = keeper._start_time(led.pid)
-        assert started is not None
-        parent.wait(timeout=10)
-        assert any(p.pid != parent.pid and _pgid(p.pid) == parent.pid for p in psutil.process_iter())
-        listed = {led.pid: started, reused.pid: "1", parent.pid: "1", 2**22 + 7: "1"}
-        # led: the same process; reused: another process under the number; parent: leader reaped,
-        # member holds the group; the last names nothing at all
-        assert sorted(keeper.doomed(listed)) == sorted([led.pid, parent.pid])
-    finally:
-        _end(led, reused)
-        os.killpg(parent.pid, signal.SIGKILL)  # the member
-        member_gone = [p for p in psutil.process_iter() if _pgid(p.pid) == parent.pid]
-        psutil.wait_procs(member_gone, timeout=10)
-    assert not [p for p in psutil.process_iter() if _pgid(p.pid) in (led.pid, reused.pid, parent.pid)]
-
-
 def _pgid(pid: int) -> int | None:
     try:
         return os.getpgid(pid)
@@ -60,27 +36,72 @@ def _pgid(pid: int) -> int | None:
         return None
 
 
-def test_a_released_keeper_leaves_and_kills_nothing_a_killed_one_makes_tasks_start_the_kernels_way() -> None:
+def _in_groups(*pgids: int) -> list[psutil.Process]:
+    return [p for p in psutil.process_iter() if _pgid(p.pid) in pgids]
+
+
+def test_only_a_group_still_led_or_held_by_what_was_started_is_doomed() -> None:
+    led, reused = _group(SLEEP), _group(SLEEP)
+    left = _group([sys.executable, "-c", LEAVES_A_MEMBER, "task", *SLEEP])
+    daemon = subprocess.Popen([sys.executable, "-c", LEAVES_A_MEMBER, "daemon", *SLEEP])  # setsid: not a leader yet
+    started = {p.pid: keeper._start_time(p.pid) or 0 for p in (led, reused, left, daemon)}
+    try:
+        left.wait(timeout=10)
+        daemon.wait(timeout=10)  # both reaped: their numbers name no process now
+        assert _in_groups(left.pid) and [os.getsid(p.pid) for p in _in_groups(daemon.pid)] == [daemon.pid]
+        listed = {**started, reused.pid: started[reused.pid] - 1, 2**22 + 7: 1}
+        # led: the same process; reused: another process under the number; left: leader gone, a
+        # member in our session; daemon: its member in a session of its own; the last names nothing
+        assert sorted(keeper.doomed(listed, os.getsid(0))) == sorted([led.pid, left.pid])
+    finally:
+        for proc in (led, reused):
+            proc.kill()
+            proc.wait(timeout=10)
+        members = _in_groups(left.pid, daemon.pid)
+        for member in members:
+            member.kill()
+        psutil.wait_procs(members, timeout=10)
+
+
+def test_a_released_keeper_is_gone_and_killed_nothing_a_dead_one_makes_tasks_start_the_kernels_way() -> None:
     kept = keeper.start()
-    assert kept is not None
+    assert kept is not None and kept.lives()
     task = spawn.start_task(SLEEP, dict(os.environ), None, subprocess.DEVNULL, (), kept)
     try:
-        assert _program(task) == sys.executable
-        kept.release()  # the agent killed its tasks itself (here: it did not, to see that nothing is killed)
-        with pytest.raises(ChildProcessError):
-            os.waitpid(kept.pid, os.WNOHANG)  # reaped by release
+        assert _program(task) == sys.executable  # as it is: no setpriv in front
+        kept.release()  # (the agent would have killed its tasks first: here it did not, to see none is)
+        assert not psutil.pid_exists(kept.pid)
         assert task.poll() is None
     finally:
-        _end(task)
+        task.kill()
+        task.wait(timeout=10)
     second = keeper.start()
     assert second is not None
     os.kill(second.pid, signal.SIGKILL)
-    os.waitpid(second.pid, 0)
+    deadline = time.monotonic() + 10
+    while second.lives():
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
     task = spawn.start_task(SLEEP, dict(os.environ), None, subprocess.DEVNULL, (), second)
     try:
-        assert not second.lives()
         if spawn.setpriv() is not None:
             assert _program(task) == spawn.setpriv()  # the keeper is gone: the kernel's death signal instead
     finally:
-        _end(task)
+        task.kill()
+        task.wait(timeout=10)
         second.release()
+
+
+def test_a_keeper_that_reads_nothing_holds_the_agent_up_a_second_at_most(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(keeper, "WRITE_WAIT_S", 0.2)
+    kept = keeper.start()
+    assert kept is not None
+    os.kill(kept.pid, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        while kept.watch(os.getpid()):  # fills its pipe
+            assert time.monotonic() - started < 30
+        assert not kept.lives()  # tasks start the kernel's way from now on
+    finally:
+        kept.release()  # stopped, it is killed all the same
+    assert not psutil.pid_exists(kept.pid)
