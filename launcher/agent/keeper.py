@@ -7,8 +7,8 @@ nothing open of the agent's (its standard streams go to /dev/null, so it holds n
 channel nor a terminal) but the read end of one pipe, and reads what the agent writes there, a
 line each: `+PID START` when a task's group starts (START is the leader's start time from /proc),
 `-PID` before the agent reaps a leader it has killed or seen end. When the pipe ends, the agent is
-gone: every group still listed and still the agent's gets SIGKILL, and the keeper exits. An agent
-that leaves on its own kills its tasks first, then its keeper.
+gone (killed, or leaving after it killed its tasks): every group still listed and still the agent's
+gets SIGKILL, and the keeper exits.
 
 A group counts as still the agent's while its leader is the process that was started (same pid,
 same start time); with the leader gone, while a process of that group is in the agent's session
@@ -18,8 +18,9 @@ This costs the agent one fork (no new interpreter) and one short write per start
 the kernel's parent-death signal costs each task either the exec of `setpriv` (about a millisecond
 of CPU, a sixth of a trivial task's start when a host starts hundreds) or a `preexec_fn`, which rules
 out vfork. What it does not cover: a task in the moment between its spawn and its `+PID` line
-(microseconds), and a task whose line could not be written (the keeper killed, or not reading for a
-second); from then on the agent starts tasks the kernel's way (launcher/agent/spawn.py).
+(microseconds). Should the keeper die, or read nothing for WRITE_WAIT_S (stopped), it is killed and
+the tasks it listed are covered no more; from then on the agent starts tasks the kernel's way
+(launcher/agent/spawn.py).
 
 Standard library only.
 """
@@ -31,8 +32,10 @@ import select
 import signal
 import sys
 import threading
+import time
 
-WRITE_WAIT_S = 1.0  # how long a line waits for a keeper that reads nothing (stopped, or starved of CPU)
+WRITE_WAIT_S = 5.0  # how long a line waits for a keeper that reads nothing (stopped, or starved of CPU)
+WAIT_S = 2.0  # how long a leaving agent waits for its keeper's last pass
 
 
 def _stat(pid: int | str) -> list[bytes] | None:
@@ -138,8 +141,13 @@ class Keeper:
                     if not select.select([], [self._fd], [], WRITE_WAIT_S)[1]:
                         raise BlockingIOError
                     line = line[os.write(self._fd, line) :]
-            except OSError:  # killed (EPIPE), or it read nothing for a second
+            except OSError:  # killed (EPIPE), or it read nothing for WRITE_WAIT_S (stopped)
                 self._usable = False
+                self._reap()
+                if not self._reaped:  # alive, it would keep a list the agent no longer tells: none at all
+                    os.kill(self.pid, signal.SIGKILL)
+                    os.waitpid(self.pid, 0)
+                    self._reaped = True
             return self._usable
 
     def watch(self, pid: int) -> bool:
@@ -152,18 +160,21 @@ class Keeper:
         self._write(f"-{pid}\n".encode())
 
     def release(self) -> None:
-        """Every task is dead: the keeper has nothing left to do. Killed and reaped here."""
+        """The agent leaves, its tasks killed: the pipe ends, so the keeper kills what is still listed
+        and still the agent's (a task started while the agent was leaving) and exits; reaped here,
+        killed when it does not exit within WAIT_S (stopped)."""
         with self._lock:
             self._usable = False
-            self._reap()
-            if not self._reaped:
-                try:
-                    os.kill(self.pid, signal.SIGKILL)
-                    os.waitpid(self.pid, 0)
-                except (ProcessLookupError, ChildProcessError):  # cannot happen: unreaped, it is ours
-                    pass
-                self._reaped = True
             os.close(self._fd)
+            deadline = time.monotonic() + WAIT_S
+            self._reap()
+            while not self._reaped and time.monotonic() < deadline:
+                time.sleep(0.002)
+                self._reap()
+            if not self._reaped:
+                os.kill(self.pid, signal.SIGKILL)  # unreaped: the pid is still the keeper's
+                os.waitpid(self.pid, 0)
+                self._reaped = True
 
 
 def start() -> Keeper | None:
@@ -174,8 +185,13 @@ def start() -> Keeper | None:
         return None
     try:
         read_fd, write_fd = os.pipe()
+    except OSError:
+        return None
+    try:
         pid = os.fork()
     except OSError:
+        os.close(read_fd)
+        os.close(write_fd)
         return None
     if pid == 0:
         code = 0

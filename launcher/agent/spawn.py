@@ -10,7 +10,8 @@ child (a `preexec_fn`) would make Python fork the whole agent for every task ins
 and later) the task starts as `setpriv --pdeathsig KILL -- ARGV` (~1 ms of CPU per task for its
 exec); else, or on a python older than 3.11 (no `process_group`), the `preexec_fn` does all three.
 Neither way covers an agent that died between the spawn and the keeper's line or setpriv's `prctl`
-(a moment); the `preexec_fn` exits then.
+(a moment); the `preexec_fn` exits then. A task the keeper does not take (it was killed, or read
+nothing for WRITE_WAIT_S) is killed at once and started again the kernel's way.
 
 Standard library only.
 """
@@ -164,8 +165,12 @@ def start_task(
     own: dict[str, Any] = {"process_group": 0, "umask": -1 if umask is None else umask}
     if keeper is not None and keeper.lives():
         proc = subprocess.Popen(argv, **own, **started)
-        keeper.watch(proc.pid)  # refused (the keeper died this moment): this one task is not covered
-        return proc
+        if keeper.watch(proc.pid):
+            return proc
+        # the keeper is gone (or stopped): a task it does not list would outlive a killed agent, so
+        # this one, started a moment ago, is started again the kernel's way
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
     tool = setpriv()
     if tool is not None and argv and _startable(argv[0], env, cwd):
         return subprocess.Popen([tool, "--pdeathsig", "KILL", "--", *argv], **own, **started)

@@ -217,7 +217,8 @@ class Standby:
                     self.ready = True
                     self._tell({"ready": True, "import_s": said.get("import_s"), "failed": said.get("failed") or []})
         code = exit_code_unreaped(self.proc) if self.proc is not None else None
-        self._tell({"ready": False, "error": self.error or f"the spare exited before it was ready ({code})"})
+        ended = f" ({code})" if code is not None else ""
+        self._tell({"ready": False, "error": self.error or f"the spare exited before it was ready{ended}"})
 
     def _tell(self, info: dict[str, Any]) -> None:
         with self._lock:
@@ -339,8 +340,9 @@ class Tasks:
 
     def kill_all(self) -> None:
         """Everything dies: every task's group and every spare (the launcher is gone)."""
-        with self._lock:
-            running, standbys = list(self._running.values()), list(self._standbys.values())
+        with self._lock:  # an ended task is reaped already: its pid may be another's now
+            running = [t for t in self._running.values() if t.status is None]
+            standbys = list(self._standbys.values())
             self._standbys.clear()
         for task in running:
             kill_group(task.pid)

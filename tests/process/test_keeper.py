@@ -63,45 +63,68 @@ def test_only_a_group_still_led_or_held_by_what_was_started_is_doomed() -> None:
         psutil.wait_procs(members, timeout=10)
 
 
-def test_a_released_keeper_is_gone_and_killed_nothing_a_dead_one_makes_tasks_start_the_kernels_way() -> None:
+def test_a_leaving_agents_keeper_kills_what_is_still_listed_and_is_reaped() -> None:
+    """The agent killed (and forgot) its tasks; one started while it was leaving is still listed."""
     kept = keeper.start()
     assert kept is not None and kept.lives()
-    task = spawn.start_task(SLEEP, dict(os.environ), None, subprocess.DEVNULL, (), kept)
+    late = spawn.start_task(SLEEP, dict(os.environ), None, subprocess.DEVNULL, (), kept)
+    forgotten = spawn.start_task(SLEEP, dict(os.environ), None, subprocess.DEVNULL, (), kept)
     try:
-        assert _program(task) == sys.executable  # as it is: no setpriv in front
-        kept.release()  # (the agent would have killed its tasks first: here it did not, to see none is)
+        assert _program(late) == sys.executable  # as it is: no setpriv in front
+        kept.forget(forgotten.pid)  # (the agent would have killed it; here it lives on, to see it is spared)
+        kept.release()
         assert not psutil.pid_exists(kept.pid)
-        assert task.poll() is None
+        assert late.wait(timeout=10) == -signal.SIGKILL
+        assert forgotten.poll() is None
     finally:
-        task.kill()
-        task.wait(timeout=10)
-    second = keeper.start()
-    assert second is not None
-    os.kill(second.pid, signal.SIGKILL)
+        for task in (late, forgotten):
+            task.kill()
+            task.wait(timeout=10)
+
+
+def test_a_dead_keeper_makes_tasks_start_the_kernels_way() -> None:
+    kept = keeper.start()
+    assert kept is not None
+    os.kill(kept.pid, signal.SIGKILL)
     deadline = time.monotonic() + 10
-    while second.lives():
+    while kept.lives():
         assert time.monotonic() < deadline
         time.sleep(0.01)
-    task = spawn.start_task(SLEEP, dict(os.environ), None, subprocess.DEVNULL, (), second)
+    task = spawn.start_task(SLEEP, dict(os.environ), None, subprocess.DEVNULL, (), kept)
     try:
         if spawn.setpriv() is not None:
-            assert _program(task) == spawn.setpriv()  # the keeper is gone: the kernel's death signal instead
+            assert _program(task) == spawn.setpriv()  # the kernel's death signal instead
     finally:
         task.kill()
         task.wait(timeout=10)
-        second.release()
+        kept.release()
 
 
-def test_a_keeper_that_reads_nothing_holds_the_agent_up_a_second_at_most(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_task_a_stopped_keeper_does_not_take_is_started_again_the_kernels_way(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setattr(keeper, "WRITE_WAIT_S", 0.2)
     kept = keeper.start()
     assert kept is not None
     os.kill(kept.pid, signal.SIGSTOP)
+    started = time.monotonic()
+    while kept.watch(os.getpid()):  # fills its pipe
+        assert time.monotonic() - started < 30
+    assert not kept.lives() and not psutil.pid_exists(kept.pid)  # killed: it would keep a stale list
+    kept.release()
+    kept = keeper.start()
+    assert kept is not None
+    os.kill(kept.pid, signal.SIGSTOP)
+    while kept.watch(os.getpid()):
+        pass  # its pipe is full again, but the keeper lives until a line times out
+    monkeypatch.setattr(keeper.Keeper, "lives", lambda self: True)  # it looked alive when the task started
+    task = spawn.start_task(SLEEP, dict(os.environ), None, subprocess.DEVNULL, (), kept)
     try:
-        started = time.monotonic()
-        while kept.watch(os.getpid()):  # fills its pipe
-            assert time.monotonic() - started < 30
-        assert not kept.lives()  # tasks start the kernel's way from now on
+        if spawn.setpriv() is not None:
+            assert _program(task) == spawn.setpriv()
+        mine = [p for p in psutil.Process().children() if p.cmdline()[-3:] == SLEEP[-3:]]
+        assert [p.pid for p in mine] == [task.pid]  # the first one was killed
     finally:
-        kept.release()  # stopped, it is killed all the same
-    assert not psutil.pid_exists(kept.pid)
+        task.kill()
+        task.wait(timeout=10)
+        kept.release()
