@@ -49,6 +49,7 @@ from worker.contract import ALIVE, ENV_PREFIX
 
 BEATS_PER_TIMEOUT = 4  # alive reports (and silence checks) per liveness timeout
 STATE_POLL_S = 0.5  # how often a task's state (stopped or running) is read
+SWEEP_WAIT_S = 2.0  # how long a leaving agent lets its sweep of dead agents' scratch finish
 
 
 def _gpu_slots(env: dict[str, str]) -> None:
@@ -79,6 +80,8 @@ class Agent:
         self.cluster: dict[str, list[str]] = {}
         self.commons: dict[str, dict[str, Any]] = {}  # what a start command's tasks share, by name
         self.tasks = Tasks(self.send, self.scratch, keeper)
+        # what killed agents of this user left here: removed while this one works (see leave())
+        self.sweeper = threading.Thread(target=scratch.sweep, args=(self.scratch,), daemon=True, name="sweep")
 
     def send(self, frame: bytes) -> None:
         with self._write_lock:
@@ -229,6 +232,8 @@ class Agent:
             import shutil  # only at the end: an agent's start-up is paid on every host of a fleet
 
             shutil.rmtree(self.scratch, ignore_errors=True)
+            if self.sweeper.is_alive():  # a sweep cut short would leave a dead agent's lock file behind
+                self.sweeper.join(SWEEP_WAIT_S)
             os._exit(0)
 
 
@@ -257,7 +262,7 @@ def main(settings: dict[str, Any]) -> int:
     agent.hello()
     threading.Thread(target=probe.host_facts, daemon=True, name="facts").start()
     threading.Thread(target=spawn.setpriv, daemon=True, name="setpriv").start()  # should the keeper die
-    threading.Thread(target=scratch.sweep, args=(agent.scratch,), daemon=True, name="sweep").start()
+    agent.sweeper.start()
     threading.Thread(target=agent.beat, daemon=True, name="beat").start()
     if agent.liveness_s and agent.watch_silence:
         threading.Thread(target=agent.watch, daemon=True, name="watch").start()
