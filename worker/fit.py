@@ -22,9 +22,10 @@ from worker.contract import RESTORED, STEP, TaskEnv
 from worker.events import report
 from worker.fingerprint import weights_fingerprint
 from worker.targets import WorkerUsageError, load_target
-from worker.training_spec import FitTraining
+from worker.training_spec import FitTraining, build_validators
 
 log = logging.getLogger(__name__)
+build_validators(FitTraining)  # imported by a warm spare ahead of its task
 
 
 def _keras() -> Any:

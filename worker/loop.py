@@ -30,9 +30,10 @@ from worker.events import report
 from worker.fingerprint import weights_fingerprint
 from worker.leaving import leave_together
 from worker.targets import load_target
-from worker.training_spec import BuiltinTraining
+from worker.training_spec import BuiltinTraining, build_validators
 
 log = logging.getLogger(__name__)
+build_validators(BuiltinTraining)  # imported by a warm spare ahead of its task
 _REPORT_INTERVAL_S = 0.5
 
 try:  # TensorFlow's own switch for its deprecation warnings (a private module; without it, warned)
@@ -231,7 +232,7 @@ def train_builtin(strategy: tf.distribute.Strategy, cluster: ClusterInfo, settin
             if step % config.log_every == 0 or step == config.steps or first_loss is None:
                 loss = float(loss_tensor.numpy())
                 first_loss = loss if first_loss is None else first_loss
-                now = time.monotonic()
+                now, logged_at = time.monotonic(), time.time()  # the step's time, not the record's writing
                 rate = (step - window_step) / max(now - window_start, 1e-9)
                 window_start, window_step = now, step
                 log.info("%s: step %d/%d loss %.5f (%.1f steps/s)", cluster.name, step, config.steps, loss, rate)
@@ -241,7 +242,7 @@ def train_builtin(strategy: tf.distribute.Strategy, cluster: ClusterInfo, settin
                     steps_per_s=rate,
                     learning_rate=_learning_rate(optimizer),
                     replicas=replicas,
-                    time=time.time(),
+                    time=logged_at,
                     attempt=settings.attempt,
                 )
             if time.monotonic() - last_report >= _REPORT_INTERVAL_S or step == config.steps:

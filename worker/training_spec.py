@@ -156,6 +156,15 @@ def _adapter() -> TypeAdapter[Any]:
     return TypeAdapter(TrainingSpec)
 
 
+def build_validators(*models: type[BaseModel]) -> None:
+    """Build the union's validator and `models`' own now rather than at first use: for a module that
+    a warm spare imports ahead of its task, so that a restarted task does not spend ~0.2 s on them
+    after the failure (a cold start builds them once either way)."""
+    _adapter()
+    for model in models:
+        model.model_rebuild()
+
+
 class TrainingSettingsError(ValueError):
     """The training settings a task received do not validate (a launcher and worker of different versions)."""
 
