@@ -21,9 +21,17 @@ from worker.errors import write_error_file
 from worker.events import report
 from worker.files import write_atomic
 from worker.targets import WorkerUsageError, load_target
-from worker.training_spec import BuiltinTraining, FitTraining, FunctionTraining, TrainingSettingsError, parse_training
+from worker.training_spec import (
+    BuiltinTraining,
+    FitTraining,
+    FunctionTraining,
+    TrainingSettingsError,
+    build_validators,
+    parse_training,
+)
 
 log = logging.getLogger("worker")
+build_validators()  # the union's: a warm spare imports this module ahead of its task, whatever its kind
 
 
 @dataclass(frozen=True)

@@ -120,10 +120,22 @@ class Keeper:
         self._lock = threading.Lock()
 
     def lives(self) -> bool:
-        """Whether the keeper runs and takes lines (it is this process's child: one system call)."""
+        """Whether the keeper runs and its pipe takes a line now (it is this process's child), so
+        that a task started next is listed at once, never after it ran for WRITE_WAIT_S."""
         with self._lock:
             self._reap()
+            if self._usable and not self._reaped and not select.select([], [self._fd], [], WRITE_WAIT_S)[1]:
+                self._give_up()
             return self._usable and not self._reaped
+
+    def _give_up(self) -> None:
+        """Alive but not reading: killed, as it would keep a list the agent no longer tells."""
+        self._usable = False
+        self._reap()
+        if not self._reaped:
+            os.kill(self.pid, signal.SIGKILL)
+            os.waitpid(self.pid, 0)
+            self._reaped = True
 
     def _reap(self) -> None:
         if not self._reaped:
@@ -142,12 +154,7 @@ class Keeper:
                         raise BlockingIOError
                     line = line[os.write(self._fd, line) :]
             except OSError:  # killed (EPIPE), or it read nothing for WRITE_WAIT_S (stopped)
-                self._usable = False
-                self._reap()
-                if not self._reaped:  # alive, it would keep a list the agent no longer tells: none at all
-                    os.kill(self.pid, signal.SIGKILL)
-                    os.waitpid(self.pid, 0)
-                    self._reaped = True
+                self._give_up()
             return self._usable
 
     def watch(self, pid: int) -> bool:

@@ -49,7 +49,6 @@ from worker.contract import ALIVE, ENV_PREFIX
 
 BEATS_PER_TIMEOUT = 4  # alive reports (and silence checks) per liveness timeout
 STATE_POLL_S = 0.5  # how often a task's state (stopped or running) is read
-SWEEP_WAIT_S = 2.0  # how long a leaving agent lets its sweep of dead agents' scratch finish
 
 
 def _gpu_slots(env: dict[str, str]) -> None:
@@ -80,7 +79,8 @@ class Agent:
         self.cluster: dict[str, list[str]] = {}
         self.commons: dict[str, dict[str, Any]] = {}  # what a start command's tasks share, by name
         self.tasks = Tasks(self.send, self.scratch, keeper)
-        # what killed agents of this user left here: removed while this one works (see leave())
+        # what killed agents of this user left here: removed while this one works (a sweep cut short
+        # by this agent's end leaves the lock file, and the next agent sweeps again)
         self.sweeper = threading.Thread(target=scratch.sweep, args=(self.scratch,), daemon=True, name="sweep")
 
     def send(self, frame: bytes) -> None:
@@ -232,8 +232,6 @@ class Agent:
             import shutil  # only at the end: an agent's start-up is paid on every host of a fleet
 
             shutil.rmtree(self.scratch, ignore_errors=True)
-            if self.sweeper.is_alive():  # a sweep cut short would leave a dead agent's lock file behind
-                self.sweeper.join(SWEEP_WAIT_S)
             os._exit(0)
 
 

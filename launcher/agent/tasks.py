@@ -323,7 +323,10 @@ class Tasks:
     def prepare(self, ident: int, order: dict[str, Any], env: dict[str, str], cwd: str | None) -> None:
         standby = Standby(ident, order, env, cwd, self._send, self._keeper)
         with self._lock:
+            replaced = self._standbys.get(ident)
             self._standbys[ident] = standby
+        if replaced is not None:  # never left to be reaped unseen (its pid stays listed with the keeper)
+            replaced.close()
 
     def drop(self, idents: list[int]) -> None:
         for ident in idents:
