@@ -38,7 +38,7 @@ WRITE_WAIT_S = 5.0  # how long a line waits for a keeper that reads nothing (sto
 WAIT_S = 2.0  # how long a leaving agent waits for its keeper's last pass
 
 
-def _stat(pid: int | str) -> list[bytes] | None:
+def proc_stat(pid: int | str) -> list[bytes] | None:
     """The fields of /proc/PID/stat after the command name (state first), or None."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as handle:
@@ -49,7 +49,7 @@ def _stat(pid: int | str) -> list[bytes] | None:
 
 def _start_time(pid: int) -> int | None:
     """Field 22 of /proc/PID/stat (clock ticks since boot): with the pid, names one process."""
-    fields = _stat(pid)
+    fields = proc_stat(pid)
     return int(fields[19]) if fields is not None and len(fields) > 19 else None
 
 
@@ -57,7 +57,7 @@ def _members() -> dict[int, list[tuple[int, int]]]:
     """Every process now running (or a zombie) by its process group: (session, start time) each."""
     found: dict[int, list[tuple[int, int]]] = {}
     for name in os.listdir("/proc"):
-        fields = _stat(name) if name.isdigit() else None
+        fields = proc_stat(name) if name.isdigit() else None
         if fields is not None and len(fields) > 19:
             found.setdefault(int(fields[2]), []).append((int(fields[3]), int(fields[19])))
     return found
@@ -132,7 +132,10 @@ class Keeper:
         """Alive but not reading: killed, as it would keep a list the agent no longer tells."""
         self._usable = False
         self._reap()
-        if not self._reaped:
+        self._kill_unreaped()
+
+    def _kill_unreaped(self) -> None:
+        if not self._reaped:  # unreaped: the pid is still the keeper's
             os.kill(self.pid, signal.SIGKILL)
             os.waitpid(self.pid, 0)
             self._reaped = True
@@ -178,10 +181,7 @@ class Keeper:
             while not self._reaped and time.monotonic() < deadline:
                 time.sleep(0.002)
                 self._reap()
-            if not self._reaped:
-                os.kill(self.pid, signal.SIGKILL)  # unreaped: the pid is still the keeper's
-                os.waitpid(self.pid, 0)
-                self._reaped = True
+            self._kill_unreaped()
 
 
 def start() -> Keeper | None:

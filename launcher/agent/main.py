@@ -79,9 +79,6 @@ class Agent:
         self.cluster: dict[str, list[str]] = {}
         self.commons: dict[str, dict[str, Any]] = {}  # what a start command's tasks share, by name
         self.tasks = Tasks(self.send, self.scratch, keeper)
-        # what killed agents of this user left here: removed while this one works (a sweep cut short
-        # by this agent's end leaves the lock file, and the next agent sweeps again)
-        self.sweeper = threading.Thread(target=scratch.sweep, args=(self.scratch,), daemon=True, name="sweep")
 
     def send(self, frame: bytes) -> None:
         with self._write_lock:
@@ -260,7 +257,7 @@ def main(settings: dict[str, Any]) -> int:
     agent.hello()
     threading.Thread(target=probe.host_facts, daemon=True, name="facts").start()
     threading.Thread(target=spawn.setpriv, daemon=True, name="setpriv").start()  # should the keeper die
-    agent.sweeper.start()
+    threading.Thread(target=scratch.sweep, args=(agent.scratch,), daemon=True, name="sweep").start()
     threading.Thread(target=agent.beat, daemon=True, name="beat").start()
     if agent.liveness_s and agent.watch_silence:
         threading.Thread(target=agent.watch, daemon=True, name="watch").start()

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 from launcher.agent import frames
-from launcher.agent.keeper import Keeper
+from launcher.agent.keeper import Keeper, proc_stat
 from launcher.agent.spawn import start_task
 from worker.contract import (
     AGENT_EVENTS,
@@ -89,11 +89,8 @@ def exit_code_unreaped(proc: subprocess.Popen[bytes]) -> int | None:
 
 def process_state(pid: int) -> str | None:
     """The one-letter state in /proc/PID/stat ('T' is stopped); None when it cannot be read."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):  # exited, or no /proc on this system
-        return None
+    fields = proc_stat(pid)
+    return fields[0].decode("ascii", "replace") if fields else None
 
 
 def spare_declines(python: str, before: dict[str, str], argv: list[str], env: dict[str, str]) -> str | None:
