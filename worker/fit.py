@@ -70,7 +70,7 @@ def train_fit(strategy: tf.distribute.Strategy, cluster: ClusterInfo, settings: 
         )
 
     data = tf.data.Dataset.range(steps * global_batch).batch(global_batch, drop_remainder=True)
-    data = data.map(lambda indices: example.examples(indices, features, seed)).repeat()
+    data = data.map(example.straight(lambda indices: example.examples(indices, features, seed))).repeat()
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
     data = data.with_options(options).prefetch(tf.data.AUTOTUNE)

@@ -20,6 +20,7 @@ from worker.contract import DONE, IMPORTED, JOINED, PREEMPTED, STARTING, STEP, U
 from worker.errors import write_error_file
 from worker.events import report
 from worker.files import write_atomic
+from worker.leader import wait_for_leader
 from worker.targets import WorkerUsageError, load_target
 from worker.training_spec import (
     BuiltinTraining,
@@ -86,6 +87,9 @@ def run(settings: TaskEnv) -> dict[str, Any]:
             raise WorkerUsageError(f"cannot load training function: {error}") from None
     elif not isinstance(training, (BuiltinTraining, FitTraining)):
         raise WorkerUsageError(f"training kind {training.kind!r} does not run in the worker runtime")
+    waited = wait_for_leader(cluster)
+    if waited is not None and waited >= 1.0:
+        log.info("%s: waited %.1fs for the coordination leader to listen", cluster.name, waited)
     if isinstance(training, BuiltinTraining):
         strategy = build_strategy(training.devices_per_worker, training.collective)
     else:
