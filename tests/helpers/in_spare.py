@@ -1,5 +1,6 @@
 """A task that describes how it was started, as one JSON line, then exits with argv[1] (default 0)."""
 
+import gc
 import json
 import os
 import sys
@@ -15,6 +16,7 @@ print(
             "tf_config": os.environ.get("TF_CONFIG"),
             "preloaded": "tests.helpers.preloaded" in sys.modules,
             "pid": os.getpid(),
+            "frozen": gc.get_freeze_count(),
         }
     ),
     flush=True,

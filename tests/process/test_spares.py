@@ -100,6 +100,7 @@ def test_the_next_attempt_runs_in_the_spare_as_python_script_would(work: Path) -
     seen = described(events)
     assert seen["pid"] == spare_pid, "the task is the spare process that was waiting"
     assert seen["preloaded"], "what the spare imported ahead is there"
+    assert seen["frozen"] > 0, "and out of the collector's way (a full collection stalled a joining task 0.12 s)"
     assert seen["name"] == "__main__"
     assert seen["argv"] == [str(SCRIPT), "5"]
     assert seen["path0"] == str(SCRIPT.parent)
@@ -136,6 +137,7 @@ def test_what_a_spare_cannot_run_starts_cold_on_the_same_agent(work: Path) -> No
         assert report["used"] is False and why in report["why"], report
         seen = described(events)
         assert seen["pid"] != spare_pid and not seen["preloaded"] and seen["mark"] == "a"
+        assert seen["frozen"] == 0
         assert exited.exit.code == 3
         assert not psutil.pid_exists(spare_pid) or psutil.Process(spare_pid).status() == psutil.STATUS_ZOMBIE
         transport.close()
