@@ -87,9 +87,19 @@ def failure_signature(task: TaskStatus) -> str | None:
     return None
 
 
+RUNTIME_CRASH_GRACE_S = 0.0  # the built-in runtime (builtin, fit): TensorFlow swallows SIGTERM, nothing to save
+CODE_CRASH_GRACE_S = 0.1  # a user's function or command may handle SIGTERM
+
+
+def default_crash_grace_s(training_kind: str) -> float:
+    """`restart.crash_grace_s` when the spec leaves it unset."""
+    return RUNTIME_CRASH_GRACE_S if training_kind in ("builtin", "fit") else CODE_CRASH_GRACE_S
+
+
 @dataclass(frozen=True)
 class RestartPolicy:
     spec: RestartSpec
+    training_kind: str = "command"  # what an unset crash_grace_s depends on
 
     def classify(self, task: TaskStatus) -> FailureKind:
         exit = task.exit
@@ -105,7 +115,7 @@ class RestartPolicy:
         """How to stop what still runs after `decision`: (seconds before SIGKILL, send SIGTERM first).
 
         After a crash, hang or missed start the survivors' collectives are broken and they cannot
-        save: a short grace. Preempted workers are saving and leave by themselves, as do side-cars
+        save: a short grace, none for the built-in runtime's kinds (unless the spec sets one). Preempted workers are saving and leave by themselves, as do side-cars
         finishing their last checkpoint after a success: no SIGTERM (it could land mid-exit), just
         a deadline. An interrupted launcher gives tasks the full grace period to save.
         """
@@ -113,7 +123,10 @@ class RestartPolicy:
             return self.spec.grace_period_s, False
         if decision.kind is FailureKind.NONE:
             return self.spec.grace_period_s, True
-        return self.spec.crash_grace_s, True
+        grace = self.spec.crash_grace_s
+        if grace is None:
+            grace = default_crash_grace_s(self.training_kind)
+        return grace, True
 
     def decide(self, status: GangStatus) -> Decision:
         if status.all_succeeded:

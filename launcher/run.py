@@ -213,7 +213,7 @@ def launch(
     supervisor = Supervisor(
         planner=planner,
         transport=transport,
-        policy=RestartPolicy(spec.restart),
+        policy=RestartPolicy(spec.restart, spec.training.kind),
         reports_progress=isinstance(spec.training, (BuiltinTraining, FunctionTraining)),
         on_output=console.output,
         on_notice=console.notice,

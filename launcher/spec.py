@@ -534,12 +534,14 @@ class RestartSpec(StrictModel):
         le=3600,
         description="Seconds between SIGTERM and SIGKILL when stopping tasks that can still save (preemption, Ctrl-C).",
     )
-    crash_grace_s: float = Field(
-        0.1,
+    crash_grace_s: float | None = Field(
+        None,
         ge=0,
         le=3600,
         description="Seconds between SIGTERM and SIGKILL when stopping the rest of a gang after a crash, hang or "
-        "missed start: their collectives are broken, so there is nothing left to save.",
+        "missed start: their collectives are broken, so there is nothing left to save. Unset: 0 (SIGKILL at once) "
+        "for the built-in runtime's `builtin` and `fit` kinds, whose tasks have nothing to do on SIGTERM, and 0.1 "
+        "for a `function` or `command`, whose own code may handle it.",
     )
     start_timeout_s: float = Field(
         300.0,

@@ -181,6 +181,18 @@ def test_grace_depends_on_why_the_gang_stops() -> None:
     assert policy.grace_s(Decision(Action.FAIL, FailureKind.NONE)) == (10, True)
 
 
+def test_after_a_crash_the_runtime_kinds_are_killed_at_once_and_code_gets_a_moment() -> None:
+    crash = Decision(Action.RESTART, FailureKind.RETRYABLE)
+    for kind in ("builtin", "fit"):  # TensorFlow swallows SIGTERM; the runtime has nothing to save
+        assert RestartPolicy(RestartSpec(), kind).grace_s(crash) == (0.0, True)
+    for kind in ("function", "command"):  # the user's own code may handle SIGTERM
+        assert RestartPolicy(RestartSpec(), kind).grace_s(crash) == (0.1, True)
+    assert RestartPolicy(RestartSpec(crash_grace_s=2), "builtin").grace_s(crash) == (2, True)  # the spec's word
+    assert RestartPolicy(RestartSpec(crash_grace_s=0), "command").grace_s(crash) == (0, True)
+    hang = Decision(Action.RESTART, FailureKind.STALLED)
+    assert RestartPolicy(RestartSpec(), "builtin").grace_s(hang) == (0.0, True)
+
+
 def test_stall_restarts_only_when_every_running_task_is_quiet() -> None:
     def stepped(name: str, progress: float) -> TaskStatus:
         return TaskStatus(name, "localhost", 1, True, 10, None, 0.0, progress, True)

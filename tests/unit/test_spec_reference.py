@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 from launcher.spec import json_schema
@@ -20,6 +21,12 @@ def test_committed_page_is_what_the_generator_writes_now() -> None:
     assert PAGE.read_text(encoding="utf-8") == generated(), (
         f"docs/spec-reference.md is out of date with the spec's models; regenerate it with: {REGENERATE}"
     )
+
+
+def test_committed_schema_is_what_launch_schema_writes_now() -> None:
+    """cluster.example.json names ./schema.json for editors: it must describe the fields as they are."""
+    committed = json.loads((REPO / "schema.json").read_text(encoding="utf-8"))
+    assert committed == json_schema(), "schema.json is out of date; regenerate it with: launch schema -o schema.json"
 
 
 def test_every_field_of_every_object_has_a_row() -> None:
