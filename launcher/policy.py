@@ -115,9 +115,10 @@ class RestartPolicy:
         """How to stop what still runs after `decision`: (seconds before SIGKILL, send SIGTERM first).
 
         After a crash, hang or missed start the survivors' collectives are broken and they cannot
-        save: a short grace, none for the built-in runtime's kinds (unless the spec sets one). Preempted workers are saving and leave by themselves, as do side-cars
-        finishing their last checkpoint after a success: no SIGTERM (it could land mid-exit), just
-        a deadline. An interrupted launcher gives tasks the full grace period to save.
+        save: a short grace, none for the built-in runtime's kinds (unless the spec sets one).
+        Preempted workers are saving and leave by themselves, as do side-cars finishing their last
+        checkpoint after a success: no SIGTERM (it could land mid-exit), just a deadline. An
+        interrupted launcher gives tasks the full grace period to save.
         """
         if decision.action is Action.SUCCEED or decision.kind is FailureKind.PREEMPTED:
             return self.spec.grace_period_s, False
