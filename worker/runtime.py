@@ -15,12 +15,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from tflaunch.leader import wait_for_leader
 from worker.cluster import ClusterInfo, read_cluster_info
 from worker.contract import DONE, IMPORTED, JOINED, PREEMPTED, STARTING, STEP, USAGE_EXIT_CODE, TaskEnv
 from worker.errors import write_error_file
 from worker.events import report
 from worker.files import write_atomic
-from worker.leader import wait_for_leader
 from worker.targets import WorkerUsageError, load_target
 from worker.training_spec import (
     BuiltinTraining,

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from tflaunch.leader import coordination_leader, split_address, wait_for_leader
 from worker.cluster import ClusterInfo
-from worker.leader import coordination_leader, split_address, wait_for_leader
 
 
 @pytest.fixture()
