@@ -26,7 +26,7 @@ import tempfile
 import keras
 import tensorflow as tf
 
-from tflaunch import report  # progress for the launcher; does nothing without one
+from tflaunch import report, wait_for_leader  # both do nothing without a launcher
 
 FEATURES = 8
 
@@ -37,6 +37,7 @@ parser.add_argument("--checkpoint-every", type=int, default=50)
 args = parser.parse_args()
 
 # Build the strategy before any other TensorFlow op: it reads TF_CONFIG and joins the other workers.
+wait_for_leader()  # asked before its port is up, TensorFlow would back off about a second
 strategy = tf.distribute.MultiWorkerMirroredStrategy()
 task = os.environ.get("TFLAUNCH_TASK", "worker:0")
 checkpoint_dir = os.environ.get("TFLAUNCH_CHECKPOINT_DIR", os.path.join("runs", "train", "checkpoints"))

@@ -2,11 +2,12 @@
 
     from tflaunch import report         # in a training script run by `launch -- python train.py`
     report("step", step=120, loss=0.31)
+    wait_for_leader()                   # before the strategy: see tflaunch.leader
 
     import tflaunch                     # in a notebook or a pipeline
     result = tflaunch.launch("cluster.json")
 
-`report` and `record` import neither TensorFlow nor the project's `launcher` and `worker` packages,
+`report`, `record` and `wait_for_leader` import neither TensorFlow nor the project's `launcher` and `worker` packages,
 so a `worker.py` or `launcher.py` beside a user's script cannot break them; `launch` imports the
 launcher (never TensorFlow) when it is first called.
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from tflaunch.events import record, report
+from tflaunch.leader import wait_for_leader
 
 if TYPE_CHECKING:
     from launcher.errors import LaunchError as LaunchError
@@ -24,7 +26,7 @@ if TYPE_CHECKING:
     from tflaunch.api import LaunchResult
 
 # `from tflaunch import *` gives what a training script uses, and never loads the launcher
-__all__ = ["__version__", "launch", "record", "report"]
+__all__ = ["__version__", "launch", "record", "report", "wait_for_leader"]
 _ERRORS = ("LaunchError", "SpecError", "UsageError")  # what `launch` raises, to catch without the launcher's name
 __version__ = "0.1.0"  # launcher.__version__ and pyproject's, as tests/unit/test_contract.py checks
 

@@ -87,9 +87,15 @@ def run(settings: TaskEnv) -> dict[str, Any]:
             raise WorkerUsageError(f"cannot load training function: {error}") from None
     elif not isinstance(training, (BuiltinTraining, FitTraining)):
         raise WorkerUsageError(f"training kind {training.kind!r} does not run in the worker runtime")
-    waited = wait_for_leader(cluster)
-    if waited is not None and waited >= 1.0:
-        log.info("%s: waited %.1fs for the coordination leader to listen", cluster.name, waited)
+    waited = wait_for_leader(cluster.cluster, cluster.task_type, cluster.task_index)
+    if waited is not None and not waited.listening:
+        log.warning(
+            "%s: the coordination leader did not listen within %.0fs; building the strategy all the same",
+            cluster.name,
+            waited.seconds,
+        )
+    elif waited is not None and waited.seconds >= 1.0:
+        log.info("%s: waited %.1fs for the coordination leader to listen", cluster.name, waited.seconds)
     if isinstance(training, BuiltinTraining):
         strategy = build_strategy(training.devices_per_worker, training.collective)
     else:

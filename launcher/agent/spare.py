@@ -40,6 +40,7 @@ SPARE_BOOTSTRAP = (
     "g={'__name__':'tflaunch_spare','ORDERS':f};exec(compile(src,'tflaunch_spare','exec'),g)"
 )
 PRELOAD_NICE = 19  # where SCHED_IDLE is not to be had: the lowest nice value instead
+RUNTIME_MODULE = "worker"  # launcher.plan.WORKER_MODULE (this source travels alone: no import of it)
 
 # runpy.run_path imports pkgutil only when called, when the task's directory already leads sys.path
 # (a pkgutil.py beside the script would stand in for it): load it while nothing there can be found.
@@ -84,6 +85,7 @@ def _preload(modules: list[str], outcome: dict[str, Any]) -> None:
             failed.append(f"{name}: {type(error).__name__}: {error}")
     # What was imported lives as long as the task: out of the collector's way. Its first full
     # collection would otherwise scan all of TensorFlow's objects (0.12 s) while the task joins.
+    # (Taken back for a user's script: see keeps_frozen.)
     gc.collect()
     gc.freeze()
     outcome.update(ready=True, import_s=round(time.monotonic() - started, 3), failed=failed)
@@ -96,8 +98,18 @@ def _say(fd: int, message: dict[str, Any]) -> None:
         pass
 
 
+def keeps_frozen(argv: list[str]) -> bool:
+    """Whether the task may keep the preload frozen out of the collector: the built-in runtime only
+    (`python [-P] -m worker`, launcher.plan's WORKER_MODULE). A user's script gets the heap a cold
+    start would give it (`gc.get_objects()`, `gc.get_referrers()` and collection as usual)."""
+    args = [a for a in argv[1:] if a != "-P"]
+    return args[:2] == ["-m", RUNTIME_MODULE]
+
+
 def become(order: dict[str, Any]) -> None:
     """Turn this interpreter into the ordered task and run it (returns when the script does)."""
+    if not keeps_frozen(order["argv"]):
+        gc.unfreeze()
     os.environ.clear()
     os.environ.update(order["env"])
     if order.get("cwd"):
