@@ -119,7 +119,8 @@ def _make_checkpoint_dir(spec: ClusterSpec, plan: LaunchPlan) -> RunLock | None:
     """Create the checkpoint directory when it is ours to create, and mark it for as long as we run."""
     if not _checkpoint_dir_is_here(spec, plan):
         return None
-    os.makedirs(plan.checkpoint_dir, exist_ok=True)
+    # as the tasks would make it (their umask, 077 by default), not with the launcher's own umask
+    os.makedirs(plan.checkpoint_dir, mode=0o777 & ~int(spec.umask, 8), exist_ok=True)
     return mark_checkpoints(spec, plan.run_dir, plan.checkpoint_dir)
 
 

@@ -115,6 +115,8 @@ def test_tasks_write_files_only_their_user_can_read(work: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert stat.S_IMODE((work / "made-by-task").stat().st_mode) == 0o600
     assert stat.S_IMODE((work / "dir-by-task").stat().st_mode) == 0o700
+    checkpoints = work / "runs" / "r" / "checkpoints"  # made by the launcher for them: as private
+    assert stat.S_IMODE(checkpoints.stat().st_mode) == 0o700
 
 
 @pytest.mark.parametrize("owner_mode", [("nobody", 0o755), ("self", 0o777), ("self", 0o1777)])
