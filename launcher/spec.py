@@ -1056,13 +1056,29 @@ def _keys_beside(loc: tuple[int | str, ...]) -> list[str]:
     return [field.alias or name for name, field in model.model_fields.items()]
 
 
+# Names other tools give these settings, too far from ours for a spelling match to find them
+_KNOWN_AS = {
+    "batch_size": "batch_per_replica",
+    "batchsize": "batch_per_replica",
+    "per_replica_batch_size": "batch_per_replica",
+    "lr": "learning_rate",
+    "num_workers": "workers",
+    "num_steps": "steps",
+    "max_steps": "steps",
+}
+
+
 def _close_key(loc: tuple[int | str, ...]) -> str | None:
     """The accepted key an unknown key at `loc` was most likely meant to be."""
     import difflib
 
     if not loc or not isinstance(loc[-1], str):
         return None
-    close = difflib.get_close_matches(loc[-1], _keys_beside(loc), n=1, cutoff=0.6)
+    beside = _keys_beside(loc)
+    known = _KNOWN_AS.get(loc[-1].lower().replace("-", "_"))
+    if known in beside:
+        return known
+    close = difflib.get_close_matches(loc[-1], beside, n=1, cutoff=0.6)
     return close[0] if close else None
 
 

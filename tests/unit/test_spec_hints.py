@@ -33,6 +33,10 @@ def test_a_schema_reference_that_is_not_text_is_still_refused() -> None:
         ({"name": "r", "hosts": [{"address": "localhost", "wrokers": 2}]}, "$.hosts[0].wrokers", "workers"),
         ({**BASE, "trainng": {"kind": "builtin"}}, "$.trainng", "training"),
         ({**BASE, "training": {"kind": "builtin", "step": 5}}, "$.training.step", "steps"),
+        ({**BASE, "training": {"kind": "builtin", "batchsize": 8}}, "$.training.batchsize", "batch_per_replica"),
+        ({**BASE, "training": {"kind": "fit", "batch-size": 8}}, '$.training["batch-size"]', "batch_per_replica"),
+        ({**BASE, "training": {"kind": "builtin", "lr": 0.1}}, "$.training.lr", "learning_rate"),
+        ({"name": "r", "hosts": [{"address": "localhost", "num_workers": 2}]}, "$.hosts[0].num_workers", "workers"),
     ],
 )
 def test_an_unknown_key_names_the_key_it_was_meant_to_be(data: dict, path: str, meant: str) -> None:
