@@ -4,10 +4,10 @@ Per host: reachable and authenticated (SSH), python and TensorFlow present with 
 everywhere, the worker runtime installed (when the spec uses it), on hosts given GPUs a working
 nvidia-smi with the same driver and CUDA versions everywhere and every GPU id of the spec (see
 launcher.gpus), the working directory and the checkpoint directory present, the checkpoint
-directory really shared (a marker written on one host is read on all), each task's port free, and
-every host able to open a TCP connection to every other host's task ports while they are bound
-(full mesh; two hosts the local transport runs under loopback addresses are not checked
-against each other). Starts no task; leaves no file behind.
+directory really shared (a marker written on one host is read on all), each task's port free, the
+script of a `python script.py` command present, and every host able to open a TCP connection to
+every other host's task ports while they are bound (full mesh; two hosts the local transport runs
+under loopback addresses are not checked against each other). Starts no task; leaves no file behind.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from launcher.errors import HostError
 from launcher.gpus import GpuHost, fleet_problems, inventory
 from launcher.masking import redact, redacted
 from launcher.plan import LaunchPlan, TaskLaunch
+from launcher.python_script import script_of
 from launcher.spec import BuiltinTraining, ClusterSpec, FunctionTraining, is_url, machine_key
 from launcher.transport.base import Agent, Transport
 
@@ -96,6 +97,7 @@ def run_preflight(spec: ClusterSpec, plan: LaunchPlan, transport: Transport) -> 
                 "need_worker": need_worker,
                 "gpus": bool(host.gpus),
                 "programs": sorted({task.argv[0] for task in host.tasks}),
+                "scripts": sorted({script for task in host.tasks if (script := script_of(task.argv))}),
                 "path": host.tasks[0].env.get("PATH"),  # the spec's, else the host's own
             }
         )
@@ -204,6 +206,11 @@ def _check_info(hosts: list[_Host], plan: LaunchPlan, need_worker: bool, report:
                 else "give its full path, install it there, or set PATH in the spec's env"
             )
             report.problems.append(f"{host.address}: the tasks' command {program!r} cannot run there ({why}); {fix}")
+        for script in info.get("scripts_missing") or []:
+            report.problems.append(
+                f"{host.address}: the tasks' script {script!r} is not there (python would exit 2 at once); "
+                f"a relative path starts from the working directory {host.workdir}"
+            )
         if info.get("checkpoint_unsafe"):
             report.problems.append(
                 f"{host.address}: checkpoint_dir {plan.checkpoint_dir} {info['checkpoint_unsafe']}: a checkpoint "

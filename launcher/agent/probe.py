@@ -230,6 +230,9 @@ def _info(request: dict[str, Any]) -> dict[str, Any]:
     }
     if missing:
         answer["programs_missing"] = missing
+    absent = [script for script in request.get("scripts") or [] if not os.path.exists(os.path.join(workdir, script))]
+    if absent:
+        answer["scripts_missing"] = absent
     if request.get("gpus"):
         answer["gpus"] = _nvidia_smi()
     return answer

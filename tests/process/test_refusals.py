@@ -56,6 +56,8 @@ REFUSALS: list[tuple[str, Any, list[str], str]] = [
     ("command missing", lambda w: good(w), ["--", "/no/such/binary"], "'/no/such/binary' cannot run there (no such"),
     ("command not on PATH", lambda w: good(w, env={"PATH": "/usr/bin"}), ["--", "no-tool"], "(not on PATH=/usr/bin)"),
     ("command not executable", lambda w: good(w), ["--", "./afile"], "'./afile' cannot run there (not an executable"),
+    ("script missing", lambda w: good(w), ["--", "python", "missing.py"], "the tasks' script 'missing.py' is not"),
+    ("script after options", lambda w: good(w), ["--", "python3", "-u", "-W", "ignore", "d/t.py"], "'d/t.py' is not"),
 ]
 
 

@@ -1,0 +1,37 @@
+"""Which script a `python ...` command runs, as Python's own command line reads it."""
+
+from __future__ import annotations
+
+import pytest
+
+from launcher.python_script import is_python, script_of
+
+
+@pytest.mark.parametrize(
+    "argv, script",
+    [
+        (["python", "train.py", "--lr", "1"], "train.py"),
+        (["python3", "-u", "-W", "ignore", "t.py", "x"], "t.py"),
+        (["python", "-Wignore", "t.py"], "t.py"),
+        (["python", "-uB", "t.py"], "t.py"),
+        (["python", "-uXdev", "t.py"], "t.py"),
+        (["/opt/venv/bin/python3.11", "-X", "dev", "--", "t.py"], "t.py"),
+        (["python", "--check-hash-based-pycs", "always", "t.py"], "t.py"),
+        (["python", "-m", "pkg.train"], None),
+        (["python", "-um", "pkg.train"], None),
+        (["python", "-c", "print(1)"], None),
+        (["python"], None),
+        (["python", "-"], None),
+        (["python", "--version"], None),
+        (["bash", "train.py"], None),
+        (["python-config", "x.py"], None),
+        ([], None),
+    ],
+)
+def test_the_script_is_the_first_word_after_the_options(argv: list[str], script: str | None) -> None:
+    assert script_of(argv) == script
+
+
+def test_only_pythons_are_read() -> None:
+    assert is_python("python") and is_python("python3") and is_python("/usr/bin/python3.11")
+    assert not is_python("pythonista") and not is_python("ipython") and not is_python("/usr/bin/env")
