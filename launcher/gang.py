@@ -115,12 +115,14 @@ class TaskResult:
     sidecar: bool = False  # the evaluator: its outcome never fails the run
     error: dict[str, Any] | None = None
     result: dict[str, Any] | None = None
+    oom_kills: int | None = None  # killed by SIGKILL: the host's OOM kills while it ran (0: not out of memory)
 
     @property
     def describe_exit(self) -> str:
         if self.exit_code is None and self.signal is None and self.lost is None:
             return "did not exit"
-        text = ExitStatus(self.exit_code, self.signal, lost=self.lost).describe()
+        oom_kills = None if self.killed_by_launcher else self.oom_kills
+        text = ExitStatus(self.exit_code, self.signal, lost=self.lost, oom_kills=oom_kills).describe()
         # "killed by SIGKILL" alone reads as the kernel's out-of-memory killer: say whose signal it was
         return f"{text} (stopped by the launcher)" if self.killed_by_launcher and self.lost is None else text
 

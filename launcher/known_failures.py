@@ -68,6 +68,18 @@ KNOWN_FAILURES: tuple[KnownFailure, ...] = (
         "out of memory: a tensor did not fit on the device; lower the per-replica batch size or the model size",
     ),
     _known(
+        "killed-by-the-out-of-memory-killer",
+        r"^killed by SIGKILL \(most likely out of memory",
+        "the kernel's out-of-memory killer ended the task (`dmesg | grep -i oom` on its host names what it killed): "
+        "lower the memory each task uses (batch size, model, a cached data set), or run fewer tasks per host",
+    ),
+    _known(
+        "killed-by-sigkill-from-outside",
+        r"^killed by SIGKILL \(not out of memory",
+        "the task was killed by SIGKILL from outside the launcher, and not by the kernel's out-of-memory killer (it "
+        "ended nothing on that host while the task ran): a person, a job scheduler or a watchdog there sent it",
+    ),
+    _known(
         "killed-by-sigkill",
         r"^killed by SIGKILL$",
         "the task was killed by SIGKILL, and not by the launcher: most often the kernel's out-of-memory killer "

@@ -499,6 +499,7 @@ class Supervisor:
                     and self._policy.classify(self._task_status(task)) is FailureKind.PREEMPTED,
                     error=_read_json(launch.error_path),
                     result=_read_json(launch.result_path),
+                    oom_kills=task.exit.oom_kills if task.exit else None,
                 )
             )
         attempt = AttemptResult(

@@ -48,6 +48,7 @@ MODULES = (
     "launcher.agent.keeper",
     "launcher.agent.spawn",
     "launcher.agent.scratch",
+    "launcher.agent.oom",
     "launcher.agent.tasks",
     MAIN,
 )

@@ -32,6 +32,7 @@ from typing import Any
 
 from launcher.agent import frames
 from launcher.agent.keeper import Keeper, proc_stat
+from launcher.agent.oom import oom_kills
 from launcher.agent.spawn import start_task
 from worker.contract import (
     AGENT_EVENTS,
@@ -146,6 +147,7 @@ class Running:
         self.drain_until = 0.0
         self.stopped = False
         self.mirrors: dict[str, str] = {}  # env var -> the scratch path the task writes it to
+        self.oom_kills_before = oom_kills()  # the host's count: told back if the task dies of SIGKILL
 
 
 class Standby:
@@ -492,8 +494,7 @@ class Tasks:
         code, sig = (status, None) if status >= 0 else (None, -status)
         with self._lock:
             self._running.pop(task.ident, None)
-        self._send(
-            frames.event_frame(
-                task.ident, {"event": EXIT, "code": code, "signal": sig, "pid": task.pid, "files": files}
-            )
-        )
+        report: dict[str, Any] = {"event": EXIT, "code": code, "signal": sig, "pid": task.pid, "files": files}
+        if sig == signal.SIGKILL and task.oom_kills_before is not None and (now := oom_kills()) is not None:
+            report["oom_kills"] = now - task.oom_kills_before  # 0: not the kernel's OOM killer
+        self._send(frames.event_frame(task.ident, report))

@@ -28,6 +28,7 @@ class ExitStatus:
     signal: int | None
     time: float = field(default_factory=time.time)
     lost: str | None = None  # set when the connection to the task's host was lost: why
+    oom_kills: int | None = None  # killed by SIGKILL: how many the host's OOM killer made meanwhile (0: not it)
 
     @property
     def ok(self) -> bool:
@@ -40,18 +41,33 @@ class ExitStatus:
             import signal as _signal
 
             try:
-                return f"killed by {_signal.Signals(self.signal).name}"
+                text = f"killed by {_signal.Signals(self.signal).name}"
             except ValueError:
                 return f"killed by signal {self.signal}"
+            if self.oom_kills == 0:
+                return f"{text} (not out of memory: the kernel's OOM killer ended nothing on that host while it ran)"
+            if self.oom_kills:
+                return (
+                    f"{text} (most likely out of memory: the kernel's OOM killer ended {self.oom_kills} process(es) "
+                    "on that host while it ran)"
+                )
+            return text
         return f"exit code {self.code}"
 
 
 def exit_from_report(report: dict[str, Any] | None) -> ExitStatus | None:
     """The helper's `exit` report as a ExitStatus; None when the helper never sent one."""
-    if report is None:
-        return None
-    code, sig = report.get("code"), report.get("signal")
-    return ExitStatus(code if isinstance(code, int) else None, sig if isinstance(sig, int) else None)
+    return None if report is None else exit_status_of(report)
+
+
+def exit_status_of(report: dict[str, Any]) -> ExitStatus:
+    """An agent's or helper's `exit` report as an ExitStatus (what is not of the expected type: unknown)."""
+    code, sig, oom = report.get("code"), report.get("signal"), report.get("oom_kills")
+    return ExitStatus(
+        code if isinstance(code, int) else None,
+        sig if isinstance(sig, int) else None,
+        oom_kills=oom if isinstance(oom, int) and not isinstance(oom, bool) and oom >= 0 else None,
+    )
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from launcher.errors import HostError
 from launcher.masking import PemLines, redact
 from launcher.plan import TaskLaunch
 from launcher.private_files import make_private_dir, open_private
-from launcher.transport.base import EventSink, ExitStatus, OutputLine, TaskExited, WorkerReport
+from launcher.transport.base import EventSink, ExitStatus, OutputLine, TaskExited, WorkerReport, exit_status_of
 from launcher.transport.channel import Channel
 from worker.contract import ALIVE, ERROR_FILE_VAR, EXIT, RESULT_FILE_VAR, STARTED
 from worker.files import write_atomic
@@ -147,8 +147,7 @@ class AgentTask:
             if isinstance(pid, int):
                 self.pid = pid
             write_mirrored(self.launch, data.get("files") or {})
-            code, sig = data.get("code"), data.get("signal")
-            self.end(ExitStatus(code if isinstance(code, int) else None, sig if isinstance(sig, int) else None))
+            self.end(exit_status_of(data))
         elif data["event"] == STARTED:
             pid = data.get("pid")
             if isinstance(pid, int):

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from launcher.agent.oom import oom_kills
 from launcher.gang import AttemptResult, LaunchState, RunResult, TaskResult
+from launcher.known_failures import known_failure
 from launcher.report import failure_text, failures
+from launcher.transport.base import exit_status_of
 
 
 def ended(name: str, host: str, at: float, **how: object) -> TaskResult:
@@ -32,3 +37,34 @@ def test_a_task_killed_by_the_launchers_signal_says_so_and_no_other() -> None:
     assert exited("worker:2", exit_code=42, stopped=True).describe_exit == "exit code 42"
     cut = exited("worker:3", stopped=True, killed_by_launcher=True, lost="nothing from 10.0.0.3 for 15s")
     assert "stopped by the launcher" not in cut.describe_exit  # a lost host is a failure of its own
+
+
+def test_a_sigkill_says_whether_the_hosts_oom_killer_was_at_work_meanwhile() -> None:
+    def killed(**how: object) -> TaskResult:
+        return TaskResult("worker:1", "h", 7, None, 9, 0.0, 8.0, True, 20, "/x.log", **how)  # type: ignore[arg-type]
+
+    assert killed(oom_kills=2).describe_exit.startswith("killed by SIGKILL (most likely out of memory: the kernel's")
+    assert killed(oom_kills=0).describe_exit.startswith("killed by SIGKILL (not out of memory")
+    assert killed().describe_exit == "killed by SIGKILL"  # the host could not say
+    # the launcher's own SIGKILL is the launcher's, whatever else the OOM killer did meanwhile
+    assert killed(oom_kills=1, killed_by_launcher=True).describe_exit == "killed by SIGKILL (stopped by the launcher)"
+    known = known_failure(killed(oom_kills=1).describe_exit)
+    assert known is not None and known.anchor == "killed-by-the-out-of-memory-killer"
+    known = known_failure(killed(oom_kills=0).describe_exit)
+    assert known is not None and known.anchor == "killed-by-sigkill-from-outside"
+
+
+def test_an_oom_count_is_taken_only_when_it_is_a_count() -> None:
+    assert exit_status_of({"signal": 9, "oom_kills": 3}).oom_kills == 3
+    for bad in (True, -1, "2", 1.5, None):
+        assert exit_status_of({"signal": 9, "oom_kills": bad}).oom_kills is None
+
+
+def test_the_agent_reads_the_hosts_oom_kill_count(tmp_path: Path) -> None:
+    table = tmp_path / "vmstat"
+    table.write_text("nr_free_pages 10\noom_kill 17\nnr_foll_pin 0\n")
+    assert oom_kills(str(table)) == 17
+    table.write_text("nr_free_pages 10\n")  # a kernel older than 4.13
+    assert oom_kills(str(table)) is None
+    assert oom_kills(str(tmp_path / "absent")) is None
+    assert isinstance(oom_kills(), int)  # this Linux has the count
