@@ -5,7 +5,8 @@ everywhere, the worker runtime installed (when the spec uses it), on hosts given
 nvidia-smi with the same driver and CUDA versions everywhere and every GPU id of the spec (see
 launcher.gpus), the working directory and the checkpoint directory present, the checkpoint
 directory really shared (a marker written on one host is read on all), each task's port free, the
-script of a `python script.py` command present, and every host able to open a TCP connection to
+script of a `python script.py` command and the modules of the spec's `module:function` targets
+present (found, never run), and every host able to open a TCP connection to
 every other host's task ports while they are bound (full mesh; two hosts the local transport runs
 under loopback addresses are not checked against each other). Starts no task; leaves no file behind.
 """
@@ -84,6 +85,7 @@ def run_preflight(spec: ClusterSpec, plan: LaunchPlan, transport: Transport) -> 
         tasks = [t for t in plan.tasks if t.host_index == index]
         hosts.append(_Host(index, entry.address, entry.is_local, tasks[0].python, tasks[0].cwd, tasks, entry.gpu_ids))
     need_worker = isinstance(spec.training, (BuiltinTraining, FunctionTraining))
+    targets = _targets(spec)
 
     transport.connect([host.index for host in hosts])
 
@@ -98,6 +100,8 @@ def run_preflight(spec: ClusterSpec, plan: LaunchPlan, transport: Transport) -> 
                 "gpus": bool(host.gpus),
                 "programs": sorted({task.argv[0] for task in host.tasks}),
                 "scripts": sorted({script for task in host.tasks if (script := script_of(task.argv))}),
+                "modules": sorted({target.partition(":")[0] for target in targets.values()}),
+                "pythonpath": host.tasks[0].env.get("PYTHONPATH"),
                 "path": host.tasks[0].env.get("PATH"),  # the spec's, else the host's own
             }
         )
@@ -111,6 +115,7 @@ def run_preflight(spec: ClusterSpec, plan: LaunchPlan, transport: Transport) -> 
             )
     live = [h for h in hosts if h.info]
     _check_info(live, plan, need_worker, report)
+    _check_targets(live, targets, report)
     _check_gpus(live, report)
     _check_shared_checkpoints([h for h in live if h.info.get("checkpoint_ok")], plan, report)
     _check_ports_and_mesh(live, report)
@@ -233,6 +238,27 @@ def _check_info(hosts: list[_Host], plan: LaunchPlan, need_worker: bool, report:
             report.problems.append(
                 f"{label} versions differ across hosts ({spread}); install the same version everywhere"
             )
+
+
+def _targets(spec: ClusterSpec) -> dict[str, str]:
+    """The `module:function` targets the worker runtime will import, by their spec field."""
+    training = spec.training
+    fields = ("target",) if isinstance(training, FunctionTraining) else ("model", "dataset")
+    found = {name: getattr(training, name, None) for name in fields}
+    return {f"training.{name}": value for name, value in found.items() if isinstance(value, str) and value}
+
+
+def _check_targets(hosts: list[_Host], targets: dict[str, str], report: PreflightReport) -> None:
+    for host in hosts:
+        missing = set(host.info.get("modules_missing") or [])
+        for field_name, target in targets.items():
+            module = target.partition(":")[0]
+            if module in missing:
+                report.problems.append(
+                    f"{host.address}: {field_name} {target!r}: no module {module!r} there, neither in the working "
+                    f"directory {host.workdir} nor among {host.info['executable']}'s packages; check its spelling, "
+                    "or put it there"
+                )
 
 
 def _check_shared_checkpoints(hosts: list[_Host], plan: LaunchPlan, report: PreflightReport) -> None:

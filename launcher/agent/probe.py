@@ -233,9 +233,43 @@ def _info(request: dict[str, Any]) -> dict[str, Any]:
     absent = [script for script in request.get("scripts") or [] if not os.path.exists(os.path.join(workdir, script))]
     if absent:
         answer["scripts_missing"] = absent
+    pythonpath = request.get("pythonpath")  # the spec's, else what the tasks inherit from this agent
+    pythonpath = os.environ.get("PYTHONPATH", "") if pythonpath is None else pythonpath
+    extra = [os.path.join(workdir, p) for p in pythonpath.split(os.pathsep) if p]
+    unfound = [m for m in request.get("modules") or [] if not module_found(m, [workdir, *extra])]
+    if unfound:
+        answer["modules_missing"] = unfound
     if request.get("gpus"):
         answer["gpus"] = _nvidia_smi()
     return answer
+
+
+def module_found(name: str, first: list[str]) -> bool:
+    """Whether the worker runtime could import module `name` (dotted) from the directories `first`
+    (the working directory, PYTHONPATH) or this python's packages, found without running any of it:
+    each package's location is read from its spec, no `__init__` is executed. A name under a plain
+    module (os.path) is taken as found: only running that module could tell."""
+    from importlib.machinery import PathFinder
+
+    parts = name.split(".")
+    if not all(part.isidentifier() for part in parts):
+        return False
+    spec = PathFinder.find_spec(parts[0], [*first, *_site_dirs(), *(p for p in sys.path if p)])
+    if spec is None:
+        import importlib.util
+
+        _run_site()  # an editable install's path or finder comes from a .pth file
+        try:
+            spec = importlib.util.find_spec(parts[0])
+        except (ImportError, ValueError):
+            return False
+    for part in parts[1:]:
+        if spec is None:
+            return False
+        if not spec.submodule_search_locations:  # not a package: only its code can say (os.path)
+            return True
+        spec = PathFinder.find_spec(part, list(spec.submodule_search_locations))
+    return spec is not None
 
 
 def not_runnable(program: str, path: str, cwd: str) -> str | None:

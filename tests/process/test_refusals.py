@@ -210,3 +210,38 @@ def test_a_password_in_a_checkpoint_url_is_masked_by_the_check_and_the_dry_run(w
     assert checked.returncode == 0 and dry.returncode == 0, checked.stderr + dry.stderr
     assert "object-store URL" in checked.stdout and "checkpoints gs://" in dry.stdout
     assert "pa55word" not in checked.stdout + checked.stderr + dry.stdout + dry.stderr
+
+
+@pytest.mark.parametrize(
+    "training, needle",
+    [
+        ({"kind": "function", "target": "nosuchmod:train"}, "training.target 'nosuchmod:train': no module 'nosuchmod'"),
+        ({"kind": "builtin", "model": "models.nope:build"}, "training.model 'models.nope:build': no module"),
+        ({"kind": "builtin", "dataset": "data_typo:make"}, "training.dataset 'data_typo:make': no module"),
+    ],
+)
+def test_a_target_whose_module_is_nowhere_is_refused_before_anything_starts(
+    work: Path, training: dict[str, Any], needle: str
+) -> None:
+    (work / "models").mkdir()
+    (work / "models" / "__init__.py").write_text("raise SystemExit('the preflight ran a package of yours')\n")
+    spec = write_spec(work, good(work, training=training))
+    before = snapshot(work)
+    proc = run_launch(["--cluster", str(spec)], work, timeout=90)
+    assert proc.returncode == 2, proc.stderr
+    assert needle in proc.stderr and f"working directory {work}" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert snapshot(work) == before
+
+
+def test_targets_found_in_the_working_directory_and_pythonpath_pass_the_check(work: Path) -> None:
+    (work / "models").mkdir()
+    (work / "models" / "__init__.py").write_text("raise SystemExit('the preflight ran a package of yours')\n")
+    (work / "models" / "net.py").write_text("def build(config): ...\n")
+    (work / "lib").mkdir()
+    (work / "lib" / "data.py").write_text("def make(ctx): ...\n")
+    training = {"kind": "builtin", "model": "models.net:build", "dataset": "data:make"}
+    spec = write_spec(work, good(work, training=training, env={"PYTHONPATH": "lib"}))
+    proc = run_launch(["--cluster", str(spec), "--check"], work, timeout=90)
+    assert proc.returncode == 0, proc.stderr
+    assert "preflight passed" in proc.stdout

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from launcher.agent import probe
 from launcher.agent.bootstrap import agent_line
+from launcher.agent.probe import module_found
 from launcher.transport.local import open_local
 from launcher.transport.session import AgentSession
 
@@ -189,3 +190,17 @@ def test_the_mesh_check_holds_few_sockets_and_survives_an_unusable_address_famil
     finally:
         listening.close()
     assert answer["results"] == {f"127.0.0.1:{port}": "ok", f"::1:{port}": "Address family not supported by protocol"}
+
+
+def test_a_module_is_looked_for_without_running_any_of_it(tmp_path: Path) -> None:
+    package = tmp_path / "pkg"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text("raise SystemExit('ran')\n")
+    (package / "sub" / "mod.py").write_text("raise SystemExit('ran')\n")
+    (tmp_path / "spaced" / "inner").mkdir(parents=True)  # a namespace package: no __init__
+    (tmp_path / "spaced" / "inner" / "m.py").write_text("")
+    assert module_found("pkg", [str(tmp_path)]) and module_found("pkg.sub.mod", [str(tmp_path)])
+    assert module_found("spaced.inner.m", [str(tmp_path)])
+    assert not module_found("pkg.sub.absent", [str(tmp_path)]) and not module_found("nosuch_xyz", [str(tmp_path)])
+    assert not module_found("spaced.absent", [str(tmp_path)]) and not module_found("bad name", [str(tmp_path)])
+    assert module_found("os.path", []) and module_found("sys", []) and module_found("json.decoder", [])
