@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_va
 from launcher.errors import SpecError, SpecProblem
 from launcher.masking import MASK, MIN_MASKED, Redactor, is_declared, is_secret, looks_secret, secret_arguments
 from launcher.spec_json import decode_json, decode_text, json_child, raw_problems
-from launcher.spec_limits import MAX_HOSTS, MAX_WORKERS_PER_HOST
+from launcher.spec_limits import MAX_HOSTS, MAX_SPEC_BYTES, MAX_WORKERS_PER_HOST
 from worker.contract import ENV_PREFIX, PREEMPTION_EXIT_CODE
 from worker.training_spec import (  # noqa: F401 - re-exported: the spec's `training` section
     TRAINING_KINDS,
@@ -1231,11 +1231,22 @@ def _close_kind(given: str) -> str | None:
 def load_spec(path: Path, hosts_from: HostsFrom | None = None) -> ClusterSpec:
     """Read and validate a cluster.json file; raise SpecError (exit 2) on any problem."""
     try:
-        raw = path.read_bytes()
+        with path.open("rb") as handle:  # bounded: /dev/zero or a huge file is refused, not read until memory ends
+            raw = handle.read(MAX_SPEC_BYTES + 1)
     except OSError as error:
         raise SpecError(
             str(path), [SpecProblem("$", f"cannot read the file ({error.strerror}); check the --cluster path")]
         ) from None
+    if len(raw) > MAX_SPEC_BYTES:
+        raise SpecError(
+            str(path),
+            [
+                SpecProblem(
+                    "$",
+                    f"larger than {MAX_SPEC_BYTES // 2**20} MiB, which no cluster spec is; check the --cluster path",
+                )
+            ],
+        )
     text, problems = decode_text(raw)
     if text is not None:
         data, problems = decode_json(text)

@@ -245,3 +245,10 @@ def test_targets_found_in_the_working_directory_and_pythonpath_pass_the_check(wo
     proc = run_launch(["--cluster", str(spec), "--check"], work, timeout=90)
     assert proc.returncode == 0, proc.stderr
     assert "preflight passed" in proc.stdout
+
+
+def test_a_spec_path_that_never_ends_is_refused_not_read_until_memory_runs_out(work: Path) -> None:
+    proc = run_launch(["--cluster", "/dev/zero", "--dry-run"], work, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert "/dev/zero: 1 problem in the cluster spec" in proc.stderr and "larger than 16 MiB" in proc.stderr
+    assert "Traceback" not in proc.stderr
