@@ -86,10 +86,13 @@ def check(spec: ClusterSpec, allocation: Allocation | None) -> int:
     """The preflight, and what the launch would refuse in its run directory (another user's, a run
     still going, another training's checkpoints), without starting anything."""
     from launcher.resume import resume_notice
-    from launcher.run import make_planner, make_transport, preflight
+    from launcher.run import make_planner, make_transport, preflight, run_dir_of
+    from launcher.run_lock import check_run_dir, refuse_if_running
 
     freeze_start_up()
-    resuming = resume_notice(spec)  # refuses the run directory first, as the launch would
+    run_dir = str(run_dir_of(spec))
+    check_run_dir(run_dir)  # as the launch does: another user's, or writable by others, before anything else
+    refuse_if_running(run_dir)
     plan = make_planner(spec)(0)
     transport = make_transport(spec, allocation)
     try:
@@ -100,6 +103,7 @@ def check(spec: ClusterSpec, allocation: Allocation | None) -> int:
         print(f"  {line}")
     if not report.ok:
         raise PreflightError(report.problems)
+    resuming = resume_notice(spec)  # another training's checkpoints: refused once the preflight passed, as launch does
     if resuming is not None:
         print(f"  {resuming.would()}")
     print(f"preflight passed: {len(spec.hosts)} host(s), {len(plan.tasks)} task(s)")
@@ -127,8 +131,7 @@ def run(
         verbose=console_options.verbose,
         show=console_options.show,
     )
-    resume_or_start_over(spec, fresh, console.notice)
-    result = launch(spec, console, faults, allocation)
+    result = launch(spec, console, faults, allocation, lambda: resume_or_start_over(spec, fresh, console.notice))
     for text in unfired(faults, result.attempts[0].tasks if result.attempts else ()):
         console.notice(text)
     if result.state is LaunchState.SUCCEEDED:

@@ -59,11 +59,11 @@ def next_attempt(run_dir: Path) -> int:
     return max(numbers, default=-1) + 1
 
 
-def make_planner(spec: ClusterSpec, faults: list[Fault] | None = None) -> Planner:
-    """Plans for attempt 0, 1, ... of this launch; ports chosen once and kept while they stay free."""
+def make_planner(spec: ClusterSpec, faults: list[Fault] | None = None, ports: dict[str, int] | None = None) -> Planner:
+    """Plans for attempt 0, 1, ... of this launch; ports chosen once (unless given) and kept while they stay free."""
     run_dir = run_dir_of(spec)
     first = next_attempt(run_dir)
-    ports = choose_free_ports(spec)
+    ports = choose_free_ports(spec) if ports is None else ports
     rehearsed = {fault.task: fault.to_env() for fault in faults or []}
 
     def plan(attempt: int) -> LaunchPlan:
@@ -172,16 +172,24 @@ def make_transport(spec: ClusterSpec, allocation: Allocation | None = None) -> T
 
 
 def launch(
-    spec: ClusterSpec, console: Console, faults: list[Fault] | None = None, allocation: Allocation | None = None
+    spec: ClusterSpec,
+    console: Console,
+    faults: list[Fault] | None = None,
+    allocation: Allocation | None = None,
+    once_checked: Callable[[], None] | None = None,
 ) -> RunResult:
     """Preflight, then supervise every attempt until the run ends; always writes summary.json.
 
-    Raises PreflightError (nothing written, nothing started), RunDirError (the run directory cannot
-    be written; nothing started) or InterruptedLaunchError (every task stopped, summary written)."""
+    `once_checked` runs when the preflight passed, before the run directory is written: what may
+    refuse the run's old files or move them aside (`--fresh`), so a mistake the preflight finds
+    costs nothing. Raises PreflightError (nothing written, nothing started), RunDirError (the run
+    directory cannot be written; nothing started) or InterruptedLaunchError (every task stopped,
+    summary written)."""
     run_dir = str(run_dir_of(spec))
     check_run_dir(run_dir)  # another user's, or writable by others: refused before anything is read from it
     refuse_if_running(run_dir)  # before the preflight: a second launch of a running run says so at once
-    planner = make_planner(spec, faults)
+    ports = choose_free_ports(spec)
+    planner = make_planner(spec, faults, ports)
     first_plan = planner(0)  # validates local ports before anything starts (raises PortInUseError)
     transport = make_transport(spec, allocation)
     try:
@@ -192,6 +200,15 @@ def launch(
     if not report.ok:
         transport.close()
         raise PreflightError(report.problems)
+    if once_checked is not None:
+        try:
+            once_checked()
+            if next_attempt(Path(run_dir)) != first_plan.attempt:  # --fresh moved the earlier attempts aside
+                planner = make_planner(spec, faults, ports)  # the ports the preflight checked
+                first_plan = planner(0)
+        except BaseException:
+            transport.close()
+            raise
     lock = None
     try:
         make_private_dir(first_plan.run_dir)  # logs hold whatever tasks print: for the owner only

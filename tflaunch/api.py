@@ -74,9 +74,12 @@ def launch(
     shown = shown_tasks(parsed, names, flag="show=") if show else frozenset()
     out = _writable(sys.stdout)
     console = Console(quiet=not echo, live=False, out=out, err=out, verbose=verbose, show=shown, owns_streams=False)
-    resume_or_start_over(parsed, fresh, console.notice, PYTHON_WORDS)  # another training's checkpoints are refused
+
+    def once_checked() -> None:  # another training's checkpoints are refused; fresh moves the old files aside
+        resume_or_start_over(parsed, fresh, console.notice, PYTHON_WORDS)
+
     try:
-        result = run_launch(parsed, console)
+        result = run_launch(parsed, console, once_checked=once_checked)
     except InterruptedLaunchError as error:
         return _result(run_dir_of(parsed), "interrupted", error.exit_code, str(error))
     if result.state is LaunchState.SUCCEEDED:

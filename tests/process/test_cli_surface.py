@@ -250,6 +250,25 @@ def test_checkpoints_of_another_training_are_not_resumed(work: Path) -> None:
     ), further.stderr
 
 
+def test_a_misspelt_script_is_named_before_the_checkpoints_and_fresh_moves_nothing_for_it(work: Path) -> None:
+    """The preflight comes first: a typo in the script is not reported as another training's checkpoints,
+    and `--fresh` (which that report suggests) moves the run's old files aside only once it passed."""
+    (work / "train.py").write_text(
+        "import os, pathlib\npathlib.Path(os.environ['TFLAUNCH_CHECKPOINT_DIR'], 'ckpt-1').touch()\n"
+    )
+    args = ["--local", "1", "--run-root", str(work / "runs"), "--plain"]
+    first = run_launch([*args, "--", "python3", "train.py"], work)
+    assert first.returncode == 0, first.stderr
+    before = sorted(p.name for p in (work / "runs").iterdir())
+    for extra in ([], ["--check"], ["--fresh"]):
+        typo = run_launch([*args, *extra, "--", "python3", "trian.py"], work)
+        assert typo.returncode == 2, typo.stderr
+        assert "the tasks' script 'trian.py' is not there" in typo.stderr, typo.stderr
+        assert "another training" not in typo.stderr and "moved" not in typo.stderr
+        assert sorted(p.name for p in (work / "runs").iterdir()) == before  # nothing moved aside
+    assert (work / "runs" / "local" / "checkpoints" / "ckpt-1").exists()
+
+
 def test_two_runs_sharing_a_checkpoint_dir_are_told_apart(work: Path) -> None:
     """The checkpoint directory says which run and training wrote it: another run's name does not hide
     another training's checkpoints, nor does --fresh move them while that run writes them."""
