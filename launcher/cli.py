@@ -107,6 +107,10 @@ def _run(own: list[str], command: list[str]) -> int:
     _quiet_libraries(args.verbose)
     if args.json and not args.dry_run:
         raise UsageError("--json goes with --dry-run.")
+    if args.dry_run and args.check:
+        raise UsageError("--dry-run prints the plan and --check runs the preflight: give one of them.")
+    if args.quiet and args.show:
+        raise UsageError("--quiet echoes no task's output and --show echoes only some: give one of them.")
     if args.fresh and (args.dry_run or args.check):
         raise UsageError("--fresh starts a run over; it does not go with --dry-run or --check.")
     allocation = None

@@ -53,6 +53,19 @@ def test_conflicting_sources_are_a_usage_error(tmp_path: Path) -> None:
     assert proc.returncode == 2 and "Give one of --local and -H" in proc.stderr and "Traceback" not in proc.stderr
 
 
+@pytest.mark.parametrize(
+    "flags, said",
+    [
+        (["--check", "--dry-run"], "--dry-run prints the plan and --check runs the preflight: give one of them."),
+        (["--quiet", "--show", "worker:0"], "--quiet echoes no task's output and --show echoes only some"),
+    ],
+)
+def test_flags_that_contradict_each_other_are_a_usage_error(tmp_path: Path, flags: list[str], said: str) -> None:
+    proc = run_launch(["--local", "2", *flags, "--", "true"], tmp_path)
+    assert proc.returncode == 2 and said in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert not (tmp_path / "runs").exists()
+
+
 def test_a_host_list_runs_without_a_spec_file(work: Path) -> None:
     out = work / "out"
     out.mkdir()
