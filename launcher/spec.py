@@ -82,6 +82,14 @@ def is_this_machine(address: str) -> bool:
     return ip is not None and ip in _THIS_MACHINE_IPS
 
 
+def _localhost_hint(address: str) -> str:
+    """` (did you mean localhost?)` for an address that reads like a misspelt `localhost`."""
+    import difflib
+
+    near = difflib.SequenceMatcher(None, address.lower(), "localhost").ratio() >= 0.8
+    return f"; or, if {address} was meant to be this machine: did you mean localhost?" if near else ""
+
+
 def _host_port(address: str, port: int) -> str:
     """`host:port`, with an IPv6 address in brackets as URLs and TF_CONFIG write it."""
     return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
@@ -862,11 +870,14 @@ class ClusterSpec(StrictModel):
                         problems.append(
                             (
                                 where if given else f"hosts[{i}].ports",
-                                f"port 0 (pick a free one) only works for local hosts; give {host.address} explicit "
-                                "ports"
-                                if given
-                                else f"a remote host needs explicit ports: give {host.address} one per task "
-                                "(its peers dial them)",
+                                (
+                                    f"port 0 (pick a free one) only works for local hosts; give {host.address} "
+                                    "explicit ports"
+                                    if given
+                                    else f"a remote host needs explicit ports: give {host.address} one per task "
+                                    "(its peers dial them)"
+                                )
+                                + _localhost_hint(host.address),
                             )
                         )
                         break

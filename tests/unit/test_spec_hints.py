@@ -56,3 +56,18 @@ def test_a_checkpoint_url_with_a_space_is_not_taken_for_a_local_directory() -> N
     with pytest.raises(SpecError, match=r"checkpoint_dir: 'gs://bucket/my run' looks like a URL but is not one"):
         parse_spec(spec)
     assert parse_spec({**spec, "checkpoint_dir": "gs://bucket/my-run"}).checkpoint_dir == "gs://bucket/my-run"
+
+
+@pytest.mark.parametrize("address", ["locahost", "localhots", "lcoalhost", "Localhost1"])
+def test_an_address_that_reads_like_a_misspelt_localhost_says_so(address: str) -> None:
+    with pytest.raises(SpecError) as raised:
+        parse_spec({"name": "r", "hosts": [{"address": address, "workers": 2}]})
+    assert "a remote host needs explicit ports" in str(raised.value)
+    assert f"if {address} was meant to be this machine: did you mean localhost?" in str(raised.value)
+
+
+@pytest.mark.parametrize("address", ["host-a", "10.0.0.1", "gpu-node-17", "local"])
+def test_other_remote_hosts_get_no_localhost_hint(address: str) -> None:
+    with pytest.raises(SpecError) as raised:
+        parse_spec({"name": "r", "hosts": [{"address": address, "workers": 2}]})
+    assert "a remote host needs explicit ports" in str(raised.value) and "localhost?" not in str(raised.value)
