@@ -26,7 +26,12 @@ SUBCOMMANDS = {
 
 
 class _ArgumentParser(argparse.ArgumentParser):
+    takes_command = False  # `launch` itself: words after `--` are the tasks' command
+
     def error(self, message: str) -> Any:  # argparse would exit 2 with usage; keep one path
+        head, _, words = message.partition(": ")
+        if self.takes_command and head == "unrecognized arguments" and not words.startswith("-"):
+            message += f" (a command for every task goes after --: {self.prog} ... -- {words})"
         raise UsageError(f"{message}\n{self.format_usage().strip()}")
 
 
@@ -34,6 +39,14 @@ def _parser(prog: str, description: str, epilog: str | None = None) -> argparse.
     return _ArgumentParser(
         prog=prog, description=description, epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+
+
+def _command_parser(prog: str, description: str, epilog: str | None = None) -> argparse.ArgumentParser:
+    parser: _ArgumentParser = _ArgumentParser(
+        prog=prog, description=description, epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.takes_command = True
+    return parser
 
 
 def _spec_flags(parser: argparse.ArgumentParser, required: bool = False) -> None:
@@ -46,7 +59,7 @@ def _spec_flags(parser: argparse.ArgumentParser, required: bool = False) -> None
 
 def run_parser() -> argparse.ArgumentParser:
     commands = "\n".join(f"  launch {name:<8} {text}" for name, text in SUBCOMMANDS.items())
-    parser = _parser(
+    parser = _command_parser(
         "launch",
         "Start a TensorFlow MultiWorkerMirroredStrategy job from a cluster spec and supervise it as one gang.\n"
         "Everything after '--' is a command run as every task instead of the spec's training.",

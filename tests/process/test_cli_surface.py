@@ -486,3 +486,12 @@ def test_a_python_without_tensorflow_runs_a_command_but_not_the_built_in_runtime
     assert ran.returncode == 0 and f"[worker:0] {bare}" in ran.stdout, ran.stderr
     built_in = run_launch(["--cluster", str(path), "--check"], work)
     assert built_in.returncode != 0 and f"localhost: tensorflow is not installed for {bare}" in built_in.stderr
+
+
+def test_a_command_given_without_the_double_dash_is_told_where_it_goes(tmp_path: Path) -> None:
+    proc = run_launch(["--local", "2", "python", "train.py"], tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    said = "unrecognized arguments: python train.py (a command for every task goes after --: launch ... -- python"
+    assert said in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    other = run_launch(["status", "runs/x", "extra"], tmp_path)
+    assert other.returncode == 2 and "goes after --" not in other.stderr, other.stderr
