@@ -65,6 +65,12 @@ class PortInUseError(LaunchError):
         )
 
 
+class AlreadyTrained(LaunchError):
+    """A launch of a run whose last launch trained all its steps: nothing to start, and no failure."""
+
+    exit_code = 0
+
+
 class InterruptedLaunchError(LaunchError):
     """The launcher received SIGINT/SIGTERM/SIGHUP; raised on the main thread."""
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from launcher.checkpoint_mark import SPEC_LIMIT, has_checkpoints, parsed, read_mark, refuse_if_in_use, writer_of
-from launcher.errors import UsageError
+from launcher.errors import AlreadyTrained, UsageError
 from launcher.masking import printable
 from launcher.training_identity import argv_of, shown_training, what_trains
 
@@ -51,6 +51,12 @@ def resume_or_start_over(
         for line in start_over(spec, run_dir_of(spec), os.getcwd()):
             say(f"{words.fresh}: moved {line}")
     elif (resuming := resume_notice(spec, words)) is not None:
+        if resuming.finished is not None:
+            raise AlreadyTrained(
+                f"run {spec.name} already trained all its training.steps={resuming.finished} (its checkpoints are "
+                f"in {printable(resuming.checkpoints)}), so nothing was started: raise training.steps to train "
+                f"further, or give {words.fresh} to start over"
+            )
         say(resuming.said(spec.name, words))
 
 
@@ -60,6 +66,7 @@ class Resuming:
 
     checkpoints: str
     remarks: tuple[str, ...] = ()
+    finished: int | None = None  # the run's last launch trained all these training.steps: nothing is left
 
     def said(self, run_name: str, words: ResumeWords = CLI_WORDS) -> str:
         """As a launch says it: `run NAME: resuming from the checkpoints in DIR ('--fresh' starts over); ...`."""
@@ -120,10 +127,10 @@ def resume_notice(spec: ClusterSpec, words: ResumeWords = CLI_WORDS) -> Resuming
         )
     if (finished := _finished_at(layout.summary_file, spec)) is not None:
         remarks.append(
-            f"the run already trained all its training.steps={finished}, so nothing is left to train "
-            "(raise training.steps to train further)"
+            f"the run already trained all its training.steps={finished}, so nothing is left to train and the "
+            "launch would start nothing (raise training.steps to train further)"
         )
-    return Resuming(checkpoints, tuple(remarks))
+    return Resuming(checkpoints, tuple(remarks), finished)
 
 
 def _finished_at(summary_file: str, spec: ClusterSpec) -> int | None:

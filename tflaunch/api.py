@@ -59,7 +59,7 @@ def launch(
     prefixed with their names (it is always logged in the run directory); `verbose`: echo TensorFlow's
     known-harmless start-up lines too; `show`: echo only these tasks (`["worker:0"]`)."""
     from launcher.console import Console
-    from launcher.errors import InterruptedLaunchError
+    from launcher.errors import AlreadyTrained, InterruptedLaunchError
     from launcher.gang import LaunchState
     from launcher.report import failure_text, success_text
     from launcher.request import LaunchRequest, request_spec, shown_tasks
@@ -82,6 +82,9 @@ def launch(
         result = run_launch(parsed, console, once_checked=once_checked)
     except InterruptedLaunchError as error:
         return _result(run_dir_of(parsed), "interrupted", error.exit_code, str(error))
+    except AlreadyTrained as finished:  # the run's own earlier launch succeeded: its summary stands
+        console.notice(str(finished))
+        return _result(run_dir_of(parsed), "succeeded", exit_codes.SUCCEEDED, str(finished))
     if result.state is LaunchState.SUCCEEDED:
         verdict, code = success_text(result), exit_codes.SUCCEEDED
     else:

@@ -231,6 +231,14 @@ def test_a_rerun_of_a_finished_run_says_nothing_is_left_to_train(work: Path) -> 
         said[steps] = checked.stdout
     assert "the run already trained all its training.steps=20, so nothing is left to train" in said[20], said[20]
     assert "already trained" not in said[40] and "would resume from the checkpoints" in said[40], said[40]
+    training = {"kind": "builtin", "steps": 20}
+    hosts = [{"address": "localhost", "workers": 1}]
+    spec = write_spec(work, {"name": "done", "run_root": str(work / "runs"), "hosts": hosts, "training": training})
+    again = run_launch(["--cluster", str(spec), "--plain"], work)
+    assert again.returncode == 0, again.stderr
+    assert "run done already trained all its training.steps=20" in again.stderr, again.stderr
+    assert "nothing was started" in again.stderr and "starting" not in again.stderr
+    assert sorted(p.name for p in run_dir.iterdir()) == ["checkpoints", "summary.json"]  # no attempt, no new files
 
 
 def test_checkpoints_of_another_training_are_not_resumed(work: Path) -> None:
