@@ -100,11 +100,22 @@ def decode_json(text: str) -> tuple[Any, list[SpecProblem]]:
     try:
         return json.loads(text, object_pairs_hook=JsonObject, parse_constant=JsonConstant, parse_int=_integer), []
     except json.JSONDecodeError as error:
-        return None, [SpecProblem("$", f"not valid JSON at line {error.lineno} column {error.colno}: {error.msg}")]
+        said = f"not valid JSON at line {error.lineno} column {error.colno}: {error.msg}{_trailing_comma(error)}"
+        return None, [SpecProblem("$", said)]
     except RecursionError:
         return None, [
             SpecProblem("$", f"the JSON is nested far deeper than a spec can be (at most {MAX_DEPTH} levels)")
         ]
+
+
+def _trailing_comma(error: json.JSONDecodeError) -> str:
+    """Where a comma just before a closing bracket is the mistake (JSON allows none), says so."""
+    before = error.doc[: error.pos].rstrip()
+    if not before.endswith(",") or error.doc[error.pos : error.pos + 1] not in ("}", "]"):
+        return ""
+    line = before.count("\n") + 1
+    column = len(before) - (before.rfind("\n") + 1)
+    return f" (the comma at line {line} column {column} ends nothing: JSON allows no comma before a closing bracket)"
 
 
 def json_child(path: str, key: str | int) -> str:

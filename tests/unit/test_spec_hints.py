@@ -8,6 +8,7 @@ import pytest
 
 from launcher.errors import SpecError
 from launcher.spec import SCHEMA_KEY, json_schema, parse_spec
+from launcher.spec_json import decode_json
 
 BASE = {"name": "r", "hosts": [{"address": "localhost", "workers": 2}]}
 
@@ -71,3 +72,18 @@ def test_other_remote_hosts_get_no_localhost_hint(address: str) -> None:
     with pytest.raises(SpecError) as raised:
         parse_spec({"name": "r", "hosts": [{"address": address, "workers": 2}]})
     assert "a remote host needs explicit ports" in str(raised.value) and "localhost?" not in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "comma"),
+    [('{\n "name": "r",\n "hosts": [],\n}', "line 3 column 13"), ('{"hosts": [1, 2, ]}', "line 1 column 16")],
+)
+def test_a_trailing_comma_is_named_where_it_is(text: str, comma: str) -> None:
+    (problem,) = decode_json(text)[1]
+    assert f"(the comma at {comma} ends nothing: JSON allows no comma before a closing bracket)" in problem.message
+
+
+def test_other_syntax_errors_get_no_comma_hint() -> None:
+    for text in ('{"a": ,}', '{"a" 1}', '{"a": 1,, "b": 2}', "{not json"):
+        (problem,) = decode_json(text)[1]
+        assert "comma at" not in problem.message
