@@ -96,6 +96,9 @@ def default_crash_grace_s(training_kind: str) -> float:
     return RUNTIME_CRASH_GRACE_S if training_kind in ("builtin", "fit") else CODE_CRASH_GRACE_S
 
 
+IDLE_PREEMPTIONS = 3  # preemptions in a row before any step that are restarted, when max_restarts is lower
+
+
 @dataclass(frozen=True)
 class RestartPolicy:
     spec: RestartSpec
@@ -148,6 +151,9 @@ class RestartPolicy:
             if kind is FailureKind.FATAL:
                 return Decision(Action.FAIL, kind, first.name, f"{what} (a fatal exit code: not restarted)")
             if kind is FailureKind.PREEMPTED:
+                looping = self._preempted_in_a_loop(status)
+                if looping is not None:
+                    return Decision(Action.FAIL, kind, first.name, f"{what}: {looping}")
                 return Decision(Action.RESTART, kind, first.name, f"{what} (preempted; resumes from its checkpoint)")
             return self._restart_or_fail(status, kind, first.name, what, failure_signature(first))
         hung = self._stopped_too_long(status)
@@ -156,6 +162,23 @@ class RestartPolicy:
         if status.unjoined and status.reports_progress:
             return self._start_deadline(status)
         return self._stall(status)
+
+    def _preempted_in_a_loop(self, status: GangStatus) -> str | None:
+        """Why preemptions in a row are not restarted any more: more than max_restarts (at least IDLE_PREEMPTIONS)
+        attempts in a row left
+        with the preemption exit code before any training step, where steps are reported (the built-in
+        runtime, a function). Preemptions do not count as restarts, but nothing trained in any of these:
+        most likely the script exits with that code for a reason of its own."""
+        if not status.reports_progress or any(t.step is not None for t in status.tasks):
+            return None
+        if status.idle_attempts < max(self.spec.max_restarts, IDLE_PREEMPTIONS):
+            return None
+        code = self.spec.preemption_exit_code
+        return (
+            f"{status.idle_attempts + 1} attempts in a row left with the preemption exit code {code} before any "
+            f"training step; not restarted again. If {code} is an exit code of the training's own, set "
+            "restart.preemption_exit_code to another"
+        )
 
     def _stopped_too_long(self, status: GangStatus) -> Decision | None:
         """A task frozen by SIGSTOP or Ctrl-Z is hung now; waiting for a deadline would only cost time."""

@@ -184,6 +184,7 @@ class Supervisor:
             earlier_causes=tuple(self._causes),
             spares=self._transport.spares(),
             stopping=self._stopping,
+            idle_attempts=self._unproductive,
         )
 
     def _task_status(self, t: _Task) -> TaskStatus:
@@ -382,14 +383,21 @@ class Supervisor:
                 self._on_notice(f"{decision.reason}; every task saved: the run ends here to be requeued")
                 self.state = LaunchState.PREEMPTED
                 return 0.0
-            wait = 0.0
         else:
-            # a crash loop backs off; an attempt that trained before it failed is restarted at once
-            self._unproductive = 0 if self._made_progress() else self._unproductive + 1
-            wait = self._policy.backoff_s(self._unproductive - 1) if self._unproductive else 0.0
             self.restarts += 1
             self._causes.append(decision.signature)
-        self._on_notice(f"{decision.reason}; restarting every task" + (f" in {wait:g}s" if wait else ""))
+        # a crash loop backs off, and so do preemptions in a row that trained nothing (a script's own exit
+        # code taken for a preemption's); an attempt that trained before it ended is restarted at once
+        self._unproductive = 0 if self._made_progress() else self._unproductive + 1
+        wait = self._policy.backoff_s(self._unproductive - 1) if self._unproductive else 0.0
+        hint = ""
+        if decision.kind is FailureKind.PREEMPTED and self._unproductive >= 2:
+            code = self._policy.spec.preemption_exit_code
+            hint = (
+                f" ({self._unproductive} preemptions in a row before any training step: if {code} is an exit code of "
+                "the training's own, set restart.preemption_exit_code to another)"
+            )
+        self._on_notice(f"{decision.reason}; restarting every task" + (f" in {wait:g}s" if wait else "") + hint)
         return wait
 
     def _restart(self, decision: Decision, wait: float) -> None:

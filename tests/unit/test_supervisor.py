@@ -10,7 +10,7 @@ import pytest
 
 from launcher.gang import LaunchState
 from launcher.plan import TaskLaunch
-from launcher.policy import RestartPolicy
+from launcher.policy import IDLE_PREEMPTIONS, RestartPolicy
 from launcher.supervisor import Supervisor
 from tests.unit.fakes import FakeClock, FakeTransport, fake_planner, fake_spec
 
@@ -152,6 +152,50 @@ def test_preemption_restarts_without_using_a_restart(tmp_path: Path) -> None:
 
     assert sup.result is not None and all(t.preempted for t in sup.result.attempts[0].tasks)
     assert failures(sup.result) == [], "a preemption is not a failure (launch status showed 'first failure')"
+
+
+def test_preemptions_in_a_row_before_any_step_back_off_then_end_the_run(tmp_path: Path) -> None:
+    """A training that leaves with the preemption code before it trains (its own exit code taken for a
+    preemption's) is not restarted at once for ever: it backs off as a crash loop does, and where steps are
+    reported, more than max_restarts (at least 3) such attempts in a row end the run."""
+    waits: list[float] = []
+    sup, transport, _, notices = make(tmp_path, max_restarts=0, backoff_s=1.0, max_backoff_s=30.0)
+    sup._sleep = waits.append  # type: ignore[method-assign]
+    for _ in range(IDLE_PREEMPTIONS):
+        for task in transport.current(2):
+            task.exit(42)
+        assert sup.step(0) is LaunchState.STARTING
+    assert waits == [1.0, 2.0, 4.0] and sup.restarts == 0 and sup.preemptions == IDLE_PREEMPTIONS
+    assert "3 preemptions in a row before any training step: if 42 is an exit code of the training's own" in notices[-1]
+    for task in transport.current(2):
+        task.exit(42)
+    assert sup.step(0) is LaunchState.FAILED
+    assert "4 attempts in a row left with the preemption exit code 42 before any training step" in notices[-1]
+    assert "set restart.preemption_exit_code to another" in notices[-1]
+
+
+def test_a_preemption_after_training_restarts_at_once_and_clears_the_count(tmp_path: Path) -> None:
+    waits: list[float] = []
+    sup, transport, _, _ = make(tmp_path, max_restarts=0, backoff_s=1.0)
+    sup._sleep = waits.append  # type: ignore[method-assign]
+    for round_ in range(2 * IDLE_PREEMPTIONS):
+        for task in transport.current(2):
+            if round_ % 2:
+                task.say("step", step=round_)
+            task.exit(42)
+        assert sup.step(0) is LaunchState.STARTING
+    assert waits == [1.0] * IDLE_PREEMPTIONS  # each idle one follows one that trained: never doubled
+
+
+def test_a_script_that_reports_no_steps_is_preempted_with_a_growing_wait_only(tmp_path: Path) -> None:
+    waits: list[float] = []
+    sup, transport, _, _ = make(tmp_path, reports=False, max_restarts=0, backoff_s=1.0, max_backoff_s=8.0)
+    sup._sleep = waits.append  # type: ignore[method-assign]
+    for _ in range(6):
+        for task in transport.current(2):
+            task.exit(42)
+        assert sup.step(0) is LaunchState.STARTING  # it cannot tell: a real preemption stays a preemption
+    assert waits == [1.0, 2.0, 4.0, 8.0, 8.0, 8.0]
 
 
 def test_start_timeout_restarts_naming_the_task_then_stops_when_it_repeats(tmp_path: Path) -> None:
