@@ -35,6 +35,19 @@ class _ArgumentParser(argparse.ArgumentParser):
         raise UsageError(f"{message}\n{self.format_usage().strip()}")
 
 
+def _seconds(text: str) -> float:
+    """A number of seconds, 0 or more (argparse names the flag when this refuses)."""
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds (0 or more)")
+    return value
+
+
 def _parser(prog: str, description: str, epilog: str | None = None) -> argparse.ArgumentParser:
     return _ArgumentParser(
         prog=prog, description=description, epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -134,7 +147,7 @@ def sub_parsers() -> dict[str, argparse.ArgumentParser]:
     logs.add_argument("--attempt", type=int, metavar="N", help="this attempt (default: the latest)")
     stop = _parser("launch stop", SUBCOMMANDS["stop"])
     stop.add_argument("run_dir", metavar="RUN_DIR")
-    stop.add_argument("--timeout", type=float, default=60.0, metavar="S", help="wait at most S seconds (default 60)")
+    stop.add_argument("--timeout", type=_seconds, default=60.0, metavar="S", help="wait at most S seconds (default 60)")
     schema = _parser("launch schema", SUBCOMMANDS["schema"] + '; editors attach it with "$schema" in a spec')
     schema.add_argument("-o", "--output", metavar="FILE", help="write it to FILE instead of printing it")
     bundle = _parser("launch bundle", SUBCOMMANDS["bundle"] + ". Never checkpoints, model exports or TensorBoard.")

@@ -503,3 +503,9 @@ def test_a_command_given_without_the_double_dash_is_told_where_it_goes(tmp_path:
     assert said in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     other = run_launch(["status", "runs/x", "extra"], tmp_path)
     assert other.returncode == 2 and "goes after --" not in other.stderr, other.stderr
+
+
+@pytest.mark.parametrize("timeout", ["-5", "nan", "inf", "soon"])
+def test_stop_refuses_a_wait_that_is_no_number_of_seconds(tmp_path: Path, timeout: str) -> None:
+    proc = run_launch(["stop", "runs/x", f"--timeout={timeout}"], tmp_path)
+    assert proc.returncode == 2 and f"--timeout: '{timeout}' is not a number of seconds (0 or more)" in proc.stderr
