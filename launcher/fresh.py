@@ -13,7 +13,7 @@ import os
 import time
 from pathlib import Path
 
-from launcher.checkpoint_mark import has_checkpoints, refuse_if_in_use
+from launcher.checkpoint_mark import MARKER, has_checkpoints, refuse_if_in_use
 from launcher.errors import UsageError
 from launcher.masking import printable
 from launcher.plan import checkpoint_dir_of
@@ -26,6 +26,43 @@ __all__ = ["start_over"]
 
 def _inside(path: str, directory: str) -> bool:
     return os.path.abspath(path).startswith(os.path.abspath(directory).rstrip("/") + "/")
+
+
+def _covers(directory: str, path: str) -> bool:
+    """Whether `path` is `directory` or lies inside it, symbolic links resolved."""
+    outer, inner = os.path.realpath(directory), os.path.realpath(path)
+    return inner == outer or inner.startswith(outer.rstrip("/") + "/")
+
+
+def _looks_like_checkpoints(path: str) -> bool:
+    """A launch's mark, or TensorFlow's own checkpoint files (`checkpoint`, `ckpt-N.index`, `*.index`)."""
+    try:
+        names = os.listdir(path)
+    except OSError:
+        return False
+    return any(n in (MARKER, "checkpoint") or n.startswith("ckpt-") or n.endswith(".index") for n in names)
+
+
+def _not_to_move(checkpoints: str, run_dir: str, launcher_cwd: str) -> str | None:
+    """Why `--fresh` must leave the checkpoint directory where it is (None: it may move it): what only
+    looks like a run's checkpoints because checkpoint_dir names it (`.`, the run root, a shared folder)."""
+    for what, inner in (
+        ("the run directory", run_dir),
+        ("the directory you launched from", launcher_cwd),
+        ("your home directory", os.path.expanduser("~")),
+    ):
+        if _covers(checkpoints, inner):
+            return f"holds {what} ({printable(inner)})"
+    if os.path.realpath(checkpoints).count("/") <= 1:
+        return "is a top-level directory of this machine"
+    try:
+        if os.stat(checkpoints).st_mode & 0o002:
+            return "is writable by anybody: a shared directory, not this run's own"
+    except OSError:
+        return None
+    if not _looks_like_checkpoints(checkpoints):
+        return f"holds no checkpoints of a launch (no {MARKER}, no TensorFlow checkpoint files)"
+    return None
 
 
 def _aside(path: str, stamp: str) -> str:
@@ -59,6 +96,13 @@ def start_over(spec: ClusterSpec, run_dir: Path, launcher_cwd: str) -> list[str]
         from launcher.resume import refuse_if_unsafe
 
         refuse_if_unsafe(checkpoints, to_move=True)
+    if outside and has_checkpoints(checkpoints):
+        why = _not_to_move(checkpoints, str(run_dir), launcher_cwd)
+        if why is not None:
+            raise UsageError(
+                f"--fresh will not move aside checkpoint_dir {printable(checkpoints)}: it {why}. Give checkpoint_dir "
+                "a directory of the run's own, or move what should not be resumed by hand. Nothing was started."
+            )
     moved = []
     try:
         if outside and has_checkpoints(checkpoints):

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from launcher.checkpoint_mark import MARKER
 from launcher.errors import UsageError
 from launcher.fresh import start_over
 from launcher.request import HOST_LIST_PORT, LaunchRequest, parse_host_list, read_hostfile, request_spec
@@ -123,3 +124,49 @@ def test_fresh_refuses_what_it_cannot_move(tmp_path: Path) -> None:
 def test_nothing_to_move_is_not_an_error(tmp_path: Path) -> None:
     request, run_dir = _run(tmp_path)
     assert start_over(request_spec(request), run_dir, os.fspath(tmp_path)) == []
+
+
+@pytest.mark.parametrize(
+    ("where", "why"),
+    [
+        (".", "holds the run directory"),
+        ("runs", "holds the run directory"),
+        ("shared-open", "is writable by anybody"),
+        ("project", "holds no checkpoints of a launch"),
+    ],
+)
+def test_fresh_leaves_a_checkpoint_dir_that_is_not_the_runs_own_where_it_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str, why: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "precious.txt").write_text("mine")
+    (tmp_path / "runs" / "r").mkdir(parents=True)
+    (tmp_path / "runs" / "other-run").mkdir()
+    (tmp_path / "shared-open").mkdir(mode=0o777)
+    (tmp_path / "shared-open").chmod(0o1777)
+    (tmp_path / "shared-open" / "someones.txt").write_text("theirs")
+    (tmp_path / "project").mkdir()
+    (tmp_path / "project" / "notes.txt").write_text("mine")
+    before = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+    request, run_dir = _run(tmp_path, str(tmp_path / where) if where != "." else ".")
+    with pytest.raises(UsageError, match=f"--fresh will not move aside checkpoint_dir .*: it {why}"):
+        start_over(request_spec(request), run_dir, str(tmp_path))
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == before
+
+
+def test_fresh_moves_a_checkpoint_dir_a_launch_marked(tmp_path: Path) -> None:
+    shared = tmp_path / "shared" / "ckpt"
+    shared.mkdir(parents=True)
+    (shared / MARKER).write_text("{}")
+    (shared / "model.keras").write_text("a script's own save")
+    request, run_dir = _run(tmp_path, str(shared))
+    assert start_over(request_spec(request), run_dir, str(tmp_path)) and not shared.exists()
+
+
+def test_fresh_leaves_the_directory_launched_from_where_it_is(tmp_path: Path) -> None:
+    (tmp_path / "project" / "deep").mkdir(parents=True)
+    (tmp_path / "project" / "checkpoint").write_text("looks like one")
+    request, run_dir = _run(tmp_path, str(tmp_path / "project"))
+    with pytest.raises(UsageError, match="it holds the directory you launched from"):
+        start_over(request_spec(request), run_dir, str(tmp_path / "project" / "deep"))
+    assert (tmp_path / "project" / "checkpoint").exists()
