@@ -211,9 +211,9 @@ def _check_info(hosts: list[_Host], plan: LaunchPlan, need_worker: bool, report:
                 else "give its full path, install it there, or set PATH in the spec's env"
             )
             report.problems.append(f"{host.address}: the tasks' command {program!r} cannot run there ({why}); {fix}")
-        for script in info.get("scripts_missing") or []:
+        for script, why in (info.get("scripts_unrunnable") or {}).items():
             report.problems.append(
-                f"{host.address}: the tasks' script {script!r} is not there (python would exit 2 at once); "
+                f"{host.address}: the tasks' script {script!r} cannot run there ({why}: python would exit at once); "
                 f"a relative path starts from the working directory {host.workdir}"
             )
         if info.get("checkpoint_unsafe"):

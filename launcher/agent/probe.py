@@ -230,9 +230,9 @@ def _info(request: dict[str, Any]) -> dict[str, Any]:
     }
     if missing:
         answer["programs_missing"] = missing
-    absent = [script for script in request.get("scripts") or [] if not os.path.exists(os.path.join(workdir, script))]
-    if absent:
-        answer["scripts_missing"] = absent
+    unrunnable = {s: why for s in request.get("scripts") or [] if (why := _script_problem(os.path.join(workdir, s)))}
+    if unrunnable:
+        answer["scripts_unrunnable"] = unrunnable
     pythonpath = request.get("pythonpath")  # the spec's, else what the tasks inherit from this agent
     pythonpath = os.environ.get("PYTHONPATH", "") if pythonpath is None else pythonpath
     extra = [os.path.join(workdir, p) for p in pythonpath.split(os.pathsep) if p]
@@ -242,6 +242,16 @@ def _info(request: dict[str, Any]) -> dict[str, Any]:
     if request.get("gpus"):
         answer["gpus"] = _nvidia_smi()
     return answer
+
+
+def _script_problem(path: str) -> str | None:
+    """Why python could not run `path` as a script (None: it can): a readable file, or a directory
+    (or zip) with a __main__.py."""
+    if os.path.isdir(path):
+        return None if os.path.isfile(os.path.join(path, "__main__.py")) else "a directory without __main__.py"
+    if not os.path.exists(path):
+        return "no such file"
+    return None if os.access(path, os.R_OK) else "not readable"
 
 
 def module_found(name: str, first: list[str]) -> bool:

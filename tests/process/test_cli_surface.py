@@ -284,7 +284,7 @@ def test_a_misspelt_script_is_named_before_the_checkpoints_and_fresh_moves_nothi
     for extra in ([], ["--check"], ["--fresh"]):
         typo = run_launch([*args, *extra, "--", "python3", "trian.py"], work)
         assert typo.returncode == 2, typo.stderr
-        assert "the tasks' script 'trian.py' is not there" in typo.stderr, typo.stderr
+        assert "the tasks' script 'trian.py' cannot run there (no such file" in typo.stderr, typo.stderr
         assert "another training" not in typo.stderr and "moved" not in typo.stderr
         assert sorted(p.name for p in (work / "runs").iterdir()) == before  # nothing moved aside
     assert (work / "runs" / "local" / "checkpoints" / "ckpt-1").exists()

@@ -56,8 +56,19 @@ REFUSALS: list[tuple[str, Any, list[str], str]] = [
     ("command missing", lambda w: good(w), ["--", "/no/such/binary"], "'/no/such/binary' cannot run there (no such"),
     ("command not on PATH", lambda w: good(w, env={"PATH": "/usr/bin"}), ["--", "no-tool"], "(not on PATH=/usr/bin)"),
     ("command not executable", lambda w: good(w), ["--", "./afile"], "'./afile' cannot run there (not an executable"),
-    ("script missing", lambda w: good(w), ["--", "python", "missing.py"], "the tasks' script 'missing.py' is not"),
-    ("script after options", lambda w: good(w), ["--", "python3", "-u", "-W", "ignore", "d/t.py"], "'d/t.py' is not"),
+    (
+        "script missing",
+        lambda w: good(w),
+        ["--", "python", "missing.py"],
+        "the tasks' script 'missing.py' cannot run there (no such file",
+    ),
+    ("script a directory", lambda w: good(w), ["--", "python", "adir"], "'adir' cannot run there (a directory without"),
+    (
+        "script after options",
+        lambda w: good(w),
+        ["--", "python3", "-u", "-W", "ignore", "d/t.py"],
+        "'d/t.py' cannot run there",
+    ),
 ]
 
 
@@ -66,6 +77,7 @@ def test_a_refused_launch_leaves_the_working_directory_as_it_was(
     case: str, make: Any, extra: list[str], needle: str, work: Path
 ) -> None:
     (work / "afile").write_text("not a directory")
+    (work / "adir").mkdir()
     spec = write_spec(work, make(work))
     before = snapshot(work)
     args = ["--cluster", str(spec), *extra]
