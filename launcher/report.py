@@ -103,14 +103,17 @@ def failures(result: RunResult) -> list[tuple[int, TaskResult]]:
 
 
 def final_step(result: RunResult) -> int | None:
-    if not result.attempts:
-        return None
-    steps = [
-        (t.result or {}).get("step") if isinstance((t.result or {}).get("step"), int) else t.step
-        for t in result.attempts[-1].tasks
-    ]
-    known = [s for s in steps if isinstance(s, int)]
-    return max(known) if known else None
+    """The step the run stands at: the last attempt's, else (one stopped before its first step, a
+    Ctrl-C during a restart) that of the latest attempt that reported one."""
+    for attempt in reversed(result.attempts):
+        steps = [
+            (t.result or {}).get("step") if isinstance((t.result or {}).get("step"), int) else t.step
+            for t in attempt.tasks
+        ]
+        known = [s for s in steps if isinstance(s, int)]
+        if known:
+            return max(known)
+    return None
 
 
 def _task_json(task: TaskResult) -> dict[str, Any]:

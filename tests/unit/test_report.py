@@ -7,7 +7,7 @@ from pathlib import Path
 from launcher.agent.oom import oom_kills
 from launcher.gang import AttemptResult, LaunchState, RunResult, TaskResult
 from launcher.known_failures import known_failure
-from launcher.report import failure_text, failures
+from launcher.report import failure_text, failures, final_step
 from launcher.transport.base import exit_status_of
 
 
@@ -68,3 +68,12 @@ def test_the_agent_reads_the_hosts_oom_kill_count(tmp_path: Path) -> None:
     assert oom_kills(str(table)) is None
     assert oom_kills(str(tmp_path / "absent")) is None
     assert isinstance(oom_kills(), int)  # this Linux has the count
+
+
+def test_a_run_stopped_before_its_last_attempts_first_step_stands_at_the_step_before() -> None:
+    trained = TaskResult("worker:0", "localhost", 7, None, 9, 0.0, 8.0, True, 322, "/x.log")
+    restarted = TaskResult("worker:0", "localhost", 8, None, 2, 8.5, 9.0, False, None, "/x.log", stopped=True)
+    first = AttemptResult(0, "worker:1 killed", "worker:1", "retryable", (trained,), 0.0, 8.0)
+    second = AttemptResult(1, "interrupted", None, "none", (restarted,), 8.5, 9.0)
+    assert final_step(RunResult("r", "/tmp/r", LaunchState.INTERRUPTED, [first, second])) == 322
+    assert final_step(RunResult("r", "/tmp/r", LaunchState.INTERRUPTED, [second])) is None
