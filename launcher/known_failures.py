@@ -40,7 +40,8 @@ KNOWN_FAILURES: tuple[KnownFailure, ...] = (
         "an-injected-fault",
         r"injected fault: (?:exit|kill|term|hang) at step \d+",
         "`launch --inject` fired this fault in the task (a rehearsal): nothing is wrong with the task or its "
-        "host; the run recovers from it as from a real failure, within restart.max_restarts",
+        "host; the run treats it as the real failure it stands for: restarted within restart.max_restarts, "
+        "unless its exit code is one of restart.fatal_exit_codes",
     ),
     _known(
         "keras-3-modelfit-under-the-strategy",
