@@ -203,7 +203,8 @@ def _check_info(hosts: list[_Host], plan: LaunchPlan, need_worker: bool, report:
                 "install this project there (pip install .)"
             )
         if not info["workdir_ok"]:
-            report.problems.append(f"{host.address}: working directory {host.workdir} does not exist")
+            what = "is not a directory" if info.get("workdir_exists") else "does not exist"
+            report.problems.append(f"{host.address}: working directory {host.workdir} {what}")
         for program, why in (info.get("programs_missing") or {}).items():
             fix = (
                 f"a relative path starts from the working directory {host.workdir}"

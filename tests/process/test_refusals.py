@@ -46,7 +46,8 @@ def good(work: Path, **changes: Any) -> dict[str, Any]:
 REFUSALS: list[tuple[str, Any, list[str], str]] = [
     ("spec error", lambda w: good(w, hosts=[{"address": "localhost", "workers": True}]), [], "$.hosts[0].workers"),
     ("python missing", lambda w: good(w, python="/no/such/python3"), [], "cannot run '/no/such/python3'"),
-    ("workdir missing", lambda w: good(w, workdir=str(w / "absent")), [], "working directory"),
+    ("workdir missing", lambda w: good(w, workdir=str(w / "absent")), [], "absent does not exist"),
+    ("workdir a file", lambda w: good(w, workdir=str(w / "afile")), [], "afile is not a directory"),
     ("run root under a file", lambda w: good(w, run_root=str(w / "afile" / "runs")), [], "cannot be created"),
     ("checkpoints under a file", lambda w: good(w, checkpoint_dir=str(w / "afile" / "ck")), [], "checkpoint_dir"),
     ("empty --name", lambda w: good(w), ["--name", ""], "empty --name"),
