@@ -31,6 +31,8 @@ from launcher.spec import BuiltinTraining, ClusterSpec, FunctionTraining, is_url
 from launcher.transport.base import Agent, Transport
 
 log = logging.getLogger(__name__)
+# What the spec's env may set that decides whether a python starts at all: checked by starting one with them.
+STARTUP_VARIABLES = frozenset({"PYTHONHOME", "PYTHONPLATLIBDIR", "LD_PRELOAD", "LD_LIBRARY_PATH"})
 T = TypeVar("T")
 
 
@@ -102,6 +104,7 @@ def run_preflight(spec: ClusterSpec, plan: LaunchPlan, transport: Transport) -> 
                 "scripts": sorted({script for task in host.tasks if (script := script_of(task.argv))}),
                 "modules": sorted({target.partition(":")[0] for target in targets.values()}),
                 "pythonpath": host.tasks[0].env.get("PYTHONPATH"),
+                "startup_env": {k: v for k, v in host.tasks[0].env.items() if k in STARTUP_VARIABLES},
                 "path": host.tasks[0].env.get("PATH"),  # the spec's, else the host's own
             }
         )
@@ -212,6 +215,12 @@ def _check_info(hosts: list[_Host], plan: LaunchPlan, need_worker: bool, report:
                 else "give its full path, install it there, or set PATH in the spec's env"
             )
             report.problems.append(f"{host.address}: the tasks' command {program!r} cannot run there ({why}); {fix}")
+        if info.get("startup_env_fails"):
+            names = ", ".join(sorted(k for k in host.tasks[0].env if k in STARTUP_VARIABLES))
+            report.problems.append(
+                f"{host.address}: {info['executable']} does not start with the spec's env ({names}): "
+                f"{info['startup_env_fails']}; fix or remove them"
+            )
         for script, why in (info.get("scripts_unrunnable") or {}).items():
             report.problems.append(
                 f"{host.address}: the tasks' script {script!r} cannot run there ({why}: python would exit at once); "

@@ -240,9 +240,41 @@ def _info(request: dict[str, Any]) -> dict[str, Any]:
     unfound = [m for m in request.get("modules") or [] if not module_found(m, [workdir, *extra])]
     if unfound:
         answer["modules_missing"] = unfound
+    startup_env = request.get("startup_env") or {}
+    if startup_env:
+        failed = _python_fails_with(startup_env, workdir)
+        if failed:
+            answer["startup_env_fails"] = failed
     if request.get("gpus"):
         answer["gpus"] = _nvidia_smi()
     return answer
+
+
+STARTUP_CHECK_TIMEOUT_S = 30.0
+
+
+def _python_fails_with(env: dict[str, str], workdir: str) -> str | None:
+    """What this python says when it starts with the tasks' start-up variables (PYTHONHOME, LD_PRELOAD, ...),
+    as a task would; None when it starts."""
+    import subprocess
+
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", "import encodings, json"],
+            env={**os.environ, **env},
+            cwd=workdir if os.path.isdir(workdir) else None,
+            capture_output=True,
+            timeout=STARTUP_CHECK_TIMEOUT_S,
+        )
+    except subprocess.TimeoutExpired:
+        return f"it did not start within {STARTUP_CHECK_TIMEOUT_S:g} s"
+    except OSError as error:
+        return error.strerror or str(error)
+    if done.returncode == 0:
+        return None
+    said = [line.strip() for line in done.stderr.decode("utf-8", "replace").splitlines() if line.strip()]
+    telling = [line for line in said if "error" in line.lower()] or said
+    return f"exit {done.returncode}: " + " / ".join(telling[-2:])[:300]
 
 
 def _script_problem(path: str) -> str | None:

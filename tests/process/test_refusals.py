@@ -57,6 +57,7 @@ REFUSALS: list[tuple[str, Any, list[str], str]] = [
     ("command missing", lambda w: good(w), ["--", "/no/such/binary"], "'/no/such/binary' cannot run there (no such"),
     ("command not on PATH", lambda w: good(w, env={"PATH": "/usr/bin"}), ["--", "no-tool"], "(not on PATH=/usr/bin)"),
     ("command not executable", lambda w: good(w), ["--", "./afile"], "'./afile' cannot run there (not an executable"),
+    ("env breaks python", lambda w: good(w, env={"PYTHONHOME": "/nowhere"}), [], "does not start with the spec's env"),
     (
         "script missing",
         lambda w: good(w),
