@@ -165,6 +165,16 @@ def bundle(run_dir: str, output: str | None) -> int:
     return exit_codes.SUCCEEDED
 
 
+def _is_our_schema(path: Path) -> bool:
+    """Whether `path` holds a schema `launch schema` wrote (an older one, too): only such a file is replaced."""
+    try:
+        with path.open("rb") as handle:
+            data = json.loads(handle.read(16 * 2**20))
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and data.get("title") == "ClusterSpec" and "$defs" in data and "hosts" not in data
+
+
 def schema(output: str | None) -> int:
     from launcher.spec import json_schema
 
@@ -173,8 +183,14 @@ def schema(output: str | None) -> int:
         print(text, end="")
         return exit_codes.SUCCEEDED
 
+    target = Path(output)
+    if target.exists() and not _is_our_schema(target):
+        raise UsageError(
+            f"{output} already exists and is not a schema this command wrote (a spec, say); remove it or give "
+            "another file with -o. Nothing was written."
+        )
     try:
-        Path(output).write_text(text, encoding="utf-8")
+        target.write_text(text, encoding="utf-8")
     except OSError as error:
         raise UsageError(f"Cannot write {output}: {error.strerror}.") from None
     print(f"wrote {output}")

@@ -46,6 +46,16 @@ def test_schema_written_to_a_file_is_the_one_shipped_for_editors(tmp_path: Path)
         "schema.json is stale: launch schema -o schema.json"
     )
     assert json.loads((REPO / "cluster.example.json").read_text())["$schema"] == "./schema.json"
+    again = run_launch(["schema", "-o", str(tmp_path / "s.json")], tmp_path)  # a schema it wrote is replaced
+    assert again.returncode == 0, again.stderr
+
+
+def test_schema_never_overwrites_a_file_it_did_not_write(tmp_path: Path) -> None:
+    spec = tmp_path / "cluster.json"
+    spec.write_text('{"name": "mine", "hosts": [{"address": "localhost", "workers": 2}]}')
+    proc = run_launch(["schema", "-o", str(spec)], tmp_path)
+    assert proc.returncode == 2 and "already exists and is not a schema this command wrote" in proc.stderr
+    assert json.loads(spec.read_text())["name"] == "mine"
 
 
 def test_conflicting_sources_are_a_usage_error(tmp_path: Path) -> None:
