@@ -44,6 +44,11 @@ def check_run_dir(run_dir: str) -> None:
         info = os.lstat(run_dir)
     except (FileNotFoundError, NotADirectoryError):  # made later; a file in the way is reported then
         return
+    except OSError as error:  # too long a path, a loop of links, no permission to look
+        raise UsageError(
+            f"{shown} cannot be used as the run directory ({error.strerror}); use another --name or --run-root. "
+            "Nothing was started."
+        ) from None
     if stat.S_ISLNK(info.st_mode):
         raise UsageError(
             f"{shown} is a symbolic link: the launcher writes only in a directory of its own there. Remove it, or "

@@ -82,6 +82,21 @@ def is_this_machine(address: str) -> bool:
     return ip is not None and ip in _THIS_MACHINE_IPS
 
 
+MAX_NAME_BYTES = 255  # one component of a path (NAME_MAX of Linux file systems)
+MAX_PATH_BYTES = 3800  # a whole path, leaving PATH_MAX (4096) room for the run's own names under it
+
+
+def _path_that_fits(value: str) -> str:
+    """`value` when a file system can hold it: no component over 255 bytes, the whole well under PATH_MAX."""
+    encoded = value.encode("utf-8", "surrogateescape")
+    longest = max((len(part) for part in encoded.split(b"/")), default=0)
+    if longest > MAX_NAME_BYTES:
+        raise ValueError(f"has a path component of {longest} bytes; a file system takes at most {MAX_NAME_BYTES}")
+    if len(encoded) > MAX_PATH_BYTES:
+        raise ValueError(f"is {len(encoded)} bytes long; give a path of at most {MAX_PATH_BYTES}")
+    return value
+
+
 def _localhost_hint(address: str) -> str:
     """` (did you mean localhost?)` for an address that reads like a misspelt `localhost`."""
     import difflib
@@ -801,7 +816,7 @@ class ClusterSpec(StrictModel):
     def _run_root_is_local(cls, value: str) -> str:
         if is_url(value):
             raise ValueError(f"{value!r} is a URL; run_root is a directory on the launcher's machine (logs, summary)")
-        return value
+        return _path_that_fits(value)
 
     @field_validator("checkpoint_dir")
     @classmethod
@@ -811,7 +826,7 @@ class ClusterSpec(StrictModel):
                 f"{value!r} looks like a URL but is not one (a URL has no spaces): write it as "
                 "scheme://bucket/path, or give a directory path without '://'"
             )
-        return value
+        return value if value is None or is_url(value) else _path_that_fits(value)
 
     @model_validator(mode="after")
     def _check(self, info: ValidationInfo) -> ClusterSpec:

@@ -87,3 +87,21 @@ def test_other_syntax_errors_get_no_comma_hint() -> None:
     for text in ('{"a": ,}', '{"a" 1}', '{"a": 1,, "b": 2}', "{not json"):
         (problem,) = decode_json(text)[1]
         assert "comma at" not in problem.message
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "said"),
+    [
+        ("run_root", "f" * 300, "has a path component of 300 bytes; a file system takes at most 255"),
+        ("run_root", "/".join(["d" * 200] * 20), "bytes long; give a path of at most 3800"),
+        ("checkpoint_dir", "c" * 256, "has a path component of 256 bytes"),
+    ],
+)
+def test_a_path_no_file_system_can_hold_is_refused_by_field(field: str, value: str, said: str) -> None:
+    with pytest.raises(SpecError) as raised:
+        parse_spec({**BASE, field: value})
+    assert f"$.{field}" in str(raised.value) and said in str(raised.value)
+
+
+def test_an_object_store_checkpoint_url_is_not_a_path_to_measure() -> None:
+    assert parse_spec({**BASE, "checkpoint_dir": "gs://bucket/" + "x" * 300}).checkpoint_dir is not None
