@@ -610,6 +610,22 @@ class RestartSpec(StrictModel):
         "restarts cold.",
     )
 
+    @field_validator("preemption_exit_code")
+    @classmethod
+    def _not_a_code_of_failure(cls, value: int) -> int:
+        taken = {
+            1: "any uncaught Python exception",
+            2: "a usage error",
+            126: "a command that cannot run",
+            127: "a command not found",
+        }
+        if value in taken:
+            raise ValueError(
+                f"{value} is the exit code of {taken[value]}: every such failure would pass for a preemption and be "
+                f"restarted without end; use a code of its own (the default is {PREEMPTION_EXIT_CODE})"
+            )
+        return value
+
     @model_validator(mode="after")
     def _check(self) -> RestartSpec:
         if self.preemption_exit_code in self.fatal_exit_codes:

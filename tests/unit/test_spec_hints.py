@@ -105,3 +105,11 @@ def test_a_path_no_file_system_can_hold_is_refused_by_field(field: str, value: s
 
 def test_an_object_store_checkpoint_url_is_not_a_path_to_measure() -> None:
     assert parse_spec({**BASE, "checkpoint_dir": "gs://bucket/" + "x" * 300}).checkpoint_dir is not None
+
+
+@pytest.mark.parametrize("code", [1, 2, 126, 127])
+def test_an_exit_code_of_failure_is_refused_as_the_preemption_code(code: int) -> None:
+    with pytest.raises(SpecError) as raised:
+        parse_spec({**BASE, "restart": {"preemption_exit_code": code, "fatal_exit_codes": []}})
+    assert "$.restart.preemption_exit_code" in str(raised.value)
+    assert f"{code} is the exit code of" in str(raised.value) and "restarted without end" in str(raised.value)
