@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING, Any
 from launcher.bundle import write_launch_record
 from launcher.checkpoint_mark import mark_checkpoints
 from launcher.console import Console
-from launcher.errors import InterruptedLaunchError, PreflightError, RunDirError
+from launcher.errors import InterruptedLaunchError, PreflightError, RunDirError, UsageError
 from launcher.faults import Fault
 from launcher.gang import RunResult
+from launcher.masking import printable
 from launcher.plan import LaunchPlan, PlanInputs, build_plan, host_python
 from launcher.policy import RestartPolicy
 from launcher.ports import check_local_ports, choose_free_ports, port_is_free
@@ -48,7 +49,24 @@ def run_dir_of(spec: ClusterSpec) -> Path:
     """The run directory, with the run root's symbolic links resolved once no other user could have
     swapped one of them (after resolving, a link of theirs would no longer show)."""
     refuse_unsafe_ancestry(os.path.join(os.path.abspath(spec.run_root), spec.name))
+    _refuse_dangling_links(os.path.abspath(spec.run_root))
     return Path(spec.run_root).resolve() / spec.name
+
+
+def _refuse_dangling_links(path: str) -> None:
+    """UsageError when a symbolic link on `path` points nowhere (a file system not mounted, say): the
+    directories the launch makes would go where the link points, where nobody looks for them."""
+    at = "/"
+    for part in path.strip("/").split("/"):
+        at = os.path.join(at, part)
+        if os.path.islink(at) and not os.path.exists(at):
+            raise UsageError(
+                f"run_root {printable(path)}: {printable(at)} is a symbolic link to {printable(os.readlink(at))}, "
+                "which does not exist (a file system not mounted?); mount or fix it, or give another --run-root. "
+                "Nothing was started."
+            )
+        if not os.path.lexists(at):
+            return
 
 
 def next_attempt(run_dir: Path) -> int:

@@ -48,6 +48,7 @@ REFUSALS: list[tuple[str, Any, list[str], str]] = [
     ("python missing", lambda w: good(w, python="/no/such/python3"), [], "cannot run '/no/such/python3'"),
     ("workdir missing", lambda w: good(w, workdir=str(w / "absent")), [], "absent does not exist"),
     ("workdir a file", lambda w: good(w, workdir=str(w / "afile")), [], "afile is not a directory"),
+    ("run root a dangling link", lambda w: good(w, run_root=str(w / "unmounted")), [], "which does not exist (a"),
     ("run root under a file", lambda w: good(w, run_root=str(w / "afile" / "runs")), [], "cannot be created"),
     ("checkpoints under a file", lambda w: good(w, checkpoint_dir=str(w / "afile" / "ck")), [], "checkpoint_dir"),
     ("empty --name", lambda w: good(w), ["--name", ""], "empty --name"),
@@ -80,6 +81,7 @@ def test_a_refused_launch_leaves_the_working_directory_as_it_was(
 ) -> None:
     (work / "afile").write_text("not a directory")
     (work / "adir").mkdir()
+    (work / "unmounted").symlink_to(work / "mnt" / "shared")  # a link to a file system not mounted
     spec = write_spec(work, make(work))
     before = snapshot(work)
     args = ["--cluster", str(spec), *extra]
