@@ -28,7 +28,12 @@ __all__ = ["LaunchRequest", "parse_host_list", "read_hostfile", "request_spec"]
 _MAX_HOSTFILE_BYTES = 4 * 2**20  # 4,096 lines of a long name and a count fit many times over
 HOST_LIST_PORT = 23456  # -H/--hostfile: TF ports of a remote host's tasks, upward from here (preflight checks them)
 _HOST_ENTRY = re.compile(r"^(?P<host>\[[0-9A-Fa-f:.]+\]|[^\s:,\[\]]+)(?::(?P<n>\d+))?$")
-_HOSTFILE_LINE = re.compile(r"^(?P<host>\S+?)(?::(?P<n>\d+))?(?:\s+slots\s*=\s*(?P<slots>\d+))?$")
+_HOSTFILE_LINE = re.compile(
+    r"^(?P<host>\[[0-9A-Fa-f:.]+\]"  # [IPv6], with :N or slots=N
+    r"|[0-9A-Fa-f]*:[0-9A-Fa-f:.]*:[0-9A-Fa-f.]*(?=\s|$)"  # a bare IPv6 address (two colons or more): slots=N only
+    r"|[^\s:\[\]]+)"
+    r"(?::(?P<n>\d+))?(?:\s+slots\s*=\s*(?P<slots>\d+))?$"
+)
 
 
 @dataclass(frozen=True)
@@ -63,9 +68,10 @@ def parse_host_list(text: str, flag: str = "-H") -> tuple[tuple[str, int], ...]:
     for part in parts:
         match = _HOST_ENTRY.match(part.strip())
         if match is None or (match["n"] is not None and not 1 <= int(match["n"]) <= MAX_WORKERS_PER_HOST):
+            v6 = " (an IPv6 address goes in brackets: [::1]:2)" if part.count(":") >= 2 and "[" not in part else ""
             raise UsageError(
                 f"Got {part.strip()[:200]!r} in {flag}: give HOST or HOST:N (N from 1 to {MAX_WORKERS_PER_HOST} "
-                "workers), comma-separated, e.g. -H node1:2,node2:2."
+                f"workers), comma-separated, e.g. -H node1:2,node2:2{v6}."
             )
         entries.append((match["host"].strip("[]"), int(match["n"] or 1)))
     return _no_repeats(tuple(entries), flag)
@@ -96,9 +102,9 @@ def read_hostfile(path: str) -> tuple[tuple[str, int], ...]:
         if match is None or (match["slots"] and match["n"]) or (count and not 1 <= int(count) <= MAX_WORKERS_PER_HOST):
             raise UsageError(
                 f"{path}:{number}: got {line[:200]!r}; write one HOST, HOST:N or HOST slots=N per line "
-                f"(N from 1 to {MAX_WORKERS_PER_HOST})."
+                f"(N from 1 to {MAX_WORKERS_PER_HOST}; an IPv6 address as [::1]:N, or ::1 slots=N)."
             )
-        entries.append((match["host"], int(count or 1)))
+        entries.append((match["host"].strip("[]"), int(count or 1)))
         _at_most_max_hosts(len(entries), path)
     if not entries:
         raise UsageError(f"{path}: lists no hosts; write one HOST, HOST:N or HOST slots=N per line.")

@@ -170,3 +170,15 @@ def test_fresh_leaves_the_directory_launched_from_where_it_is(tmp_path: Path) ->
     with pytest.raises(UsageError, match="it holds the directory you launched from"):
         start_over(request_spec(request), run_dir, str(tmp_path / "project" / "deep"))
     assert (tmp_path / "project" / "checkpoint").exists()
+
+
+def test_a_hostfile_takes_ipv6_addresses_as_h_does(tmp_path: Path) -> None:
+    path = tmp_path / "hosts"
+    path.write_text("::1\n[::2]:2\n[::3] slots=3\nfd00::5 slots=4\n")
+    assert read_hostfile(str(path)) == (("::1", 1), ("::2", 2), ("::3", 3), ("fd00::5", 4))
+    assert parse_host_list("[::1]:2,[fd00::5]") == (("::1", 2), ("fd00::5", 1))
+
+
+def test_a_bare_ipv6_address_with_a_count_in_h_is_told_to_use_brackets() -> None:
+    with pytest.raises(UsageError, match=r"an IPv6 address goes in brackets: \[::1\]:2"):
+        parse_host_list("fd00::5:2x")
