@@ -58,11 +58,19 @@ class PortInUseError(LaunchError):
 
     def __init__(self, task: str, host: str, port: int) -> None:
         self.task, self.host, self.port = task, host, port
-        super().__init__(
-            f"Port {port} on {host} (for {task}) is already in use. Free it, pick another port "
-            f"in the spec, or set the port to 0 to let the launcher choose a free one. "
-            f"Nothing was started."
-        )
+        if port == 0:
+            said = (
+                f"No free port was left on {host} for {task}: the machine handed out the same ones again and again "
+                "(too many tasks for its ephemeral port range, or ports held by other programs). Run fewer tasks "
+                "there, or give them explicit ports. Nothing was started."
+            )
+        else:
+            said = (
+                f"Port {port} on {host} (for {task}) is already in use. Free it, pick another port "
+                f"in the spec, or set the port to 0 to let the launcher choose a free one. "
+                f"Nothing was started."
+            )
+        super().__init__(said)
 
 
 class AlreadyTrained(LaunchError):

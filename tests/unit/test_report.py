@@ -77,3 +77,11 @@ def test_a_run_stopped_before_its_last_attempts_first_step_stands_at_the_step_be
     second = AttemptResult(1, "interrupted", None, "none", (restarted,), 8.5, 9.0)
     assert final_step(RunResult("r", "/tmp/r", LaunchState.INTERRUPTED, [first, second])) == 322
     assert final_step(RunResult("r", "/tmp/r", LaunchState.INTERRUPTED, [second])) is None
+
+
+def test_running_out_of_free_ports_is_not_called_a_port_in_use() -> None:
+    from launcher.errors import PortInUseError
+
+    said = str(PortInUseError("worker:6610", "localhost", 0))
+    assert "No free port was left on localhost for worker:6610" in said and "set the port to 0" not in said
+    assert "Port 8000 on h (for worker:0) is already in use" in str(PortInUseError("worker:0", "h", 8000))
