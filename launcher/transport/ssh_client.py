@@ -338,6 +338,12 @@ def _host_error(target: SshTarget, error: BaseException) -> HostError:
             f"{jump} did not open a connection to {target.hostname}:{target.port} ({error.text}); "
             f"a ProxyJump host must allow TCP forwarding (AllowTcpForwarding) and reach the host",
         )
+    if isinstance(error, paramiko.SSHException) and str(error) == "No existing session":  # paramiko's words for it
+        return HostError(
+            target.address,
+            f"{where} accepted the connection but said nothing SSH within ssh.connect_timeout_s: is that port an "
+            "SSH server's (a firewall or proxy holding the connection open)?",
+        )
     if isinstance(error, (paramiko.SSHException, EOFError)):
         return HostError(target.address, f"SSH handshake with {where} failed: {str(error) or type(error).__name__}")
     if isinstance(error, socket.gaierror):

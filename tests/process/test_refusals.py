@@ -268,3 +268,38 @@ def test_a_spec_path_that_never_ends_is_refused_not_read_until_memory_runs_out(w
     assert proc.returncode == 2, proc.stderr
     assert "/dev/zero: 1 problem in the cluster spec" in proc.stderr and "larger than 16 MiB" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_a_port_that_accepts_but_never_speaks_ssh_is_named_so(work: Path) -> None:
+    import socket
+    import threading
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.4", 0))
+    listener.listen()
+    held: list[socket.socket] = []
+    done = threading.Event()
+
+    def accept_and_say_nothing() -> None:
+        listener.settimeout(0.2)
+        while not done.is_set():
+            try:
+                held.append(listener.accept()[0])
+            except OSError:  # timed out: look at `done` again
+                continue
+
+    thread = threading.Thread(target=accept_and_say_nothing, daemon=True)
+    thread.start()
+    try:
+        port = listener.getsockname()[1]
+        ssh = {"port": port, "connect_timeout_s": 2}
+        spec = write_spec(work, good(work, hosts=[{"address": "127.0.0.4", "workers": 1, "ports": [1], "ssh": ssh}]))
+        proc = run_launch(["--cluster", str(spec), "--check", "--", "python3", "-c", "pass"], work, timeout=60)
+    finally:
+        done.set()
+        thread.join()
+        for sock in [*held, listener]:
+            sock.close()
+    assert proc.returncode == 2, proc.stderr
+    assert f"@127.0.0.4:{port} accepted the connection but said nothing SSH" in proc.stderr, proc.stderr
+    assert "No existing session" not in proc.stderr
