@@ -53,6 +53,15 @@ def _ended_text(files: RunFiles) -> str:
     )
 
 
+def _is_stopped(process: psutil.Process) -> bool:
+    import psutil
+
+    try:
+        return process.status() == psutil.STATUS_STOPPED
+    except psutil.Error:  # gone meanwhile: not stopped
+        return False
+
+
 def _wait_gone(process: psutil.Process, timeout_s: float) -> bool:
     """Whether `process` ended within `timeout_s`. An exited launcher whose parent has not reaped it
     yet (a zombie) has ended too; psutil's wait would keep waiting for it."""
@@ -166,6 +175,12 @@ def stop_launcher(
     if on_signal is not None:
         on_signal(f"{run_dir}: asked the launcher (pid {status.pid}) to stop; waiting up to {timeout_s:g}s for it")
     if not _wait_gone(process, timeout_s):
+        if _is_stopped(process):
+            return StopResult(
+                f"{run_dir}: the launcher (pid {status.pid}) is itself stopped (Ctrl-Z or SIGSTOP), so it cannot act "
+                f"on the stop it was sent: `kill -CONT {status.pid}` (or `fg` in its terminal) lets it stop the run.",
+                exit_codes.RUNNING,
+            )
         return StopResult(
             f"{run_dir}: the launcher (pid {status.pid}) is still running {timeout_s:g}s after SIGINT; it may still "
             f"be giving its tasks their grace period to save. See `launch status {run_dir}`; `launch stop {run_dir}` "

@@ -166,3 +166,21 @@ def test_a_real_launcher_says_who_stopped_it(work: Path, how: str) -> None:
     expected = "Stopped by `launch stop` (pid " if how == "stop" else "Stopped by SIGINT; every task was stopped."
     assert expected in err, err
     assert not (run_dir / "stop-request.json").exists()
+
+
+def test_a_launcher_held_stopped_is_said_to_be_so_and_stops_once_continued(
+    layout: RunLayout, stand_ins: list[subprocess.Popen[str]]
+) -> None:
+    import signal
+
+    proc = _start(layout)
+    stand_ins.append(proc)
+    proc.send_signal(signal.SIGSTOP)
+    while psutil.Process(proc.pid).status() != psutil.STATUS_STOPPED:  # the kernel says so at once, or nearly
+        pass
+    result = stop_launcher(layout.run_dir, timeout_s=0.3)
+    assert result.exit_code == exit_codes.RUNNING
+    assert f"the launcher (pid {proc.pid}) is itself stopped (Ctrl-Z or SIGSTOP)" in result.text
+    assert f"`kill -CONT {proc.pid}`" in result.text
+    proc.send_signal(signal.SIGCONT)  # the SIGINT it was sent waits for it: it now stops
+    assert proc.wait(timeout=30) != 0
