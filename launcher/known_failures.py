@@ -64,6 +64,13 @@ KNOWN_FAILURES: tuple[KnownFailure, ...] = (
         "task must run the same collectives to the same step (a task that returns early leaves the others waiting)",
     ),
     _known(
+        "a-file-system-is-full",
+        r"No space left on device|Disk quota exceeded",
+        "a file system the task writes to is full (the checkpoints, TensorBoard, the run directory, or /tmp): "
+        "free space there (`df -h`), or point checkpoint_dir or run_root at a larger one; a restart meets the "
+        "same full disk",
+    ),
+    _known(
         "out-of-memory",
         r"ResourceExhaustedError|OOM when allocating|RESOURCE_EXHAUSTED: Out of memory",
         "out of memory: a tensor did not fit on the device; lower the per-replica batch size or the model size",

@@ -267,7 +267,14 @@ def launch(
         try:
             console.close()
             if supervisor.result is not None:
-                console.notice(f"summary: {write_summary(supervisor.result)}")
+                try:
+                    console.notice(f"summary: {write_summary(supervisor.result)}")
+                except OSError as error:  # a full disk: the run's outcome stands, only its record is lost
+                    where = RunLayout(first_plan.run_dir).summary_file
+                    console.notice(
+                        f"cannot write the summary {where} ({error.strerror}): `launch status` will not know how "
+                        "this run ended; what follows says it"
+                    )
         finally:
             _restore_signals(previous)
             with contextlib.suppress(OSError):  # a `launch stop` that came when the run was already ending

@@ -95,26 +95,43 @@ class RedactedLog:
         self._handle = handle
         self._partial = b""
         self._pem = PemLines()
+        self.failed: str | None = None  # why the file could not be written (a full disk): nothing more is
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes) -> str | None:
+        """Write what is whole of `data`; returns why, the one time the file fails (then writes no more)."""
+        if self.failed is not None:
+            return None
         *lines, self._partial = (self._partial + data).split(b"\n")
-        if len(self._partial) > MAX_LINE_BYTES:
-            lines.append(self._partial)
+        try:
+            if len(self._partial) > MAX_LINE_BYTES:
+                lines.append(self._partial)
+                self._partial = b""
+                self._handle.write(self._redacted(lines, last_is_whole=False))
+            elif lines:
+                self._handle.write(self._redacted(lines, last_is_whole=True))
+            self._handle.flush()
+        except OSError as error:  # ENOSPC, EDQUOT, EIO: the task runs on, its lines still reach the console
+            self.failed = error.strerror or str(error)
             self._partial = b""
-            self._handle.write(self._redacted(lines, last_is_whole=False))
-        elif lines:
-            self._handle.write(self._redacted(lines, last_is_whole=True))
-        self._handle.flush()
+            return self.failed
+        return None
 
     def _redacted(self, lines: list[bytes], last_is_whole: bool) -> bytes:
         text = "\n".join(self._pem.line(line.decode("utf-8", "surrogateescape")) for line in lines)
         return (redact(text) + ("\n" if last_is_whole else "")).encode("utf-8", "surrogateescape")
 
     def close(self) -> None:
-        if self._partial:
-            self._handle.write(self._redacted([self._partial], last_is_whole=False))
+        try:
+            if self._partial and self.failed is None:
+                self._handle.write(self._redacted([self._partial], last_is_whole=False))
             self._partial = b""
-        self._handle.close()
+            self._handle.close()
+        except OSError as error:  # the last piece, or the buffered flush at close, met the full disk
+            self.failed = self.failed or error.strerror or str(error)
+            try:
+                self._handle.close()
+            except OSError:  # closed already; what it held is lost
+                pass
 
 
 class AgentTask:
@@ -138,8 +155,13 @@ class AgentTask:
     def output(self, data: bytes) -> None:
         if self._exited:  # a frame that raced the host's loss
             return
-        self._log.write(data)
+        failed = self._log.write(data)
         self._lines.feed(data)
+        if failed is not None:
+            where = self.launch.log_path
+            self._sink(
+                OutputLine(self.launch.name, redact(f"[tflaunch] cannot write {where} ({failed}): lines not kept"))
+            )
 
     def event(self, data: dict[str, Any]) -> None:
         if data["event"] == EXIT:

@@ -85,3 +85,19 @@ def test_running_out_of_free_ports_is_not_called_a_port_in_use() -> None:
     said = str(PortInUseError("worker:6610", "localhost", 0))
     assert "No free port was left on localhost for worker:6610" in said and "set the port to 0" not in said
     assert "Port 8000 on h (for worker:0) is already in use" in str(PortInUseError("worker:0", "h", 8000))
+
+
+def test_a_task_log_on_a_full_disk_says_so_once_and_writes_no_more() -> None:
+    from launcher.transport.session import RedactedLog
+
+    log = RedactedLog(open("/dev/full", "wb"))  # every write: ENOSPC, as a full disk answers
+    assert log.write(b"a line\n") == "No space left on device"
+    assert log.write(b"another\n") is None and log.failed == "No space left on device"
+    log.write(b"an unfinished piece")
+    log.close()  # the close does not raise either
+
+
+def test_a_full_disk_is_its_own_known_cause_not_out_of_memory() -> None:
+    said = "ResourceExhaustedError: /ck/ckpt-400_temp/part-00000.tempstate12; No space left on device"
+    known = known_failure(said)
+    assert known is not None and known.anchor == "a-file-system-is-full"
