@@ -21,7 +21,7 @@ from typing import Any
 import tensorflow as tf
 
 from tflaunch.faults import injected
-from worker import example
+from worker import early_sigterm, example
 from worker.checkpoints import CheckpointStore
 from worker.cluster import ClusterInfo
 from worker.contract import RESTORED, STEP, TaskEnv
@@ -220,6 +220,8 @@ def train_builtin(strategy: tf.distribute.Strategy, cluster: ClusterInfo, settin
             exit_fn=lambda: _leave_preempted(step, config.steps, loss, settings.preemption_exit_code)
         ),
     )
+    if early_sigterm.pass_on():  # a stop that came before the handler listened: it saves at the next step
+        log.info("%s: SIGTERM came before training started; leaving at the next step", cluster.name)
     metrics = MetricsWriter(settings, cluster.is_chief, config.tensorboard)
     faults = injected()
     first_loss = None

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tflaunch.leader import wait_for_leader
+from worker import early_sigterm
 from worker.cluster import ClusterInfo, read_cluster_info
 from worker.contract import DONE, IMPORTED, JOINED, PREEMPTED, STARTING, STEP, USAGE_EXIT_CODE, TaskEnv
 from worker.errors import write_error_file
@@ -98,6 +99,7 @@ def run(settings: TaskEnv) -> dict[str, Any]:
         log.info("%s: waited %.1fs for the coordination leader to listen", cluster.name, waited.seconds)
     if isinstance(training, BuiltinTraining):
         strategy = build_strategy(training.devices_per_worker, training.collective)
+        early_sigterm.hold()  # until the loop's preemption handler listens (worker/loop.py)
     else:
         strategy = build_strategy()
     report(JOINED, replicas=strategy.num_replicas_in_sync)

@@ -138,3 +138,34 @@ def test_bad_function_target_is_fatal_exit_2(work: Path) -> None:
     summary = json.loads((work / "runs" / "nofn" / "summary.json").read_text())
     assert len(summary["attempts"]) == 1 and summary["attempts"][0]["kind"] == "fatal"
     assert "cannot load training function" in proc.stderr and "'user_fns:missing'" in proc.stderr
+
+
+def test_sigint_just_after_the_gang_joined_saves_and_leaves_without_the_grace_period(work: Path) -> None:
+    """A stop between the strategy's start and the training loop's preemption handler (TensorFlow's own
+    notifier records the SIGTERM and nothing acts on it) used to train on until SIGKILL."""
+    spec = local_spec("early", 2, work / "runs", kind="builtin", steps=100000, checkpoint_every=1000, log_every=100)
+    spec["restart"]["grace_period_s"] = 60
+    path = write_spec(work, spec)
+    proc = subprocess.Popen(
+        launch_cmd("--cluster", str(path), "--plain", "-v"),
+        cwd=work,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert proc.stdout is not None
+    said = []
+    for line in proc.stdout:  # the first task's "joined" line: the strategy is up, training not yet begun
+        said.append(line)
+        if "joined:" in line:
+            break
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    said += proc.stdout.readlines()
+    code = proc.wait(timeout=90)
+    text = "".join(said)
+    assert code == 130, text[-3000:]
+    assert time.monotonic() - sent < 30, "the tasks were left to their grace period and SIGKILL"
+    assert text.count("preempted; checkpoint saved, leaving with exit code 42") == 2, text[-3000:]
+    assert "SIGTERM came before training started" in text
+    assert not processes_mentioning(str(work))

@@ -138,3 +138,26 @@ def test_a_users_launcher_py_does_not_break_tflaunch_star_imports(tmp_path: Path
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines()[-1] == "report False" and "Traceback" not in out.stderr
+
+
+def test_a_sigterm_before_the_preemption_handler_listens_is_kept_and_sent_again() -> None:
+    """Run in a child interpreter: it changes the process's SIGTERM handler."""
+    import subprocess
+    import sys
+
+    code = (
+        "import os, signal\n"
+        "from worker import early_sigterm\n"
+        "assert early_sigterm.pass_on() is False\n"
+        "early_sigterm.hold()\n"
+        "os.kill(os.getpid(), signal.SIGTERM)\n"
+        "assert early_sigterm._held == [signal.SIGTERM]\n"  # handled at the next bytecode: kept, and alive
+        "got = []\n"
+        "signal.signal(signal.SIGTERM, lambda s, f: got.append(s))\n"  # the handler that listens later
+        "assert early_sigterm.pass_on() is True\n"
+        "assert got == [signal.SIGTERM], got\n"
+        "assert early_sigterm.pass_on() is False\n"
+        "print('ok')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert done.returncode == 0 and done.stdout == "ok\n", done.stderr
