@@ -279,12 +279,24 @@ def _python_fails_with(env: dict[str, str], workdir: str) -> str | None:
 
 def _script_problem(path: str) -> str | None:
     """Why python could not run `path` as a script (None: it can): a readable file, or a directory
-    (or zip) with a __main__.py."""
+    or zip archive with a __main__ (source or bytecode) at its top, as runpy looks for it."""
+    mains = ("__main__.py", "__main__.pyc")
     if os.path.isdir(path):
-        return None if os.path.isfile(os.path.join(path, "__main__.py")) else "a directory without __main__.py"
+        return None if any(os.path.isfile(os.path.join(path, m)) for m in mains) else "a directory without __main__.py"
     if not os.path.exists(path):
         return "no such file"
-    return None if os.access(path, os.R_OK) else "not readable"
+    if not os.access(path, os.R_OK):
+        return "not readable"
+    import zipfile
+
+    try:
+        if not zipfile.is_zipfile(path):
+            return None
+        with zipfile.ZipFile(path) as archive:
+            names = set(archive.namelist())
+    except (OSError, zipfile.BadZipFile):  # python will say what it finds there
+        return None
+    return None if names.intersection(mains) else "a zip archive without __main__.py"
 
 
 def module_found(name: str, first: list[str]) -> bool:

@@ -204,3 +204,24 @@ def test_a_module_is_looked_for_without_running_any_of_it(tmp_path: Path) -> Non
     assert not module_found("pkg.sub.absent", [str(tmp_path)]) and not module_found("nosuch_xyz", [str(tmp_path)])
     assert not module_found("spaced.absent", [str(tmp_path)]) and not module_found("bad name", [str(tmp_path)])
     assert module_found("os.path", []) and module_found("sys", []) and module_found("json.decoder", [])
+
+
+def test_a_script_is_what_python_can_run_a_file_a_directory_or_a_zip_with_a_main(tmp_path: Path) -> None:
+    import py_compile
+    import zipfile
+
+    from launcher.agent.probe import _script_problem
+
+    (tmp_path / "t.py").write_text("print(1)\n")
+    assert _script_problem(str(tmp_path / "t.py")) is None
+    assert _script_problem(str(tmp_path / "absent.py")) == "no such file"
+    (tmp_path / "app").mkdir()
+    assert _script_problem(str(tmp_path / "app")) == "a directory without __main__.py"
+    py_compile.compile(str(tmp_path / "t.py"), cfile=str(tmp_path / "app" / "__main__.pyc"))
+    assert _script_problem(str(tmp_path / "app")) is None  # bytecode only: runpy runs it
+    with zipfile.ZipFile(tmp_path / "no.zip", "w") as archive:
+        archive.writestr("foo.py", "print(1)\n")
+    assert _script_problem(str(tmp_path / "no.zip")) == "a zip archive without __main__.py"
+    with zipfile.ZipFile(tmp_path / "yes.zip", "w") as archive:
+        archive.writestr("__main__.py", "print(1)\n")
+    assert _script_problem(str(tmp_path / "yes.zip")) is None
