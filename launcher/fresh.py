@@ -13,7 +13,7 @@ import os
 import time
 from pathlib import Path
 
-from launcher.checkpoint_mark import MARKER, has_checkpoints, refuse_if_in_use
+from launcher.checkpoint_mark import MARKER, has_checkpoints, read_mark, refuse_if_in_use, writer_of
 from launcher.errors import UsageError
 from launcher.masking import printable
 from launcher.plan import checkpoint_dir_of
@@ -34,18 +34,34 @@ def _covers(directory: str, path: str) -> bool:
     return inner == outer or inner.startswith(outer.rstrip("/") + "/")
 
 
-def _looks_like_checkpoints(path: str) -> bool:
-    """A launch's mark, or TensorFlow's own checkpoint files (`checkpoint`, `ckpt-N.index`, `*.index`)."""
-    try:
-        names = os.listdir(path)
-    except OSError:
-        return False
-    return any(n in (MARKER, "checkpoint") or n.startswith("ckpt-") or n.endswith(".index") for n in names)
+def _looks_like_checkpoints(names: list[str]) -> bool:
+    """A launch's mark, or TensorFlow's own checkpoint files: `checkpoint`, or an `X.index` beside its
+    `X.data-...` shards (an index file alone may be anything's)."""
+    if MARKER in names or "checkpoint" in names:
+        return True
+    shards = {n.split(".data-", 1)[0] for n in names if ".data-" in n}
+    return any(n.endswith(".index") and n[: -len(".index")] in shards for n in names)
+
+
+def _marked_below(path: str, limit: int = 10_000) -> str | None:
+    """A directory below `path` that a launch marked as its checkpoint directory (another run's,
+    maybe running), looked for among the first `limit` entries; None when there is none."""
+    seen = 0
+    for folder, subfolders, names in os.walk(path):
+        seen += len(subfolders) + len(names)
+        if folder != path and MARKER in names:
+            return folder
+        if seen > limit:
+            return None
+    return None
 
 
 def _not_to_move(checkpoints: str, run_dir: str, launcher_cwd: str) -> str | None:
     """Why `--fresh` must leave the checkpoint directory where it is (None: it may move it): what only
-    looks like a run's checkpoints because checkpoint_dir names it (`.`, the run root, a shared folder)."""
+    looks like this run's checkpoints because checkpoint_dir names it (`.`, the run root, a shared
+    folder, another run's checkpoints)."""
+    if os.path.islink(checkpoints):
+        return f"is a symbolic link (to {printable(os.readlink(checkpoints))}): moving it would move the link alone"
     for what, inner in (
         ("the run directory", run_dir),
         ("the directory you launched from", launcher_cwd),
@@ -58,9 +74,16 @@ def _not_to_move(checkpoints: str, run_dir: str, launcher_cwd: str) -> str | Non
     try:
         if os.stat(checkpoints).st_mode & 0o002:
             return "is writable by anybody: a shared directory, not this run's own"
+        names = os.listdir(checkpoints)
     except OSError:
         return None
-    if not _looks_like_checkpoints(checkpoints):
+    writer = writer_of(read_mark(checkpoints))
+    if writer is not None and writer != run_dir:
+        return f"holds the checkpoints of the run in {printable(writer)}, not this run's"
+    nested = _marked_below(checkpoints)
+    if nested is not None:
+        return f"holds another launch's checkpoint directory ({printable(nested)})"
+    if not _looks_like_checkpoints(names):
         return f"holds no checkpoints of a launch (no {MARKER}, no TensorFlow checkpoint files)"
     return None
 
@@ -78,7 +101,8 @@ def start_over(spec: ClusterSpec, run_dir: Path, launcher_cwd: str) -> list[str]
     """Move the run's old files aside; returns one line per move (empty when there was nothing)."""
     checkpoints = checkpoint_dir_of(spec, RunLayout(str(run_dir)), launcher_cwd)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    outside = not _inside(checkpoints, str(run_dir))
+    same = os.path.realpath(checkpoints) == os.path.realpath(run_dir)  # moved with the run directory
+    outside = not (_inside(checkpoints, str(run_dir)) or same)
     if is_url(checkpoints):
         raise UsageError(
             f"--fresh cannot move aside the checkpoints at {printable(checkpoints)} (an object store): remove or "

@@ -182,3 +182,40 @@ def test_a_hostfile_takes_ipv6_addresses_as_h_does(tmp_path: Path) -> None:
 def test_a_bare_ipv6_address_with_a_count_in_h_is_told_to_use_brackets() -> None:
     with pytest.raises(UsageError, match=r"an IPv6 address goes in brackets: \[::1\]:2"):
         parse_host_list("fd00::5:2x")
+
+
+def test_fresh_leaves_another_runs_checkpoints_a_link_and_a_folder_of_indexes_where_they_are(tmp_path: Path) -> None:
+    cases = {}
+    other = tmp_path / "other-run-ckpt"  # marked by the run in runs/A
+    other.mkdir()
+    (other / MARKER).write_text(json.dumps({"run_dir": str(tmp_path / "runs" / "A")}))
+    (other / "checkpoint").write_text("x")
+    cases[other] = "holds the checkpoints of the run in"
+    parent = tmp_path / "ckroot"  # another launch's checkpoint directory inside it
+    (parent / "sub").mkdir(parents=True)
+    (parent / "sub" / MARKER).write_text("{}")
+    (parent / "checkpoint").write_text("x")
+    cases[parent] = "holds another launch's checkpoint directory"
+    target = tmp_path / "real-ckpt"
+    target.mkdir()
+    (target / "checkpoint").write_text("x")
+    (tmp_path / "linked").symlink_to(target)
+    cases[tmp_path / "linked"] = "is a symbolic link"
+    search = tmp_path / "search-data"
+    search.mkdir()
+    (search / "words.index").write_text("an index of something else")
+    cases[search] = "holds no checkpoints of a launch"
+    for where, why in cases.items():
+        request, run_dir = _run(tmp_path, str(where))
+        with pytest.raises(UsageError, match=why):
+            start_over(request_spec(request), run_dir, str(tmp_path))
+    assert (other / "checkpoint").exists() and (parent / "sub" / MARKER).exists() and (target / "checkpoint").exists()
+    assert (tmp_path / "linked").is_symlink() and (search / "words.index").exists()
+
+
+def test_fresh_moves_a_checkpoint_dir_that_is_the_run_directory_itself_with_it(tmp_path: Path) -> None:
+    request, run_dir = _run(tmp_path, str(tmp_path / "runs" / "r"))
+    run_dir.mkdir(parents=True)
+    (run_dir / "checkpoint").write_text("x")
+    moved = start_over(request_spec(request), run_dir, str(tmp_path))
+    assert len(moved) == 1 and moved[0].startswith("run directory") and not run_dir.exists()
