@@ -319,10 +319,15 @@ def test_two_runs_sharing_a_checkpoint_dir_are_told_apart(work: Path) -> None:
     assert "or another checkpoint_dir to keep both" in other.stderr, other.stderr
     same = run_launch(["--cluster", str(work / "y.json"), "--", "python3", "-c", save], work)
     assert same.returncode == 0 and f"they were written by the run in {work / 'runs' / 'x'}" in same.stderr
-    # while a run writes there, another run is refused, checkpoints or none yet, and --fresh moves nothing
+    # y wrote there last: x's --fresh does not move y's checkpoints from under it; moved by hand, x starts over
     sleeper = ["python3", "-c", "import time; time.sleep(60)"]
+    refused = run_launch(["--cluster", str(work / "x.json"), "--fresh", "--", *sleeper], work)
+    assert refused.returncode == 2 and "holds the checkpoints of the run in" in refused.stderr, refused.stderr
+    assert (work / "shared" / "ckpt-1").exists()
+    (work / "shared").rename(work / "shared.old-by-hand")
+    # while a run writes there, another run is refused, checkpoints or none yet, and --fresh moves nothing
     running = subprocess.Popen(
-        launch_cmd("--cluster", str(work / "x.json"), "--fresh", "--", *sleeper),  # another program: fresh
+        launch_cmd("--cluster", str(work / "x.json"), "--", *sleeper),
         cwd=work,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -333,7 +338,7 @@ def test_two_runs_sharing_a_checkpoint_dir_are_told_apart(work: Path) -> None:
         while "time.sleep(60)" not in (mark.read_text() if mark.exists() else ""):
             assert time.monotonic() < deadline and running.poll() is None
             time.sleep(0.05)
-        aside = sorted(work.glob("shared.old-*"))  # what x's own --fresh moved
+        aside = sorted(work.glob("shared.old-*"))  # what was moved by hand
         for extra in ([], ["--fresh"]):
             busy = run_launch(["--cluster", str(work / "y.json"), *extra, "--", "python3", "-c", save], work)
             assert busy.returncode == 2, busy.stderr
