@@ -104,7 +104,7 @@ def run_preflight(spec: ClusterSpec, plan: LaunchPlan, transport: Transport) -> 
                 "scripts": sorted({script for task in host.tasks if (script := script_of(task.argv))}),
                 "modules": sorted({target.partition(":")[0] for target in targets.values()}),
                 "pythonpath": host.tasks[0].env.get("PYTHONPATH"),
-                "startup_env": {k: v for k, v in host.tasks[0].env.items() if k in STARTUP_VARIABLES},
+                "startup_env": _startup_env(host),
                 "path": host.tasks[0].env.get("PATH"),  # the spec's, else the host's own
             }
         )
@@ -248,6 +248,14 @@ def _check_info(hosts: list[_Host], plan: LaunchPlan, need_worker: bool, report:
             report.problems.append(
                 f"{label} versions differ across hosts ({spread}); install the same version everywhere"
             )
+
+
+def _startup_env(host: _Host) -> dict[str, str]:
+    """The spec's variables that decide whether the tasks' python starts, when the tasks run this host's
+    python (the runtime, or a command's `python`): another program may want them as they are."""
+    if any(task.argv[0] != host.python for task in host.tasks):
+        return {}
+    return {k: v for k, v in host.tasks[0].env.items() if k in STARTUP_VARIABLES}
 
 
 def _targets(spec: ClusterSpec) -> dict[str, str]:

@@ -303,3 +303,10 @@ def test_a_port_that_accepts_but_never_speaks_ssh_is_named_so(work: Path) -> Non
     assert proc.returncode == 2, proc.stderr
     assert f"@127.0.0.4:{port} accepted the connection but said nothing SSH" in proc.stderr, proc.stderr
     assert "No existing session" not in proc.stderr
+
+
+def test_start_up_variables_are_checked_only_for_the_python_the_tasks_run(work: Path) -> None:
+    """Another program (a python of its own, say) may want a PYTHONHOME this host's python would not start with."""
+    spec = write_spec(work, good(work, env={"PYTHONHOME": "/opt/other-python"}))
+    proc = run_launch(["--cluster", str(spec), "--check", "--", "/bin/true"], work, timeout=90)
+    assert proc.returncode == 0 and "preflight passed" in proc.stdout, proc.stderr
