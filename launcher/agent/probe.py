@@ -309,7 +309,12 @@ def module_found(name: str, first: list[str]) -> bool:
     parts = name.split(".")
     if not all(part.isidentifier() for part in parts):
         return False
-    spec = PathFinder.find_spec(parts[0], [*first, *_site_dirs(), *(p for p in sys.path if p)])
+    roots = [*first, *_site_dirs(), *(p for p in sys.path if p)]
+    if len(parts) > 1:  # a package split across roots (pkgutil.extend_path, old-style namespaces) imports too
+        spread = [os.path.join(root, *parts[:-1]) for root in roots]
+        if PathFinder.find_spec(parts[-1], [d for d in spread if os.path.isdir(d)]) is not None:
+            return True
+    spec = PathFinder.find_spec(parts[0], roots)
     if spec is None:
         import importlib.util
 

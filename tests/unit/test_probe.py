@@ -225,3 +225,14 @@ def test_a_script_is_what_python_can_run_a_file_a_directory_or_a_zip_with_a_main
     with zipfile.ZipFile(tmp_path / "yes.zip", "w") as archive:
         archive.writestr("__main__.py", "print(1)\n")
     assert _script_problem(str(tmp_path / "yes.zip")) is None
+
+
+def test_a_package_split_across_roots_the_old_way_is_found(tmp_path: Path) -> None:
+    for root in ("work", "lib"):
+        (tmp_path / root / "corp").mkdir(parents=True)
+        (tmp_path / root / "corp" / "__init__.py").write_text(
+            "from pkgutil import extend_path\n__path__ = extend_path(__path__, __name__)\n"
+        )
+    (tmp_path / "lib" / "corp" / "models.py").write_text("def build(config): ...\n")
+    assert module_found("corp.models", [str(tmp_path / "work"), str(tmp_path / "lib")])
+    assert not module_found("corp.absent", [str(tmp_path / "work"), str(tmp_path / "lib")])
