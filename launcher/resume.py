@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -125,7 +126,7 @@ def resume_notice(spec: ClusterSpec, words: ResumeWords = CLI_WORDS) -> Resuming
             f"the command's arguments changed since they were written (was: {shown_training(saved)}; now: "
             f"{shown_training(now)})"
         )
-    if (finished := _finished_at(layout.summary_file, spec)) is not None:
+    if (finished := _finished_at(layout.summary_file, spec, checkpoints)) is not None:
         remarks.append(
             f"the run already trained all its training.steps={finished}, so nothing is left to train and the "
             "launch would start nothing (raise training.steps to train further)"
@@ -133,15 +134,29 @@ def resume_notice(spec: ClusterSpec, words: ResumeWords = CLI_WORDS) -> Resuming
     return Resuming(checkpoints, tuple(remarks), finished)
 
 
-def _finished_at(summary_file: str, spec: ClusterSpec) -> int | None:
-    """training.steps when the run's last launch trained all of them (its summary says it succeeded at that step);
-    None for a command, whose steps only it knows, or a run with steps left."""
+def _finished_at(summary_file: str, spec: ClusterSpec, checkpoints: str) -> int | None:
+    """training.steps when the run's last launch trained all of them: its summary says it succeeded at that
+    step, and the checkpoint directory holds the built-in runtime's checkpoint of it (`ckpt-N.index`, N that
+    step or more: a checkpoint rolled back, or another checkpoint_dir, has steps left). None for anything
+    else: a command or `fit` (whose checkpoints only they name), an object store, a run with steps left."""
     steps = getattr(spec.training, "steps", None)
+    if getattr(spec.training, "kind", None) != "builtin" or not isinstance(steps, int):
+        return None
     summary = _read_json(summary_file)
-    if not isinstance(steps, int) or summary is None or summary.get("state") != "succeeded":
+    if summary is None or summary.get("state") != "succeeded":
         return None
     final = summary.get("final_step")
-    return steps if isinstance(final, int) and final >= steps else None
+    if not isinstance(final, int) or final < steps:
+        return None
+    try:
+        names = os.listdir(checkpoints)
+    except OSError:  # an object store, or gone: let the tasks look
+        return None
+    saved = [int(m[1]) for n in names if (m := _CHECKPOINT_INDEX.fullmatch(n))]
+    return steps if saved and max(saved) >= steps else None
+
+
+_CHECKPOINT_INDEX = re.compile(r"ckpt-(\d{1,18})\.index")
 
 
 def refuse_if_unsafe(checkpoints: str, to_move: bool = False) -> None:

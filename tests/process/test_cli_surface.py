@@ -249,6 +249,11 @@ def test_a_rerun_of_a_finished_run_says_nothing_is_left_to_train(work: Path) -> 
     assert "run done already trained all its training.steps=20" in again.stderr, again.stderr
     assert "nothing was started" in again.stderr and "starting" not in again.stderr
     assert sorted(p.name for p in run_dir.iterdir()) == ["checkpoints", "summary.json"]  # no attempt, no new files
+    # the summary alone does not say it: a checkpoint rolled back to step 10 has steps left to train
+    (run_dir / "checkpoints" / "ckpt-20.index").rename(run_dir / "checkpoints" / "ckpt-10.index")
+    rolled = run_launch(["--cluster", str(spec), "--check"], work)
+    assert rolled.returncode == 0 and "already trained" not in rolled.stdout, rolled.stdout
+    assert "would resume from the checkpoints" in rolled.stdout
 
 
 def test_checkpoints_of_another_training_are_not_resumed(work: Path) -> None:
