@@ -179,12 +179,12 @@ def schema(output: str | None) -> int:
     from launcher.spec import json_schema
 
     text = json.dumps(json_schema(), indent=2) + "\n"
-    if output is None:
+    if output is None or output == "-":
         print(text, end="")
         return exit_codes.SUCCEEDED
 
     target = Path(output)
-    if target.exists() and not _is_our_schema(target):
+    if target.exists() and target.stat().st_size > 0 and not _is_our_schema(target):  # an empty file holds nothing
         raise UsageError(
             f"{output} already exists and is not a schema this command wrote (a spec, say); remove it or give "
             "another file with -o. Nothing was written."

@@ -56,6 +56,12 @@ def test_schema_never_overwrites_a_file_it_did_not_write(tmp_path: Path) -> None
     proc = run_launch(["schema", "-o", str(spec)], tmp_path)
     assert proc.returncode == 2 and "already exists and is not a schema this command wrote" in proc.stderr
     assert json.loads(spec.read_text())["name"] == "mine"
+    empty = tmp_path / "made-by-mktemp.json"
+    empty.write_text("")
+    assert run_launch(["schema", "-o", str(empty)], tmp_path).returncode == 0 and json.loads(empty.read_text())
+    to_stdout = run_launch(["schema", "-o", "-"], tmp_path)
+    assert to_stdout.returncode == 0 and json.loads(to_stdout.stdout)["title"] == "ClusterSpec"
+    assert not (tmp_path / "-").exists()
 
 
 def test_conflicting_sources_are_a_usage_error(tmp_path: Path) -> None:
