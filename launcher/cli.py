@@ -109,6 +109,8 @@ def _run(own: list[str], command: list[str]) -> int:
         raise UsageError("--json goes with --dry-run.")
     if args.dry_run and args.check:
         raise UsageError("--dry-run prints the plan and --check runs the preflight: give one of them.")
+    if args.check and args.inject:
+        raise UsageError("--inject rehearses a fault in a run, and --check starts none: give one of them.")
     if args.quiet and args.show:
         raise UsageError("--quiet echoes no task's output and --show echoes only some: give one of them.")
     if args.fresh and (args.dry_run or args.check):

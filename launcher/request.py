@@ -60,12 +60,24 @@ class LaunchRequest:
         return "--local" if self.local is not None else "-H/--hostfile"
 
 
+def _bare_ipv6(text: str) -> bool:
+    import ipaddress
+
+    try:
+        return text.count(":") >= 2 and isinstance(ipaddress.ip_address(text), ipaddress.IPv6Address)
+    except ValueError:
+        return False
+
+
 def parse_host_list(text: str, flag: str = "-H") -> tuple[tuple[str, int], ...]:
     """`a:2,b:2,c` -> (("a", 2), ("b", 2), ("c", 1)); a clear error naming the bad entry."""
     parts = text.split(",")
     _at_most_max_hosts(len(parts), flag)
     entries = []
     for part in parts:
+        if _bare_ipv6(part.strip()):  # `::1`: an address with no count (with one, it goes in brackets)
+            entries.append((part.strip(), 1))
+            continue
         match = _HOST_ENTRY.match(part.strip())
         if match is None or (match["n"] is not None and not 1 <= int(match["n"]) <= MAX_WORKERS_PER_HOST):
             v6 = " (an IPv6 address goes in brackets: [::1]:2)" if part.count(":") >= 2 and "[" not in part else ""

@@ -74,6 +74,10 @@ def test_conflicting_sources_are_a_usage_error(tmp_path: Path) -> None:
     [
         (["--check", "--dry-run"], "--dry-run prints the plan and --check runs the preflight: give one of them."),
         (["--quiet", "--show", "worker:0"], "--quiet echoes no task's output and --show echoes only some"),
+        (
+            ["--check", "--inject", "kill:worker:1@step=5"],
+            "--inject rehearses a fault in a run, and --check starts none",
+        ),
     ],
 )
 def test_flags_that_contradict_each_other_are_a_usage_error(tmp_path: Path, flags: list[str], said: str) -> None:

@@ -177,6 +177,7 @@ def test_a_hostfile_takes_ipv6_addresses_as_h_does(tmp_path: Path) -> None:
     path.write_text("::1\n[::2]:2\n[::3] slots=3\nfd00::5 slots=4\n")
     assert read_hostfile(str(path)) == (("::1", 1), ("::2", 2), ("::3", 3), ("fd00::5", 4))
     assert parse_host_list("[::1]:2,[fd00::5]") == (("::1", 2), ("fd00::5", 1))
+    assert parse_host_list("::1,fd00::5") == (("::1", 1), ("fd00::5", 1))  # bare, as the hostfile takes them
 
 
 def test_a_bare_ipv6_address_with_a_count_in_h_is_told_to_use_brackets() -> None:
