@@ -216,7 +216,7 @@ def _check_info(hosts: list[_Host], plan: LaunchPlan, need_worker: bool, report:
             )
             report.problems.append(f"{host.address}: the tasks' command {program!r} cannot run there ({why}); {fix}")
         if info.get("startup_env_fails"):
-            names = ", ".join(sorted(k for k in host.tasks[0].env if k in STARTUP_VARIABLES))
+            names = ", ".join(sorted(_startup_env(host)))
             report.problems.append(
                 f"{host.address}: {info['executable']} does not start with the spec's env ({names}): "
                 f"{info['startup_env_fails']}; fix or remove them"

@@ -1,8 +1,8 @@
-"""Which file a `python ...` command runs: the script a preflight can look for before anything starts.
-
-Python's own command line (`python [options] script [args]`): options come first and may be combined
-(`-uB`); `-W` and `-X` take a value, attached (`-Wignore`) or as the next word; `-c` and `-m` run no
-file; `-` (or nothing) reads standard input; `--` ends the options.
+"""What a `python ...` command runs, as Python's own command line reads it: its script (or `-m`
+module, or `-c` code) whatever the python is called and its own flags. Options come first and may be
+combined (`-uB`); `-W`, `-X` and `-Q` take a value, attached (`-Wignore`) or as the next word; `--`
+ends the options; `-` reads standard input. Used for a training's identity (which program wrote
+the checkpoints) and by the preflight (which script must be there).
 """
 
 from __future__ import annotations
@@ -11,9 +11,7 @@ import os
 import re
 
 _PYTHON = re.compile(r"python(\d+(\.\d+)*)?")
-_TAKES_VALUE = set("WX")
-_RUNS_NO_FILE = set("cm")
-_LONG_TAKES_VALUE = {"--check-hash-based-pycs"}
+_PYTHON_FLAGS_WITH_VALUE = "WXQ"  # python's short options that take a value
 
 
 def is_python(program: str) -> bool:
@@ -21,28 +19,51 @@ def is_python(program: str) -> bool:
     return bool(_PYTHON.fullmatch(os.path.basename(program)))
 
 
+def program_of(argv: list[str]) -> list[str]:
+    """What a command runs, not what it is told: for a python, its script (or `-m` module and the
+    words after it up to an option, or `-c` code) whatever the python is called and its own flags, so
+    `python3 train.py --steps 40` and `python ./train.py` run one program. Any other command counts
+    whole: which of its words name its program is not ours to guess (`env`, `mpirun`, `sh -x`)."""
+    if not argv or not is_python(argv[0]):
+        return list(argv)
+    rest = argv[1:]
+    index = 0
+    while index < len(rest):
+        arg = rest[index]
+        index += 1
+        if arg == "--":  # what follows is the script
+            return [os.path.normpath(rest[index])] if index < len(rest) else ["python"]
+        if arg == "-" or not arg.startswith("-"):  # the script (or standard input)
+            return [arg if arg == "-" else os.path.normpath(arg)]
+        if arg.startswith("--"):  # --check-hash-based-pycs MODE: python's one long option with a value
+            index += arg == "--check-hash-based-pycs"
+            continue
+        for position, flag in enumerate(arg[1:], start=2):  # combined flags: `-um x` is `-u -m x`
+            attached = arg[position:]
+            if flag in "mc" or flag in _PYTHON_FLAGS_WITH_VALUE:
+                value = attached or (rest[index] if index < len(rest) else "")
+                index += not attached
+                if flag == "c":
+                    return ["-c", value]
+                if flag == "m":
+                    return ["-m", value, *_leading_words(rest[index:])]
+                break  # -W ignore, -Xdev: a value of python's own
+    return ["python"]
+
+
+def _leading_words(words: list[str]) -> list[str]:
+    """The words before the first option: a module's own program words (`-m coverage run a.py`)."""
+    leading = []
+    for word in words:
+        if word.startswith("-"):
+            break
+        leading.append(word)
+    return leading
+
+
 def script_of(argv: list[str]) -> str | None:
     """The script file `argv` runs, when it is a python running one; None for anything else."""
     if not argv or not is_python(argv[0]):
         return None
-    words = iter(argv[1:])
-    for word in words:
-        if word == "--":
-            return next(words, None)
-        if word in _LONG_TAKES_VALUE:
-            next(words, None)
-            continue
-        if word.startswith("--"):
-            if word in ("--help", "--version", "--help-all", "--help-env", "--help-xoptions"):
-                return None
-            continue
-        if word == "-" or not word.startswith("-"):
-            return None if word == "-" else word
-        for at, flag in enumerate(word[1:], start=1):
-            if flag in _RUNS_NO_FILE or flag in "hV?":
-                return None
-            if flag in _TAKES_VALUE:
-                if at == len(word) - 1:
-                    next(words, None)  # the value is the next word
-                break
-    return None
+    program = program_of(argv)
+    return None if program[0] in ("-c", "-m", "-", "python") else program[0]
