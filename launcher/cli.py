@@ -29,6 +29,7 @@ from launcher import exit_codes
 from launcher.arguments import SUBCOMMANDS, run_parser, sub_parsers
 from launcher.errors import LaunchError, UsageError
 from launcher.faults import Fault, parse_fault
+from launcher.masking import redact
 from launcher.request import LaunchRequest, parse_host_list, read_hostfile, shown_tasks, task_names
 
 if TYPE_CHECKING:
@@ -181,8 +182,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if own[:1] and own[0] in SUBCOMMANDS:
             return _subcommand(own[0], own[1:], command)
         return _run(own, command)
-    except LaunchError as error:
-        _say(f"launch: {error}", to_stderr=True)
+    except LaunchError as error:  # its words may quote the spec (a path holding a secret's value)
+        _say(f"launch: {redact(str(error))}", to_stderr=True)
         return error.exit_code
     except KeyboardInterrupt:
         return exit_codes.INTERRUPTED

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from launcher import exit_codes
 from launcher.errors import PreflightError, UsageError
 from launcher.masking import printable, redact, redacted
-from worker.contract import ARGV_VAR, TF_CONFIG
+from worker.contract import TF_CONFIG
 
 if TYPE_CHECKING:
     from launcher.faults import Fault
@@ -76,7 +76,7 @@ def dry_run(plan: LaunchPlan, as_json: bool, remote: str = "ssh") -> int:
             if key != TF_CONFIG:
                 print(f"  {key}={value}")
         print(f"  cwd: {shown(task.cwd)}")
-        argv = [task.argv[0], *json.loads(task.env[ARGV_VAR])] if ARGV_VAR in task.env else task.argv
+        argv = task.command
         print(f"  command: {' '.join(shown(arg) for arg in argv)}")
         print(f"  log: {shown(task.log_path)}")
     return exit_codes.SUCCEEDED

@@ -97,6 +97,13 @@ class TaskLaunch:
         return address(self.host, self.port)
 
     @property
+    def command(self) -> list[str]:
+        """The command as the spec gave it: secret-holding arguments travel in ARGV_VAR, not in argv."""
+        if ARGV_VAR in self.env:
+            return [self.argv[0], *json.loads(self.env[ARGV_VAR])]
+        return list(self.argv)
+
+    @property
     def tf_config(self) -> dict[str, Any]:
         """The task's TF_CONFIG. The evaluator is outside the coordination service: its cluster lists
         only itself."""

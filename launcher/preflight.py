@@ -101,7 +101,7 @@ def run_preflight(spec: ClusterSpec, plan: LaunchPlan, transport: Transport) -> 
                 "need_worker": need_worker,
                 "gpus": bool(host.gpus),
                 "programs": sorted({task.argv[0] for task in host.tasks}),
-                "scripts": sorted({script for task in host.tasks if (script := script_of(task.argv))}),
+                "scripts": sorted({script for task in host.tasks if (script := script_of(task.command))}),
                 "modules": sorted({target.partition(":")[0] for target in targets.values()}),
                 "pythonpath": host.tasks[0].env.get("PYTHONPATH"),
                 "startup_env": _startup_env(host),

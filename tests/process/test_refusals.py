@@ -310,3 +310,17 @@ def test_start_up_variables_are_checked_only_for_the_python_the_tasks_run(work: 
     spec = write_spec(work, good(work, env={"PYTHONHOME": "/opt/other-python"}))
     proc = run_launch(["--cluster", str(spec), "--check", "--", "/bin/true"], work, timeout=90)
     assert proc.returncode == 0 and "preflight passed" in proc.stdout, proc.stderr
+
+
+def test_a_script_is_checked_whatever_its_secret_arguments_and_refusals_mask_secrets(work: Path) -> None:
+    """Secret-holding arguments travel apart from the command line; the preflight reads the command as given,
+    and a refusal quoting the spec (a path holding a secret's value) masks it."""
+    argv = ["python", str(work / "nothere-hunter2" / "train.py"), "--pw", "hunter2"]
+    spec = write_spec(work, good(work, env={"DB_PASS": "hunter2"}, training={"kind": "command", "argv": argv}))
+    proc = run_launch(["--cluster", str(spec), "--check"], work, timeout=90)
+    assert proc.returncode == 2 and "nothere-****/train.py' cannot run there (no such file" in proc.stderr, proc.stderr
+    assert "hunter2" not in proc.stderr + proc.stdout
+    url = write_spec(work, good(work, env={"DB_PASS": "hunter2"}, checkpoint_dir="s3://bucket/hunter2/ck"), "u.json")
+    fresh = run_launch(["--cluster", str(url), "--fresh", "--", "python3", "-c", "pass"], work, timeout=90)
+    assert fresh.returncode == 2 and "s3://bucket/****/ck (an object store)" in fresh.stderr, fresh.stderr
+    assert "hunter2" not in fresh.stderr
