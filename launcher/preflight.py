@@ -103,6 +103,7 @@ def run_preflight(spec: ClusterSpec, plan: LaunchPlan, transport: Transport) -> 
                 "programs": sorted({task.argv[0] for task in host.tasks}),
                 "scripts": sorted({script for task in host.tasks if (script := script_of(task.command))}),
                 "modules": sorted({target.partition(":")[0] for target in targets.values()}),
+                "functions": sorted(set(targets.values())),
                 "pythonpath": host.tasks[0].env.get("PYTHONPATH"),
                 "startup_env": _startup_env(host),
                 "path": host.tasks[0].env.get("PATH"),  # the spec's, else the host's own
@@ -276,6 +277,13 @@ def _check_targets(hosts: list[_Host], targets: dict[str, str], report: Prefligh
                     f"{host.address}: {field_name} {target!r}: no module {module!r} there, neither in the working "
                     f"directory {host.workdir} nor among {host.info['executable']}'s packages; check its spelling, "
                     "or put it there"
+                )
+            elif target in (absent := host.info.get("functions_missing") or {}):
+                function = target.partition(":")[2]
+                close = " or ".join(repr(f"{module}:{name}") for name in absent[target])
+                report.problems.append(
+                    f"{host.address}: {field_name} {target!r}: module {module!r} has no top-level {function!r}; "
+                    + (f"did you mean {close}?" if close else f"define {function!r} there, or name the function it has")
                 )
 
 

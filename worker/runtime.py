@@ -85,7 +85,7 @@ def run(settings: TaskEnv) -> dict[str, Any]:
         try:
             function = load_target(training.target)
         except WorkerUsageError as error:
-            raise WorkerUsageError(f"cannot load training function: {error}") from None
+            raise WorkerUsageError(f"training.target: {error}") from error.__cause__
     elif not isinstance(training, (BuiltinTraining, FitTraining)):
         raise WorkerUsageError(f"training kind {training.kind!r} does not run in the worker runtime")
     waited = wait_for_leader(cluster.cluster, cluster.task_type, cluster.task_index)
@@ -137,7 +137,7 @@ def main() -> int:
         report(DONE, step=result.get("step"))
         return 0
     except WorkerUsageError as error:
-        write_error_file(settings.error_file, settings.task, error)
+        write_error_file(settings.error_file, settings.task, error, usage=True)
         log.error("%s", error)
         return USAGE_EXIT_CODE
     except SystemExit as stop:

@@ -30,7 +30,7 @@ def load_target(target: str) -> Callable[..., Any]:
     try:
         function = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as error:
-        raise WorkerUsageError(f"cannot load {target!r}: {error}") from None
+        raise WorkerUsageError(f"cannot load {target!r}: {error}") from error
     if not callable(function):
         raise WorkerUsageError(f"{target!r} is not callable")
     return function

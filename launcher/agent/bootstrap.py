@@ -44,6 +44,7 @@ MODULES = (
     "launcher.agent.frames",
     "launcher.agent.cluster",
     "launcher.agent.safe_paths",
+    "launcher.agent.module_names",
     "launcher.agent.probe",
     "launcher.agent.keeper",
     "launcher.agent.spawn",

@@ -7,6 +7,7 @@ take milliseconds). Requests and their answers:
     {"op": "info", "workdir": ..., "checkpoint_dir": ..., "need_worker": true, "gpus": true,
      "programs": [...], "path": ...}     "gpus": also nvidia-smi's raw answers (parsed by launcher.gpus);
                                          "programs": why each task's program cannot run (PATH: "path")
+                                         "functions": module:function targets whose module plainly lacks it
     {"op": "write_marker" | "read_marker" | "remove", "path": ..., "token": ...}
     {"op": "bind", "ports": [...]}       keeps listeners open until "release" or end of input
     {"op": "connect", "addresses": [["host", port], ...], "timeout": 3}
@@ -22,6 +23,7 @@ import sys
 import threading
 from typing import Any
 
+from launcher.agent.module_names import top_level_names
 from launcher.agent.safe_paths import unsafe_ancestry
 
 _listeners: list[socket.socket] = []
@@ -240,6 +242,14 @@ def _info(request: dict[str, Any]) -> dict[str, Any]:
     unfound = [m for m in request.get("modules") or [] if not module_found(m, [workdir, *extra])]
     if unfound:
         answer["modules_missing"] = unfound
+    absent = {
+        target: close
+        for target in request.get("functions") or []
+        if target.partition(":")[0] not in unfound
+        and (close := function_missing(target, [workdir, *extra])) is not None
+    }
+    if absent:
+        answer["functions_missing"] = absent
     startup_env = request.get("startup_env") or {}
     if startup_env:
         failed = _python_fails_with(startup_env, workdir)
@@ -304,16 +314,40 @@ def module_found(name: str, first: list[str]) -> bool:
     (the working directory, PYTHONPATH) or this python's packages, found without running any of it:
     each package's location is read from its spec, no `__init__` is executed. A name under a plain
     module (os.path) is taken as found: only running that module could tell."""
+    return _locate(name, first)[0]
+
+
+def function_missing(target: str, first: list[str]) -> list[str] | None:
+    """For a `module:function` target whose module is a source file that plainly binds no such
+    top-level name, the names it does bind that come close (maybe none); None when the function may
+    be there (or only running the module could tell)."""
+    import difflib
+
+    module, _, function = target.partition(":")
+    found, origin = _locate(module, first)
+    if not (found and origin and origin.endswith(".py") and function.isidentifier()):
+        return None
+    names = top_level_names(origin)
+    if names is None or function in names:
+        return None
+    if os.path.basename(origin) == "__init__.py" and module_found(f"{module}.{function}", first):
+        return None  # a submodule, which the package may import
+    return difflib.get_close_matches(function, sorted(n for n in names if not n.startswith("__")), n=3)
+
+
+def _locate(name: str, first: list[str]) -> tuple[bool, str | None]:
+    """Whether module `name` is found (as module_found) and, when its spec says, the file it would be loaded from."""
     from importlib.machinery import PathFinder
 
     parts = name.split(".")
     if not all(part.isidentifier() for part in parts):
-        return False
+        return False, None
     roots = [*first, *_site_dirs(), *(p for p in sys.path if p)]
     if len(parts) > 1:  # a package split across roots (pkgutil.extend_path, old-style namespaces) imports too
         spread = [os.path.join(root, *parts[:-1]) for root in roots]
-        if PathFinder.find_spec(parts[-1], [d for d in spread if os.path.isdir(d)]) is not None:
-            return True
+        split = PathFinder.find_spec(parts[-1], [d for d in spread if os.path.isdir(d)])
+        if split is not None:
+            return True, split.origin
     spec = PathFinder.find_spec(parts[0], roots)
     if spec is None:
         import importlib.util
@@ -322,14 +356,14 @@ def module_found(name: str, first: list[str]) -> bool:
         try:
             spec = importlib.util.find_spec(parts[0])
         except (ImportError, ValueError):
-            return False
+            return False, None
     for part in parts[1:]:
         if spec is None:
-            return False
+            return False, None
         if not spec.submodule_search_locations:  # not a package: only its code can say (os.path)
-            return True
+            return True, None
         spec = PathFinder.find_spec(part, list(spec.submodule_search_locations))
-    return spec is not None
+    return spec is not None, spec.origin if spec is not None else None
 
 
 def not_runnable(program: str, path: str, cwd: str) -> str | None:

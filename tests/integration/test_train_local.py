@@ -131,13 +131,16 @@ def test_uncaught_exception_is_the_named_root_cause(work: Path) -> None:
 
 
 def test_bad_function_target_is_fatal_exit_2(work: Path) -> None:
-    spec = local_spec("nofn", 1, work / "runs", kind="function", target="user_fns:missing")
+    """A function the preflight cannot rule out (a star import may bring it) and that is not there."""
+    (work / "star_fns.py").write_text("from user_fns import *\n")
+    spec = local_spec("nofn", 1, work / "runs", kind="function", target="star_fns:missing")
     spec["restart"]["max_restarts"] = 3
     proc = run_launch(["--cluster", str(write_spec(work, spec))], work)
     assert proc.returncode == 1
     summary = json.loads((work / "runs" / "nofn" / "summary.json").read_text())
     assert len(summary["attempts"]) == 1 and summary["attempts"][0]["kind"] == "fatal"
-    assert "cannot load training function" in proc.stderr and "'user_fns:missing'" in proc.stderr
+    assert "training.target: cannot load 'star_fns:missing'" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and "File " not in proc.stderr  # none of the frames are the user's
 
 
 def test_sigint_just_after_the_gang_joined_saves_and_leaves_without_the_grace_period(work: Path) -> None:

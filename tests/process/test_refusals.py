@@ -250,6 +250,21 @@ def test_a_target_whose_module_is_nowhere_is_refused_before_anything_starts(
     assert snapshot(work) == before
 
 
+def test_a_misspelt_function_in_a_module_that_is_there_is_refused_with_the_names_that_come_close(work: Path) -> None:
+    (work / "trainer.py").write_text(
+        "import sys\nsys.exit('the preflight ran a module of yours')\ndef train(ctx): ...\n"
+    )
+    spec = write_spec(work, good(work, training={"kind": "function", "target": "trainer:trian"}))
+    before = snapshot(work)
+    proc = run_launch(["--cluster", str(spec)], work, timeout=90)
+    assert proc.returncode == 2, proc.stderr
+    assert (
+        "training.target 'trainer:trian': module 'trainer' has no top-level 'trian'; did you mean 'trainer:train'?"
+    ) in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and "ran a module of yours" not in proc.stderr
+    assert snapshot(work) == before
+
+
 def test_targets_found_in_the_working_directory_and_pythonpath_pass_the_check(work: Path) -> None:
     (work / "models").mkdir()
     (work / "models" / "__init__.py").write_text("raise SystemExit('the preflight ran a package of yours')\n")

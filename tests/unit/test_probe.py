@@ -7,6 +7,8 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 from launcher.agent import probe
 from launcher.agent.bootstrap import agent_line
 from launcher.agent.probe import module_found
@@ -236,3 +238,55 @@ def test_a_package_split_across_roots_the_old_way_is_found(tmp_path: Path) -> No
     (tmp_path / "lib" / "corp" / "models.py").write_text("def build(config): ...\n")
     assert module_found("corp.models", [str(tmp_path / "work"), str(tmp_path / "lib")])
     assert not module_found("corp.absent", [str(tmp_path / "work"), str(tmp_path / "lib")])
+
+
+def test_a_function_a_module_plainly_lacks_is_named_with_the_names_that_come_close(tmp_path: Path) -> None:
+    from launcher.agent.probe import function_missing
+
+    (tmp_path / "train_mod.py").write_text(
+        "import os.path as osp, json\nfrom typing import Any as A\nRATE = 0.1\n"
+        "def train(ctx): ...\nasync def atrain(): ...\nclass Trainer: ...\n"
+        "if RATE:\n    make = lambda: (late := 1)\nelse:\n    def make(): ...\n"
+        "try:\n    import fastlib\nexcept ImportError as failure:\n    fastlib = None\n"
+        "for idx, (left, right) in enumerate([(1, 2)]): ...\nwith open(__file__) as handle: ...\n"
+        "def setup():\n    global built\n    built = 1\n"
+        "match RATE:\n    case {'k': 1, **others}: ...\n    case [first, *rest]: ...\n    case captured: ...\n"
+    )
+    first = [str(tmp_path)]
+    for bound in ("osp", "json", "A", "RATE", "train", "atrain", "Trainer", "make", "fastlib", "failure", "idx",
+                  "left", "right", "handle", "built", "others", "first", "rest", "captured"):  # fmt: skip
+        assert function_missing(f"train_mod:{bound}", first) is None, bound
+    assert function_missing("train_mod:trian", first) == ["train", "atrain"]
+    assert function_missing("train_mod:zzz_unrelated", first) == []
+    assert function_missing("no_such_module_xyz:train", first) is None  # the module check names that
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from helpers import *\n",
+        "def __getattr__(name): ...\n",
+        "globals()['trian'] = print\n",
+        "import sys\nsetattr(sys.modules[__name__], 'trian', print)\n",
+        "exec('def trian(): ...')\n",
+        "def broken(:\n",  # python says what is wrong when it imports it
+    ],
+)
+def test_a_module_that_binds_names_the_parser_cannot_see_is_never_refused(tmp_path: Path, source: str) -> None:
+    from launcher.agent.probe import function_missing
+
+    (tmp_path / "dyn_mod.py").write_text(source)
+    assert function_missing("dyn_mod:trian", [str(tmp_path)]) is None
+
+
+def test_a_package_function_may_be_a_submodule_and_only_source_files_are_read(tmp_path: Path) -> None:
+    from launcher.agent.probe import function_missing
+
+    (tmp_path / "pkg_fn").mkdir()
+    (tmp_path / "pkg_fn" / "__init__.py").write_text("def build(): ...\n")
+    (tmp_path / "pkg_fn" / "nets.py").write_text("")
+    first = [str(tmp_path)]
+    assert function_missing("pkg_fn:nets", first) is None and function_missing("pkg_fn:build", first) is None
+    assert function_missing("pkg_fn:biuld", first) == ["build"]
+    assert function_missing("json:no_such_fn", []) == []  # the standard library's source is read too
+    assert function_missing("math:no_such_fn", []) is None  # built in: no source to read
