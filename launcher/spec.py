@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import ipaddress
 import json
+import os
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -789,7 +790,7 @@ class ClusterSpec(StrictModel):
         min_length=1,
         description=(
             "Local directory under which <run_root>/<name> holds logs, results and the summary; a relative one "
-            "is taken from the directory launch runs in (not the spec file's)."
+            "is taken from the directory launch runs in (not the spec file's), and ~ is the launcher's home."
         ),
     )
     umask: str = Field(
@@ -802,7 +803,8 @@ class ClusterSpec(StrictModel):
         None,
         min_length=1,
         description="Shared checkpoint directory every host can read and write (default: <run dir>/checkpoints), or "
-        "an object-store URL such as gs://bucket/run that TensorFlow reads and writes itself.",
+        "an object-store URL such as gs://bucket/run that TensorFlow reads and writes itself. Like run_root, a "
+        "relative path is taken from the directory launch runs in and ~ is the launcher's home.",
     )
     workdir: str | None = Field(
         None,
@@ -832,7 +834,7 @@ class ClusterSpec(StrictModel):
     def _run_root_is_local(cls, value: str) -> str:
         if is_url(value):
             raise ValueError(f"{value!r} is a URL; run_root is a directory on the launcher's machine (logs, summary)")
-        return _path_that_fits(value)
+        return _path_that_fits(os.path.expanduser(value))
 
     @field_validator("checkpoint_dir")
     @classmethod
@@ -842,7 +844,7 @@ class ClusterSpec(StrictModel):
                 f"{value!r} looks like a URL but is not one (a URL has no spaces): write it as "
                 "scheme://bucket/path, or give a directory path without '://'"
             )
-        return value if value is None or is_url(value) else _path_that_fits(value)
+        return value if value is None or is_url(value) else _path_that_fits(os.path.expanduser(value))
 
     @model_validator(mode="after")
     def _check(self, info: ValidationInfo) -> ClusterSpec:

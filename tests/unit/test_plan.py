@@ -211,3 +211,15 @@ def test_one_worker_per_gpu_or_one_worker_with_all_gpus() -> None:
 def test_fit_mode_selects_legacy_keras() -> None:
     spec = parse_spec({"name": "g", "training": {"kind": "fit"}, "hosts": [{"address": "localhost", "ports": [5000]}]})
     assert build_plan(spec, INPUTS).tasks[0].env["TF_USE_LEGACY_KERAS"] == "1"
+
+
+def test_a_tilde_in_run_root_and_checkpoint_dir_is_the_launchers_home_not_a_directory_named_tilde(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("HOME", "/home/someone")
+    hosts = [{"address": "localhost", "ports": [5000]}]
+    spec = parse_spec({"name": "g", "hosts": hosts, "run_root": "~/runs", "checkpoint_dir": "~/ckpt/g"})
+    assert spec.run_root == "/home/someone/runs"
+    assert build_plan(spec, INPUTS).checkpoint_dir == "/home/someone/ckpt/g"
+    relative = parse_spec({"name": "g", "hosts": hosts, "checkpoint_dir": "ckpt/~g"})  # only a leading ~ is a home
+    assert build_plan(relative, INPUTS).checkpoint_dir == "/work/ckpt/~g"
