@@ -36,6 +36,17 @@ class SubmitError(LaunchError):
     exit_code = 1
 
 
+class SubmitRefused(LaunchError):
+    """sbatch refused what the spec asks for (a partition or account that is not there, more nodes
+    than exist...): a spec mistake, and nothing was queued."""
+
+    exit_code = 2
+
+
+# What sbatch says when Slurm itself could not take the job now: trying again may be all it needs.
+_SLURM_BUSY = ("unable to contact", "socket timed out", "temporarily unavailable", "not responding", "try again")
+
+
 def tasks_per_node(slurm: SlurmSpec) -> int:
     if slurm.tasks_per_node is not None:
         return slurm.tasks_per_node
@@ -188,7 +199,13 @@ def job_fields(job_id: str) -> dict[str, str]:
 def submit(script: Path) -> str:
     done = _slurm("sbatch", "--parsable", str(script))
     if done.returncode != 0:
-        raise SubmitError(f"sbatch refused the job: {(done.stderr or done.stdout).strip()} (script: {script})")
+        said = (done.stderr or done.stdout).strip() or f"exit code {done.returncode}"
+        if any(words in said.lower() for words in _SLURM_BUSY):
+            raise SubmitError(f"sbatch could not submit the job: {said}; submit it again later (script: {script})")
+        raise SubmitRefused(
+            f"sbatch refused the job: {said}; check the spec's slurm section (partition, account, time_limit, "
+            f"nodes, gpus_per_node, sbatch_options) against this cluster's `sinfo` (script: {script})"
+        )
     return done.stdout.strip().split(";")[0]
 
 

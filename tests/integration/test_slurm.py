@@ -175,3 +175,11 @@ def _finish_failing(proc: subprocess.Popen[str]) -> str:
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 1, out
     return out
+
+
+def test_a_job_slurm_refuses_exits_2_with_slurms_words_and_queues_nothing(cluster: Any, work: Path) -> None:
+    proc = _submit(cluster, work, _spec(work, "nopart", partition="no_such_partition"))
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 2, out
+    assert "sbatch refused the job" in out and "nvalid partition" in out and "check the spec's slurm section" in out
+    assert "Traceback" not in out and "submitted Slurm job" not in out

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 from launcher.cli import main
@@ -70,3 +73,31 @@ def test_the_batch_script_carries_the_slurm_section_and_no_secret() -> None:
     ):
         assert line in script, line
     assert "s3cret" not in script
+
+
+@pytest.mark.parametrize(
+    "said, code, words",
+    [
+        ("sbatch: error: Batch job submission failed: Invalid partition name specified", 2, "check the spec's slurm"),
+        ("sbatch: error: Batch job submission failed: Invalid account or account/partition combination", 2, "sinfo"),
+        (
+            "sbatch: error: Batch job submission failed: Unable to contact slurm controller (connect failure)",
+            1,
+            "again",
+        ),
+        ("sbatch: error: Batch job submission failed: Resource temporarily unavailable", 1, "submit it again later"),
+    ],
+)
+def test_an_sbatch_refusal_of_the_spec_exits_2_and_a_busy_slurm_exits_1(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, said: str, code: int, words: str
+) -> None:
+    from launcher.errors import LaunchError
+    from launcher.slurm.submit import submit
+
+    fake = tmp_path / "sbatch"  # stands in for Slurm's answer; the refusal of a real one is in tests/integration
+    fake.write_text(f"#!/bin/sh\necho '{said}' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    with pytest.raises(LaunchError) as caught:
+        submit(tmp_path / "job.sh")
+    assert caught.value.exit_code == code and said in str(caught.value) and words in str(caught.value)
