@@ -142,10 +142,23 @@ def _run(own: list[str], command: list[str]) -> int:
     return commands.run(spec, options, faults, allocation, fresh=args.fresh)
 
 
+def _run_dir_named(value: str) -> str:
+    """RUN_DIR as given, or, for a bare name that is no path here, that run under the default run_root
+    (`launch status example` for runs/example), as long as it is there."""
+    from worker.contract import DEFAULT_RUN_ROOT
+
+    default = os.path.join(DEFAULT_RUN_ROOT, value)
+    if os.sep in value or os.path.lexists(value) or not os.path.isdir(default):
+        return value
+    return default
+
+
 def _subcommand(name: str, own: list[str], command: list[str]) -> int:
     from launcher import commands
 
     args = sub_parsers()[name].parse_args(own)
+    if getattr(args, "run_dir", None) is not None:
+        args.run_dir = _run_dir_named(args.run_dir)
     if name == "status":
         from launcher.run_status import describe_run
 

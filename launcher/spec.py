@@ -22,7 +22,7 @@ from launcher.errors import SpecError, SpecProblem
 from launcher.masking import MASK, MIN_MASKED, Redactor, is_declared, is_secret, looks_secret, secret_arguments
 from launcher.spec_json import decode_json, decode_text, json_child, raw_problems
 from launcher.spec_limits import MAX_HOSTS, MAX_SPEC_BYTES, MAX_WORKERS_PER_HOST
-from worker.contract import ENV_PREFIX, PREEMPTION_EXIT_CODE
+from worker.contract import DEFAULT_RUN_ROOT, ENV_PREFIX, PREEMPTION_EXIT_CODE
 from worker.training_spec import (  # noqa: F401 - re-exported: the spec's `training` section
     TRAINING_KINDS,
     BuiltinTraining,
@@ -786,7 +786,7 @@ class ClusterSpec(StrictModel):
         "submit`): there the allocation's nodes are the hosts.",
     )
     run_root: str = Field(
-        "runs",
+        DEFAULT_RUN_ROOT,
         min_length=1,
         description=(
             "Local directory under which <run_root>/<name> holds logs, results and the summary; a relative one "

@@ -89,6 +89,9 @@ _ATTEMPT_DIR = re.compile(r"attempt-(\d+)")
 # host of a fleet, and dataclasses' import (inspect with it) was an eighth of the agent's start-up.
 
 
+DEFAULT_RUN_ROOT = "runs"  # the spec's run_root unless it says; relative to the launcher's working directory
+
+
 class RunLayout(NamedTuple):
     """Where everything of one run lives, under `<run_root>/<name>`. Paths only; creates nothing."""
 

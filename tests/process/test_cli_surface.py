@@ -94,6 +94,11 @@ def test_a_host_list_runs_without_a_spec_file(work: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert sorted(p.stem for p in out.glob("*.json")) == ["worker-0", "worker-1"]
     assert (work / "runs" / "hosts" / "summary.json").exists()
+    by_name = run_launch(["status", "hosts"], work)  # a bare name is the run of that name under ./runs
+    assert by_name.returncode == 0 and by_name.stdout.startswith("runs/hosts: succeeded"), by_name.stdout
+    assert run_launch(["logs", "hosts"], work).returncode == 0
+    unknown = run_launch(["status", "nohosts"], work)
+    assert unknown.returncode == 2 and "nohosts: no such directory" in unknown.stderr and "./runs" in unknown.stderr
 
 
 def test_show_echoes_only_the_tasks_named_and_logs_all(work: Path) -> None:
