@@ -935,6 +935,7 @@ class ClusterSpec(StrictModel):
                             f"this machine's name or network address",
                         )
                     )
+        problems += _tf_config_size_problems(self.hosts, entries)
         shares = [host.gpu_shares() for host in self.hosts]  # each host's, once for the three checks
         problems += self._gpu_count_problems(shares)
         problems += self._gpus_shared_across_entries(shares)
@@ -1028,6 +1029,35 @@ class ClusterSpec(StrictModel):
     def is_multi_host(self) -> bool:
         """More than one machine (every spelling of loopback is this one machine)."""
         return len({machine_key(h.address) for h in self.hosts}) > 1
+
+
+# Linux takes one environment string of at most 32 pages (MAX_ARG_STRLEN, "TF_CONFIG=" and its NUL
+# included); a longer one fails every task's exec with E2BIG.
+MAX_TF_CONFIG_BYTES = 32 * 4096 - len("TF_CONFIG=") - 1
+
+
+def _tf_config_size_problems(hosts: list[HostSpec], entries: list[list[TaskSpec]]) -> list[tuple[str, str]]:
+    """A cluster too large for TF_CONFIG: it lists every training task's `host:port`, and TensorFlow
+    reads it from the environment only. Sized as the agents write it (a port 0 counted at 5 digits)."""
+    size = 128  # the keys, the task part and the brackets around it all
+    tasks = 0
+    for host, host_tasks in zip(hosts, entries, strict=True):
+        name = len(host.address) + (2 if ":" in host.address else 0)
+        for task in host_tasks:
+            if task.type != "evaluator":
+                size += name + len(str(task.port or 65535)) + 5  # "host:port", with its quotes, comma and space
+                tasks += 1
+    if size <= MAX_TF_CONFIG_BYTES:
+        return []
+    return [
+        (
+            "hosts",
+            f"{tasks} training tasks make each task's TF_CONFIG about {size // 1024} KiB, over the "
+            f"{MAX_TF_CONFIG_BYTES // 1024} KiB Linux allows one environment variable (TensorFlow reads the "
+            "cluster from there only): use fewer tasks (more devices per worker: devices_per_worker, or not "
+            "worker_per_gpu), or shorter host addresses (IP addresses instead of long names)",
+        )
+    ]
 
 
 SCHEMA_KEY = "$schema"

@@ -526,3 +526,21 @@ def test_a_spec_error_never_shows_a_secret_the_spec_holds() -> None:
     text = str(caught.value)
     assert "--password=****" in text, text
     assert "zz-secret-1-value" not in text and "zz-secret-3-value" not in text, text
+
+
+def test_a_cluster_too_large_for_one_environment_variable_is_refused_before_any_exec_fails() -> None:
+    from launcher.spec import MAX_TF_CONFIG_BYTES
+
+    def fleet(hosts: int, per_host: int) -> dict[str, Any]:
+        names = [f"gpu-node-{i:04d}.us-east1.internal.corp.example.com" for i in range(hosts)]
+        return {
+            "name": "big",
+            "hosts": [{"address": n, "workers": per_host, "ports": [7000 + k for k in range(per_host)]} for n in names],
+        }
+
+    parse_spec(fleet(256, 8))  # 2,048 tasks with long names: 116 KiB, under the line
+    with pytest.raises(SpecError) as caught:
+        parse_spec(fleet(4096, 1))
+    said = str(caught.value)
+    assert "4096 training tasks make each task's TF_CONFIG about 228 KiB" in said and "shorter host addresses" in said
+    assert MAX_TF_CONFIG_BYTES == 131061
