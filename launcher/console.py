@@ -31,6 +31,9 @@ from worker.contract import CONTINUED, DONE, JOINED, PROGRESS_EVENTS, STOPPED
 from worker.files import write_atomic
 
 _REDRAW_S = 0.25
+_STATE_WIDTH = 30  # a longer state (a kill's OOM note) is cut in the table; `launch status` has it whole
+_LAST_LINE_MIN = 12  # the task's last line keeps this much before a column is dropped for it
+_DROPPED_FIRST = ("attempt", "ETA", "steps/s", "loss")  # the attempt is in the title too
 _STATUS_FILE_S = 1.0
 _LAST_LINE_KEPT = 300
 
@@ -288,28 +291,36 @@ class Console:
             )
         return lines
 
-    def _table(self) -> Any:
-        from rich.table import Table
+    def _table(self, width: int) -> Any:
+        """The live table, laid out here to fit `width` columns: the task's name always shows in full;
+        a long state (a kill's OOM note) is cut with an ellipsis; then the columns that matter least go
+        first; the task's last line takes what is left."""
+        from rich.console import Group
         from rich.text import Text
 
         header, *rows = self.rows()
-        table = Table(
-            title=Text(f"attempt {self._attempt}, {self._restarts} restart(s)"),
-            title_justify="left",
-            box=None,
-            pad_edge=False,
-            header_style="bold",
-        )
-        for index, name in enumerate(header):
-            if index == len(header) - 1:  # the last line takes what the other columns leave
-                table.add_column(name, no_wrap=True, overflow="ellipsis", ratio=1)
-                continue
-            widest = max(len(cells[index]) for cells in [header, *rows])
-            numeric = name in ("attempt", "step", "steps/s", "ETA", "loss")
-            table.add_column(name, justify="right" if numeric else "left", no_wrap=True, min_width=widest)
-        for cells in rows:
-            table.add_row(*(Text(cell) for cell in cells))  # Text: a task's line is never markup
-        return table
+        widest = [max(len(cells[index]) for cells in [header, *rows]) for index in range(len(header))]
+        widest[1] = min(widest[1], _STATE_WIDTH)
+        kept = list(range(len(header) - 1))
+        for name in _DROPPED_FIRST:
+            if sum(widest[i] + 2 for i in kept) <= width - _LAST_LINE_MIN:
+                break
+            kept.remove(header.index(name))
+        spare = width - _LAST_LINE_MIN - sum(widest[i] + 2 for i in kept)
+        widest[1] = max(len(header[1]), widest[1] + min(spare, 0))  # still too wide: the state gives way
+
+        def line(cells: list[str], style: str = "") -> Text:
+            parts = []
+            for i in kept:
+                cell = cells[i] if len(cells[i]) <= widest[i] else cells[i][: widest[i] - 1] + "\u2026"
+                numeric = header[i] in ("attempt", "step", "steps/s", "ETA", "loss")
+                parts.append(cell.rjust(widest[i]) if numeric else cell.ljust(widest[i]))
+            text = Text("  ".join([*parts, cells[-1]]), style=style, no_wrap=True, overflow="ellipsis")
+            text.truncate(width, overflow="ellipsis")
+            return text  # Text: a task's line is never markup
+
+        title = Text(f"attempt {self._attempt}, {self._restarts} restart(s)")
+        return Group(title, line(header, "bold"), *(line(cells) for cells in rows))
 
     def _redraw(self, force: bool = False) -> None:
         if not self.live or (not force and time.monotonic() - self._last_draw < _REDRAW_S):
@@ -321,11 +332,15 @@ class Console:
 
             screen = RichConsole(file=self._out, force_terminal=True, highlight=False)
             self._live = Live(
-                self._table(), console=screen, auto_refresh=False, redirect_stdout=False, redirect_stderr=False
+                self._table(screen.width),
+                console=screen,
+                auto_refresh=False,
+                redirect_stdout=False,
+                redirect_stderr=False,
             )
             self._live.start(refresh=True)
             return
-        self._live.update(self._table(), refresh=True)
+        self._live.update(self._table(self._live.console.width), refresh=True)
 
     def _launcher_started(self) -> float:
         """With the pid, tells `launch status` whether this launcher still runs (pids get reused)."""

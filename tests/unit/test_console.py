@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import signal
 from pathlib import Path
 
@@ -253,3 +254,21 @@ def test_a_stream_whose_reader_left_is_sent_to_dev_null_only_when_the_console_ow
         finally:
             with contextlib.suppress(OSError):  # what a caller's stream still holds cannot be written
                 out.close()
+
+
+def test_the_live_table_keeps_every_tasks_name_and_step_on_a_narrow_terminal(tmp_path: Path, monkeypatch) -> None:
+    """A kill's state is long (its OOM note): on 80 columns it had squeezed out the task and step columns."""
+    monkeypatch.setenv("COLUMNS", "80")
+    out = io.StringIO()
+    console = Console(live=True, out=out, err=io.StringIO())
+    console.attach(lambda: status(ExitStatus(None, signal.SIGKILL, oom_kills=0)), str(tmp_path / "status.json"))
+    for launch in PLAN.tasks:
+        console.report(launch, {"event": "step", "step": 200, "total": 200, "loss": 0.0123})
+        console.output(launch, "2026-11-27 05:40:00,123 INFO " + "x" * 200)
+    console.close()
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.getvalue())
+    final = text.rsplit("attempt 0, 0 restart(s)", 1)[1].splitlines()[1:4]
+    assert final[0].split() == ["task", "state", "step", "steps/s", "loss", "last", "line"], final
+    assert final[1].startswith("worker:0  running ") and final[2].startswith("worker:1  killed by SIGKILL (not"), final
+    assert all("200/200" in row and "0.0123" in row and len(row) <= 80 for row in final[1:]), final
+    assert final[2].split("200/200")[0].rstrip().endswith("\u2026"), "the state is cut, and says so"
