@@ -3,7 +3,9 @@
 Every one of them is printed by every task of a CPU-only run, before training starts, and none
 says anything the user can act on: the absl pre-init warning, the CUDA stub and driver lines and
 cuInit's error 303 (no CUDA device) on hosts without GPUs, the CPU-instruction and oneDNN notices,
-and tf.data's notice that a generator dataset is not optimised. They stay in the task logs, and
+tf.data's notices that a generator dataset is not optimised and that a memory patch was applied,
+and the INFO lines of the gang joining TensorFlow's coordination service (which the launcher
+reports itself: it names a task that does not join). They stay in the task logs, and
 docs/troubleshooting.md shows each. Anything not matched here reaches the console as before: a
 line is only hidden when it is exactly one of these messages.
 """
@@ -30,7 +32,20 @@ _PATTERNS = (
     _CPP + r"dataset\.cc:\d+\] Input of GeneratorDatasetOp::Dataset will not be optimized because the dataset "
     r"does not implement the AsGraphDefInternal\(\) method needed to apply optimizations\.$",
 )
-_BENIGN = re.compile("|".join(f"(?:{p})" for p in _PATTERNS))
+_INFO = r"^I\d{4} [\d:.]+\s+\d+ "
+_JOINING = (  # a healthy join, as every task of every run prints it; only at INFO level
+    _INFO + r"coordination_service\.cc:\d+\] Initializing CoordinationService$",
+    _INFO + r"grpc_server_lib\.cc:\d+\] Started server with target: grpc://\S+$",
+    _INFO + r"coordination_service\.h:\d+\] /job:\w+/replica:\d+/task:\d+ has connected to coordination service\. "
+    r"Incarnation: \d+$",
+    _INFO + r"coordination_service\.cc:\d+\] Waiting for \d+/\d+ tasks to connect\.$",
+    _INFO + r"coordination_service\.cc:\d+\] Example stragglers:$",
+    r"^/job:\w+/replica:\d+/task:\d+$",  # the stragglers, one per line
+    _INFO + r"coordination_service_agent\.cc:\d+\] Coordination agent has successfully connected\.$",
+    _INFO + r"coordination_service\.cc:\d+\] Barrier\(WaitForAllTasks::[\d:]+\) has passed with status: OK$",
+    _INFO + r"generator_dataset_op\.cc:\d+\] Memory patch applied: M_TRIM_THRESHOLD=\d+ kb was set\.$",
+)
+_BENIGN = re.compile("|".join(f"(?:{p})" for p in (*_PATTERNS, *_JOINING)))
 
 
 def is_benign(line: str) -> bool:

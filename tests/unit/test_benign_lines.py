@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from launcher.benign_lines import is_benign
@@ -26,12 +28,26 @@ NOT_BENIGN = [
     "Traceback (most recent call last):",
     "[worker:0] WARNING: All log messages before absl::InitializeLog() is called are written to STDERR",
     "Could not find cuda drivers on your machine, GPU will not be used.",  # a user's own print
+    # the join going wrong, or told at a level above INFO
+    "I0000 00:00:1795757689.294601   18428 coordination_service.cc:1472] Barrier(WaitForAllTasks::1804799791162"
+    "4706250::0) has passed with status: DEADLINE_EXCEEDED",
+    "W0000 00:00:1795757689.257138   18428 coordination_service.cc:502] Waiting for 1/2 tasks to connect.",
+    "/job:worker/replica:0/task:1 has been unhealthy",
 ]
 
 
 @pytest.mark.parametrize("line", BENIGN)
 def test_known_harmless(line: str) -> None:
     assert is_benign(line) and is_benign(line + "\n")
+
+
+# The gang joining TensorFlow's coordination service, from the logs of both tasks of a 2-worker run.
+JOINING = (Path(__file__).parent.parent / "data" / "tf-logs" / "joining.txt").read_text().splitlines()
+
+
+@pytest.mark.parametrize("line", JOINING)
+def test_a_healthy_join_is_known_harmless(line: str) -> None:
+    assert is_benign(line)
 
 
 @pytest.mark.parametrize("line", NOT_BENIGN)
