@@ -453,6 +453,14 @@ class Supervisor:
         self._await_exits(min(deadline, self._clock() + _QUIET_STOP_S))
         self._say_who_is_awaited([t for t in live if t.exit is None], deadline - self._clock())
         self._await_exits(deadline)
+        stubborn = send_term and grace > 0 and self._interrupted and not self.hurry  # a stop asked for; not a failure's
+        ignored = [t for t in live if t.exit is None] if stubborn else []
+        if ignored:
+            self._on_notice(
+                f"{_names(ignored)} did not exit within restart.grace_period_s={grace:g}s of SIGTERM: SIGKILL now. "
+                "A training script should save and leave on SIGTERM (PreemptionCheckpointHandler: "
+                "docs/your-script.md); what it trained since its last checkpoint is lost"
+            )
         cut_short = [t for t in live if t.exit is None] if self.hurry and grace > 0 else []
         if cut_short:
             self._on_notice(f"interrupted again: SIGKILL to {len(cut_short)} task(s) now, without their grace period")
@@ -470,8 +478,7 @@ class Supervisor:
         """A stop that takes longer than a moment says what it waits for, and how to cut it short."""
         if not waiting or left_s <= 0 or self.hurry:
             return
-        more = f" and {len(waiting) - 3} more" if len(waiting) > 3 else ""
-        names = ", ".join(t.launch.name for t in waiting[:3]) + more
+        names = _names(waiting)
         hint = "; a second Ctrl-C (or `launch stop`) kills them now" if self._interrupted else ""
         self._on_notice(f"waiting up to {math.ceil(left_s):d}s for {names} to exit, then SIGKILL{hint}")
 
@@ -569,3 +576,9 @@ class Supervisor:
         self._transport.close()
         if self._records is not None:
             self._records.close()
+
+
+def _names(tasks: list[_Task]) -> str:
+    """The first three tasks' names, and how many more."""
+    more = f" and {len(tasks) - 3} more" if len(tasks) > 3 else ""
+    return ", ".join(t.launch.name for t in tasks[:3]) + more

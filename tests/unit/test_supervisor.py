@@ -385,6 +385,8 @@ def test_a_stop_that_takes_long_says_what_it_waits_for_and_how_to_cut_it_short(t
         sup.shutdown()
         waits = [n for n in notices if n.startswith("waiting up to")]
         assert len(waits) == len(expected) and all(e in w for e, w in zip(expected, waits, strict=True)), notices
+        killed = [n for n in notices if "did not exit within restart.grace_period_s=1.5s of SIGTERM" in n]
+        assert len(killed) == ignore_term and all("PreemptionCheckpointHandler" in n for n in killed), notices
         assert stopping and all(stopping) and not sup.status().stopping  # shown while it stops, and only then
         assert all(t.signals[-1] == (signal.SIGKILL if ignore_term else signal.SIGTERM) for t in transport.started)
 
