@@ -532,7 +532,12 @@ class RestartSpec(StrictModel):
     """How the supervisor reacts when a task ends badly or the gang stalls."""
 
     max_restarts: int = Field(
-        3, ge=0, le=1000, description="Restarts of the whole gang before giving up (0: never restart)."
+        3,
+        ge=0,
+        le=1000,
+        description="Restarts of the whole gang before giving up (0: never restart). A failure bound to repeat "
+        "(the same root cause twice: the same exception, or the same exit code before the first step) ends the run "
+        "sooner; signals, lost hosts, hangs and preemptions are retried up to this many times.",
     )
     backoff_s: float = Field(
         1.0,
