@@ -537,7 +537,7 @@ class RestartSpec(StrictModel):
         le=1000,
         description="Restarts of the whole gang before giving up (0: never restart). A failure bound to repeat "
         "(the same root cause twice: the same exception, or the same exit code before the first step) ends the run "
-        "sooner; signals, lost hosts, hangs and preemptions are retried up to this many times.",
+        "sooner; signals, lost hosts and hangs are retried up to this many times, and preemptions do not count.",
     )
     backoff_s: float = Field(
         1.0,
