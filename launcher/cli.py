@@ -128,7 +128,10 @@ def _run(own: list[str], command: list[str]) -> int:
         _start_agent_early(args)
     from launcher.request import request_spec
 
-    spec = request_spec(request, allocation.hosts if allocation is not None else None)
+    notes: list[str] = []
+    spec = request_spec(request, allocation.hosts if allocation is not None else None, notes)
+    for note in notes:
+        _say(f"[launch] {redact(note)}", to_stderr=True)
     faults = _faults(spec, args.inject)
     show = shown_tasks(spec, args.show)
     commands.raise_fd_limit()

@@ -164,9 +164,12 @@ def _base_data(request: LaunchRequest) -> dict[str, Any] | None:
     return None
 
 
-def request_spec(request: LaunchRequest, hosts_from: HostsFrom | None = None) -> ClusterSpec:
-    """Validate what was asked for; raises SpecError or UsageError (exit 2), starts nothing."""
-    from launcher.spec import load_spec, parse_spec
+def request_spec(
+    request: LaunchRequest, hosts_from: HostsFrom | None = None, notes: list[str] | None = None
+) -> ClusterSpec:
+    """Validate what was asked for; raises SpecError or UsageError (exit 2), starts nothing. What the
+    command line changed of the spec's own settings without a word is added to `notes`."""
+    from launcher.spec import CommandTraining, load_spec, parse_spec
 
     for flag, value in (("name", request.name), ("run-root", request.run_root)):
         if value is not None and not value.strip():
@@ -186,6 +189,12 @@ def request_spec(request: LaunchRequest, hosts_from: HostsFrom | None = None) ->
     updates: dict[str, Any] = {}
     if request.command:
         updates["training"] = {"kind": "command", "argv": list(request.command)}
+        if notes is not None and "training" in spec.model_fields_set:
+            given = spec.training
+            # never the spec's own argv: it may hold secrets, and those known from here on are the new command's
+            was = "its own command" if isinstance(given, CommandTraining) else f"kind {given.kind!r}"
+            if not isinstance(given, CommandTraining) or list(given.argv) != list(request.command):
+                notes.append(f"the command after -- replaces the spec's training ({was})")
     if request.name is not None and from_file:
         updates["name"] = request.name
     if request.run_root is not None:

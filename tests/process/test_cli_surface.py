@@ -544,3 +544,22 @@ def test_a_command_given_without_the_double_dash_is_told_where_it_goes(tmp_path:
 def test_stop_refuses_a_wait_that_is_no_number_of_seconds(tmp_path: Path, timeout: str) -> None:
     proc = run_launch(["stop", "runs/x", f"--timeout={timeout}"], tmp_path)
     assert proc.returncode == 2 and f"--timeout: '{timeout}' is not a number of seconds (0 or more)" in proc.stderr
+
+
+def test_a_command_after_the_double_dash_says_it_replaces_the_specs_own_training(tmp_path: Path) -> None:
+    base = {"name": "r", "run_root": str(tmp_path / "runs"), "hosts": [{"address": "localhost", "workers": 1}]}
+    said = {}
+    for case, training in (
+        ("builtin", {"kind": "builtin", "steps": 60}),
+        ("other command", {"kind": "command", "argv": ["python3", "own.py", "--password=hunter2-xyz"]}),
+        ("same command", {"kind": "command", "argv": ["python3", "-c", "pass"]}),
+        ("none", None),
+    ):
+        spec = write_spec(tmp_path, {**base, **({"training": training} if training else {})})
+        proc = run_launch(["--cluster", str(spec), "--dry-run", "--", "python3", "-c", "pass"], tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        said[case] = proc.stderr
+    assert "[launch] the command after -- replaces the spec's training (kind 'builtin')" in said["builtin"]
+    assert "replaces the spec's training (its own command)" in said["other command"]
+    assert "hunter2" not in said["other command"]
+    assert "replaces" not in said["same command"] + said["none"]
