@@ -91,7 +91,7 @@ class InterruptedLaunchError(LaunchError):
         self.signum = signum
         self.exit_code = 128 + signum
         name = signal.Signals(signum).name
-        super().__init__(f"Stopped by {f'{by} ({name})' if by else name}; every task was stopped.")
+        super().__init__(f"stopped by {f'{by}, with {name}' if by else name}; every task was stopped.")
 
 
 class HostError(LaunchError):

@@ -33,11 +33,9 @@ class FaultInjector:
     def at_step(self, step: int) -> None:
         if self.kind is None or step < self.step:
             return
-        import logging  # only when a fault fires: `from tflaunch import report` stays light
-
         kind, self.kind = self.kind, None
-        logging.getLogger(__name__).warning("injected fault: %s at step %d", kind, step)
-        sys.stdout.flush()
+        sys.stdout.flush()  # the lines before it first; then one line of its own, whatever logging is set up
+        print(f"[tflaunch] injected fault: {kind} at step {step}", file=sys.stderr, flush=True)
         if kind == "exit":
             os._exit(self.code)
         os.kill(os.getpid(), _SIGNALS[kind])

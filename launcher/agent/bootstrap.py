@@ -23,7 +23,8 @@ from typing import Any
 
 from launcher.agent import spare
 
-BOOTSTRAP = """import sys,zlib,base64,types,marshal
+BOOTSTRAP = """#tflaunch host agent (its code follows on standard input)
+import sys,zlib,base64,types,marshal
 b=marshal.loads(zlib.decompress(base64.b64decode(sys.stdin.buffer.readline())))
 c=b['code'] if b['magic']==getattr(sys.modules.get('_frozen_importlib_external'),'MAGIC_NUMBER',0) else 0
 for n,s in b['modules']:

@@ -35,6 +35,7 @@ from typing import IO, Any
 
 # `python -c` this with the orders and ready pipes' numbers: runs the source sent as line one.
 SPARE_BOOTSTRAP = (
+    "#tflaunch warm spare\n"  # what `ps` shows first
     "import sys\nif sys.path and sys.path[0]=='':del sys.path[0]\n"  # nothing from the working directory
     "import os,json;f=os.fdopen(int(sys.argv[1]),'r');src=json.loads(f.readline());"
     "g={'__name__':'tflaunch_spare','ORDERS':f};exec(compile(src,'tflaunch_spare','exec'),g)"

@@ -163,7 +163,7 @@ def test_a_real_launcher_says_who_stopped_it(work: Path, how: str) -> None:
             proc.kill()
             proc.communicate()
     assert proc.returncode == 130, err
-    expected = "Stopped by `launch stop` (pid " if how == "stop" else "Stopped by SIGINT; every task was stopped."
+    expected = "stopped by `launch stop` (pid " if how == "stop" else "stopped by SIGINT; every task was stopped."
     assert expected in err, err
     assert not (run_dir / "stop-request.json").exists()
 
