@@ -6,6 +6,7 @@ Parsing only: launcher/cli.py decides what each parsed command does.
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from launcher import __version__, exit_codes
@@ -32,7 +33,11 @@ class _ArgumentParser(argparse.ArgumentParser):
         head, _, words = message.partition(": ")
         if self.takes_command and head == "unrecognized arguments" and not words.startswith("-"):
             message += f" (a command for every task goes after --: {self.prog} ... -- {words})"
-        raise UsageError(f"{message}\n{self.format_usage().strip()}")
+        try:  # the usage first and the mistake last, where a terminal keeps it in sight (as argparse does)
+            self.print_usage(sys.stderr)
+        except (OSError, ValueError):  # a closed or full stream: the exit code still says it
+            pass
+        raise UsageError(message)
 
 
 def _seconds(text: str) -> float:
