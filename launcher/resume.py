@@ -68,18 +68,20 @@ class Resuming:
     checkpoints: str
     remarks: tuple[str, ...] = ()
     finished: int | None = None  # the run's last launch trained all these training.steps: nothing is left
+    latest: str | None = None  # the checkpoint TensorFlow restores (its `checkpoint` file names it)
+
+    def _where(self) -> str:
+        where = printable(self.checkpoints)
+        return f"{where} (latest: {printable(self.latest)})" if self.latest else where
 
     def said(self, run_name: str, words: ResumeWords = CLI_WORDS) -> str:
         """As a launch says it: `run NAME: resuming from the checkpoints in DIR ('--fresh' starts over); ...`."""
-        where = printable(self.checkpoints)
-        line = f"run {run_name}: resuming from the checkpoints in {where} ('{words.fresh}' starts over)"
+        line = f"run {run_name}: resuming from the checkpoints in {self._where()} ('{words.fresh}' starts over)"
         return "; ".join((line, *self.remarks))
 
     def would(self) -> str:
         """As `--check` says it, of a launch not made."""
-        return "; ".join(
-            (f"the launch would resume from the checkpoints in {printable(self.checkpoints)}", *self.remarks)
-        )
+        return "; ".join((f"the launch would resume from the checkpoints in {self._where()}", *self.remarks))
 
 
 def resume_notice(spec: ClusterSpec, words: ResumeWords = CLI_WORDS) -> Resuming | None:
@@ -131,7 +133,25 @@ def resume_notice(spec: ClusterSpec, words: ResumeWords = CLI_WORDS) -> Resuming
             f"the run already trained all its training.steps={finished}, so nothing is left to train and the "
             "launch would start nothing (raise training.steps to train further)"
         )
-    return Resuming(checkpoints, tuple(remarks), finished)
+    return Resuming(checkpoints, tuple(remarks), finished, latest_checkpoint(checkpoints))
+
+
+_LATEST = re.compile(r'^model_checkpoint_path: "([^"\n]{1,512})"$', re.MULTILINE)
+
+
+def latest_checkpoint(checkpoints: str) -> str | None:
+    """The checkpoint TensorFlow's `latest_checkpoint` would restore from `checkpoints`, as its `checkpoint`
+    file names it (`ckpt-125`); None without that file, or when what it names is not there."""
+    try:
+        with open(os.path.join(checkpoints, "checkpoint"), encoding="utf-8", errors="replace") as index:
+            found = _LATEST.search(index.read(65536))
+    except OSError:
+        return None
+    if found is None:
+        return None
+    name = found.group(1)
+    path = name if os.path.isabs(name) else os.path.join(checkpoints, name)
+    return os.path.basename(name) if os.path.exists(path + ".index") else None
 
 
 def _finished_at(summary_file: str, spec: ClusterSpec, checkpoints: str) -> int | None:

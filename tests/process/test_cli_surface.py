@@ -266,9 +266,10 @@ def test_a_rerun_of_a_finished_run_says_nothing_is_left_to_train(work: Path) -> 
     assert sorted(p.name for p in run_dir.iterdir()) == ["checkpoints", "summary.json"]  # no attempt, no new files
     # the summary alone does not say it: a checkpoint rolled back to step 10 has steps left to train
     (run_dir / "checkpoints" / "ckpt-20.index").rename(run_dir / "checkpoints" / "ckpt-10.index")
+    (run_dir / "checkpoints" / "checkpoint").write_text('model_checkpoint_path: "ckpt-10"\n')  # as TF writes it
     rolled = run_launch(["--cluster", str(spec), "--check"], work)
     assert rolled.returncode == 0 and "already trained" not in rolled.stdout, rolled.stdout
-    assert "would resume from the checkpoints" in rolled.stdout
+    assert f"would resume from the checkpoints in {run_dir / 'checkpoints'} (latest: ckpt-10)" in rolled.stdout
 
 
 def test_checkpoints_of_another_training_are_not_resumed(work: Path) -> None:

@@ -479,3 +479,15 @@ def test_a_run_root_through_another_users_symbolic_link_is_refused_before_it_is_
     os.lchown(link, 65534, 65534)
     with pytest.raises(UsageError, match="is a symbolic link of uid 65534"):
         run.run_dir_of(spec)
+
+
+def test_the_checkpoint_a_resume_restores_is_the_one_tensorflows_index_names_when_it_is_there(tmp_path: Path) -> None:
+    from launcher.resume import latest_checkpoint
+
+    assert latest_checkpoint(str(tmp_path)) is None  # no index file
+    (tmp_path / "checkpoint").write_text('model_checkpoint_path: "ckpt-7"\nall_model_checkpoint_paths: "ckpt-7"\n')
+    assert latest_checkpoint(str(tmp_path)) is None  # it names a checkpoint that is not there
+    (tmp_path / "ckpt-7.index").write_text("")
+    assert latest_checkpoint(str(tmp_path)) == "ckpt-7"
+    (tmp_path / "checkpoint").write_text(f'model_checkpoint_path: "{tmp_path}/ckpt-7"\n')  # absolute, as some write
+    assert latest_checkpoint(str(tmp_path)) == "ckpt-7"
