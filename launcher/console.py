@@ -145,15 +145,28 @@ class Console:
         self._last_status_write = 0.0
         self._attempt = 0
         self._restarts = 0
+        self._restart_at: float | None = None  # backing off: when every task starts again (wall clock)
         self._started: float | None = None
         self._attached_at: float | None = None
         self._live: Any = None  # rich.live.Live while the table is on screen
 
-    def attach(self, status: Callable[[], GangStatus | None], status_path: str) -> None:
-        """Called once the run is ours (its lock taken): a summary written since is this launch's."""
+    def attach(
+        self, status: Callable[[], GangStatus | None], status_path: str, tasks: Collection[TaskLaunch] = ()
+    ) -> None:
+        """Called once the run is ours (its lock taken): a summary written since is this launch's. `tasks`
+        get their rows at once (a task that has said nothing yet is listed too)."""
         self._status = status
         self._status_path = status_path
         self._attached_at = time.time()
+        for launch in tasks:
+            self._view(launch)
+
+    def wait(self, seconds: float) -> None:
+        """Sleep `seconds` (a restart's backoff) while the table and status.json keep being updated."""
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            time.sleep(min(left, _STATUS_FILE_S / 2))
+            self.flush()
 
     # ---- callbacks from the supervisor ---------------------------------------------------
 
@@ -252,6 +265,7 @@ class Console:
         if status is None:  # no attempt has started yet
             return None
         self._restarts = status.restarts
+        self._restart_at = status.restart_at
         if status.attempt != self._attempt:  # a new attempt: fresh rows
             self._attempt = status.attempt
             for view in self._views.values():
@@ -319,7 +333,9 @@ class Console:
             text.truncate(width, overflow="ellipsis")
             return text  # Text: a task's line is never markup
 
-        title = Text(f"attempt {self._attempt}, {self._restarts} restart(s)")
+        left = None if self._restart_at is None else max(self._restart_at - time.time(), 0.0)
+        backoff = f"; restarting every task in {math.ceil(left):d}s" if left is not None else ""
+        title = Text(f"attempt {self._attempt}, {self._restarts} restart(s){backoff}")
         return Group(title, line(header, "bold"), *(line(cells) for cells in rows))
 
     def _redraw(self, force: bool = False) -> None:
@@ -361,6 +377,7 @@ class Console:
             "attempt": status.attempt if status else self._attempt,
             "restarts": status.restarts if status else 0,
             "stopping": status.stopping if status else False,
+            "restart_at": status.restart_at if status else None,
             "spares": {"ready": status.spares[0], "standing_by": status.spares[1]} if status else None,
             "tasks": [
                 {

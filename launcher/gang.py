@@ -79,6 +79,7 @@ class GangStatus:
     spares: tuple[int, int] = (0, 0)  # warm spares for the next attempt: (ready, standing by)
     stopping: bool = False  # the launcher is stopping the gang's tasks (to restart, or to end)
     idle_attempts: int = 0  # attempts in a row, just before this one, in which not every task reported a step
+    restart_at: float | None = None  # backing off: when (wall clock) every task is started again
 
     @property
     def all_succeeded(self) -> bool:

@@ -257,8 +257,9 @@ def launch(
         on_drained=console.flush,
         echoes=console.echoes,
         preemption_ends_run=allocation is not None and requeueable(spec, allocation),
+        sleep=console.wait,
     )
-    console.attach(supervisor.snapshot, RunLayout(first_plan.run_dir).status_file)
+    console.attach(supervisor.snapshot, RunLayout(first_plan.run_dir).status_file, first_plan.tasks)
     console.notice(f"run {spec.name}: starting {len(first_plan.tasks)} task(s); logs in {first_plan.run_dir}")
     previous = _install_signals(supervisor, RunLayout(first_plan.run_dir))
     try:

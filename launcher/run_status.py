@@ -79,6 +79,7 @@ class LauncherStatus:
     tasks: tuple[dict[str, Any], ...]
     stopping: bool = False  # its tasks were being stopped (to restart, or to end the run)
     since: float | None = None  # when that launcher took the run (None in files from before it was written)
+    restart_at: float | None = None  # backing off: when it starts every task again
 
 
 @dataclass(frozen=True)
@@ -172,6 +173,7 @@ def _launcher_status(data: dict[str, Any], path: str) -> LauncherStatus:
         tasks=tuple(tasks),
         stopping=data.get("stopping") is True,
         since=_time_of(data.get("run_since")),
+        restart_at=_time_of(data.get("restart_at")),
     )
 
 
@@ -407,8 +409,11 @@ def describe_run(run_dir: str) -> RunDescription:
     if live is not None and not files.summary_is_current:
         age = time.time() - live.updated
         if launcher_process(live) is not None:
+            doing = "stopping its tasks" if live.stopping else "running"
+            if live.restart_at is not None:
+                doing = f"backing off: every task starts again in {max(live.restart_at - time.time(), 0):.0f}s"
             head = (
-                f"{run_dir}: {'stopping its tasks' if live.stopping else 'running'} (launcher pid {live.pid}, "
+                f"{run_dir}: {doing} (launcher pid {live.pid}, "
                 f"attempt {live.attempt}, restarts {live.restarts}, updated {age:.0f}s ago)"
             )
             code = exit_codes.RUNNING

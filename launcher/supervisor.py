@@ -147,6 +147,7 @@ class Supervisor:
         self._attempt_index = 0
         self._attempt_started_at = 0.0
         self.restarts = 0
+        self._restart_at: float | None = None
         self._unproductive = 0  # restarts in a row after attempts that made no step: what backoff doubles on
         self.preemptions = 0
         self._causes: list[str | None] = []  # root-cause signature of each restarted (not preempted) attempt
@@ -185,6 +186,7 @@ class Supervisor:
             spares=self._transport.spares(),
             stopping=self._stopping,
             idle_attempts=self._unproductive,
+            restart_at=self._restart_at,
         )
 
     def _task_status(self, t: _Task) -> TaskStatus:
@@ -405,7 +407,11 @@ class Supervisor:
         self._why_no_spare = self._why_cold()
         failed = [t.exit.time for t in self._tasks.values() if t.exit is not None and not t.exit.ok and not t.stopped]
         if wait:
-            self._sleep(wait)
+            self._restart_at = time.time() + wait  # `launch status` and the table say it backs off
+            try:
+                self._sleep(wait)
+            finally:
+                self._restart_at = None
         self._start_attempt(self._attempt_index + 1)
         self._restart_times = RestartTimes(
             decision.kind.value, min(failed) if failed else None, self._decided_at, stopped_at, self._attempt_started_at

@@ -272,3 +272,21 @@ def test_the_live_table_keeps_every_tasks_name_and_step_on_a_narrow_terminal(tmp
     assert final[1].startswith("worker:0  running ") and final[2].startswith("worker:1  killed by SIGKILL (not"), final
     assert all("200/200" in row and "0.0123" in row and len(row) <= 80 for row in final[1:]), final
     assert final[2].split("200/200")[0].rstrip().endswith("\u2026"), "the state is cut, and says so"
+
+
+def test_every_task_is_listed_from_the_start_and_a_backoff_keeps_the_status_file_current(tmp_path: Path) -> None:
+    import dataclasses
+    import time
+
+    restart_at = time.time() + 30
+    backing_off = dataclasses.replace(status(ExitStatus(3, None)), restart_at=restart_at)
+    console = Console(live=False, out=io.StringIO(), err=io.StringIO())
+    console.attach(lambda: backing_off, str(tmp_path / "status.json"), PLAN.tasks)  # neither task said a word
+    console.flush()
+    first = json.loads((tmp_path / "status.json").read_text())
+    assert [t["task"] for t in first["tasks"]] == ["worker:0", "worker:1"] and first["restart_at"] == restart_at
+    console.wait(1.3)  # a backoff: the file is written again meanwhile, not only once it is over
+    again = json.loads((tmp_path / "status.json").read_text())
+    assert again["updated"] > first["updated"] and again["tasks"][1]["state"] == "exit code 3"
+    described = describe_run(str(tmp_path))
+    assert "backing off: every task starts again in 2" in described.text, described.text

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -479,3 +480,25 @@ def test_a_hung_causes_last_words_are_echoed_and_its_peers_are_not(tmp_path: Pat
     clock.now += 10
     assert sup.step(0) is LaunchState.STARTING
     assert echoed == [("worker:0", "worker:0: stuck on the data loader's lock")], echoed
+
+
+def test_a_backoff_says_when_every_task_starts_again_and_only_while_it_lasts(tmp_path: Path) -> None:
+    spec = fake_spec(2, max_restarts=2, backoff_s=7)
+    transport, seen = FakeTransport(), []
+    sup: Supervisor | None = None
+
+    def sleep(seconds: float) -> None:
+        assert sup is not None
+        status = sup.status()
+        seen.append((seconds, status.restart_at, [t.exit is not None for t in status.tasks]))
+
+    sup = Supervisor(fake_planner(spec, str(tmp_path)), transport, RestartPolicy(spec.restart), True, sleep=sleep)
+    sup.start()
+    assert sup.status().restart_at is None
+    before = time.time()
+    transport.started[0].exit(3)  # no step yet: a crash loop backs off
+    sup.step(0)
+    ((seconds, restart_at, exited),) = seen
+    assert seconds == 7 and restart_at is not None and before + 7 <= restart_at <= time.time() + 7
+    assert exited == [True, True], "the attempt's tasks are shown ended while it backs off"
+    assert sup.status().restart_at is None and sup.status().attempt == 1
