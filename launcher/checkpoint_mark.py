@@ -26,6 +26,8 @@ SPEC_LIMIT = 64 << 20  # a spec whose env is large is still read whole
 __all__ = [
     "MARKER",
     "has_checkpoints",
+    "resumable",
+    "tensorflow_checkpoints",
     "SPEC_LIMIT",
     "mark_checkpoints",
     "marked_writer",
@@ -34,6 +36,43 @@ __all__ = [
     "refuse_if_in_use",
     "writer_of",
 ]
+
+
+def tensorflow_checkpoints(names: list[str]) -> bool:
+    """Whether directory entries `names` hold TensorFlow's own checkpoint files: `checkpoint`, or an
+    `X.index` beside its `X.data-...` shards (an index file alone may be anything's)."""
+    if "checkpoint" in names:
+        return True
+    shards = {n.split(".data-", 1)[0] for n in names if ".data-" in n}
+    return any(n.endswith(".index") and n[: -len(".index")] in shards for n in names)
+
+
+def resumable(path: str, run_dir: str) -> bool:
+    """Whether a launch with checkpoint directory `path` resumes from it: TensorFlow's checkpoint files
+    (its `checkpoint` index, or any `X.index`) are there, or an earlier launch marked it and something
+    was written there since (a script's own format): neither what the directory held before its first
+    launch (the user's files, in a working directory given as checkpoint_dir) nor the run directory's
+    own files count."""
+    try:
+        names = os.listdir(path)
+    except OSError:  # missing or unreadable: nothing to resume from here
+        return False
+    if "checkpoint" in names or any(n.endswith(".index") for n in names):  # TensorFlow's, even half-written
+        return True
+    if MARKER not in names:
+        return False
+    mark = read_mark(path)
+    found = mark.get("found") if mark is not None else None
+    before = {MARKER, *found} if isinstance(found, list) else {MARKER}
+    if os.path.realpath(path) != os.path.realpath(run_dir):
+        return any(n not in before for n in names)
+    from worker.contract import RunLayout
+
+    layout = RunLayout(run_dir)
+    own = {*before, *(os.path.basename(f) for f in (layout.summary_file, layout.status_file, layout.lock_file))}
+    own |= {os.path.basename(f) for f in (layout.stop_request_file, layout.metrics_file, layout.eval_file)}
+    own |= {os.path.basename(layout.spec_file), os.path.basename(layout.preflight_file)}
+    return any(n not in own and not n.startswith("attempt-") for n in names)  # RunLayout.attempt_dir
 
 
 def has_checkpoints(path: str) -> bool:
@@ -62,7 +101,8 @@ def mark_checkpoints(spec: ClusterSpec, run_dir: str, checkpoints: str) -> RunLo
         if error.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
             raise _in_use(checkpoints, run_dir) from None
         return None  # a file system without locks: the run's spec.json still tells
-    record = json.dumps({"run_dir": run_dir, "training": recorded_spec(spec).get("training")}, indent=2)
+    found = _found_before(fd, checkpoints)
+    record = json.dumps({"run_dir": run_dir, "training": recorded_spec(spec).get("training"), "found": found}, indent=2)
     try:
         os.ftruncate(fd, 0)
         with open(fd, "w", encoding="utf-8", closefd=False) as handle:
@@ -70,6 +110,27 @@ def mark_checkpoints(spec: ClusterSpec, run_dir: str, checkpoints: str) -> RunLo
     except OSError:  # a full disk: the mark says less, its lock still holds
         pass
     return RunLock(fd)  # a lock like the run's: released when the launch ends
+
+
+FOUND_LIMIT = 1000  # names kept of what a checkpoint directory held before its first launch
+
+
+def _found_before(fd: int, checkpoints: str) -> list[str] | None:
+    """What the directory held before its first launch marked it (the user's own files, in a working
+    directory given as checkpoint_dir), kept from the mark when there is one: none of it is a
+    checkpoint of the run's. None when there were too many to list (or the mark predates the list)."""
+    try:
+        earlier = parsed(os.pread(fd, SPEC_LIMIT + 1, 0)) if os.fstat(fd).st_size else None
+    except OSError:
+        earlier = None
+    if earlier is not None:
+        kept = earlier.get("found")
+        return kept if isinstance(kept, list) and all(isinstance(n, str) for n in kept) else None
+    try:
+        names = sorted(n for n in os.listdir(checkpoints) if n != MARKER)
+    except OSError:
+        return None
+    return names if len(names) <= FOUND_LIMIT else None
 
 
 def _lock_past_checks(fd: int) -> None:

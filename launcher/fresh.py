@@ -13,7 +13,14 @@ import os
 import time
 from pathlib import Path
 
-from launcher.checkpoint_mark import MARKER, has_checkpoints, read_mark, refuse_if_in_use, writer_of
+from launcher.checkpoint_mark import (
+    MARKER,
+    has_checkpoints,
+    read_mark,
+    refuse_if_in_use,
+    tensorflow_checkpoints,
+    writer_of,
+)
 from launcher.errors import UsageError
 from launcher.masking import printable
 from launcher.plan import checkpoint_dir_of
@@ -35,12 +42,8 @@ def _covers(directory: str, path: str) -> bool:
 
 
 def _looks_like_checkpoints(names: list[str]) -> bool:
-    """A launch's mark, or TensorFlow's own checkpoint files: `checkpoint`, or an `X.index` beside its
-    `X.data-...` shards (an index file alone may be anything's)."""
-    if MARKER in names or "checkpoint" in names:
-        return True
-    shards = {n.split(".data-", 1)[0] for n in names if ".data-" in n}
-    return any(n.endswith(".index") and n[: -len(".index")] in shards for n in names)
+    """A launch's mark, or TensorFlow's own checkpoint files."""
+    return MARKER in names or tensorflow_checkpoints(names)
 
 
 def _marked_below(path: str, limit: int = 10_000) -> str | None:

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from launcher.checkpoint_mark import SPEC_LIMIT, has_checkpoints, parsed, read_mark, refuse_if_in_use, writer_of
+from launcher.checkpoint_mark import SPEC_LIMIT, parsed, read_mark, refuse_if_in_use, resumable, writer_of
 from launcher.errors import AlreadyTrained, UsageError
 from launcher.masking import printable
 from launcher.training_identity import argv_of, shown_training, what_trains
@@ -99,7 +99,7 @@ def resume_notice(spec: ClusterSpec, words: ResumeWords = CLI_WORDS) -> Resuming
     checkpoints = checkpoint_dir_of(spec, layout, os.getcwd())
     refuse_if_in_use(checkpoints, layout.run_dir)  # another run writes there now, checkpoints or not yet
     refuse_if_unsafe(checkpoints)  # as the preflight would, but before any word of resuming
-    if not has_checkpoints(checkpoints):
+    if not resumable(checkpoints, layout.run_dir):
         return None
     from launcher.bundle import recorded_spec
 

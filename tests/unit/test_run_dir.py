@@ -491,3 +491,50 @@ def test_the_checkpoint_a_resume_restores_is_the_one_tensorflows_index_names_whe
     assert latest_checkpoint(str(tmp_path)) == "ckpt-7"
     (tmp_path / "checkpoint").write_text(f'model_checkpoint_path: "{tmp_path}/ckpt-7"\n')  # absolute, as some write
     assert latest_checkpoint(str(tmp_path)) == "ckpt-7"
+
+
+def test_a_checkpoint_directory_is_resumed_from_only_when_checkpoints_were_written_there(tmp_path: Path) -> None:
+    from launcher.checkpoint_mark import MARKER, resumable
+
+    project = tmp_path / "project"  # `checkpoint_dir: "."`: a first launch finds the user's files there
+    project.mkdir()
+    (project / "train.py").write_text("")
+    (project / "data.csv").write_text("")
+    run_dir = project / "runs" / "r"
+    assert not resumable(str(project), str(run_dir))
+    (project / MARKER).write_text(json.dumps({"found": ["data.csv", "train.py"]}))  # as its first launch marked it
+    assert not resumable(str(project), str(run_dir)), "the files that were there before do not count"
+    (project / "model.keras").write_text("")  # the script wrote its own format since
+    assert resumable(str(project), str(run_dir))
+    (project / "model.keras").unlink()
+    (project / MARKER).write_text("{}")  # a mark without the list (an older launch's): every file counts
+    assert resumable(str(project), str(run_dir))
+    run_dir.mkdir(parents=True)  # `checkpoint_dir` the run directory itself: the launch's own files do not count
+    for name in ("spec.json", "summary.json", "status.json", "launch.lock", "metrics.jsonl", MARKER):
+        (run_dir / name).write_text("")
+    (run_dir / "attempt-0").mkdir()
+    assert not resumable(str(run_dir), str(run_dir))
+    (run_dir / "model.keras").write_text("")
+    assert resumable(str(run_dir), str(run_dir))
+    other = tmp_path / "other"  # TensorFlow's files count without a mark (written by hand, or by another tool)
+    other.mkdir()
+    assert not resumable(str(other), str(run_dir))
+    (other / "ckpt-3.index").write_text("")
+    assert resumable(str(other), str(run_dir))
+
+
+def test_the_mark_keeps_what_its_first_launch_found_in_the_directory(tmp_path: Path) -> None:
+    from launcher.checkpoint_mark import mark_checkpoints, read_mark, resumable
+
+    spec = parse_spec({"name": "m", "hosts": [{"address": "localhost", "workers": 1}]})
+    (tmp_path / "notes.txt").write_text("")
+    lock = mark_checkpoints(spec, str(tmp_path / "runs" / "m"), str(tmp_path))
+    assert lock is not None
+    lock.release()
+    assert (read_mark(str(tmp_path)) or {}).get("found") == ["notes.txt"]
+    (tmp_path / "weights.h5").write_text("")  # what the training wrote
+    again = mark_checkpoints(spec, str(tmp_path / "runs" / "m"), str(tmp_path))
+    assert again is not None
+    again.release()
+    assert (read_mark(str(tmp_path)) or {}).get("found") == ["notes.txt"], "a later launch keeps the first list"
+    assert resumable(str(tmp_path), str(tmp_path / "runs" / "m"))
