@@ -54,9 +54,8 @@ def resume_or_start_over(
     elif (resuming := resume_notice(spec, words)) is not None:
         if resuming.finished is not None:
             raise AlreadyTrained(
-                f"run {spec.name} already trained all its training.steps={resuming.finished} (its checkpoints are "
-                f"in {printable(resuming.checkpoints)}), so nothing was started: raise training.steps to train "
-                f"further, or give {words.fresh} to start over"
+                f"run {spec.name} {resuming.trained()} (its checkpoints are in {printable(resuming.checkpoints)}), so "
+                f"nothing was started: raise training.steps to train further, or give {words.fresh} to start over"
             )
         say(resuming.said(spec.name, words))
 
@@ -67,8 +66,15 @@ class Resuming:
 
     checkpoints: str
     remarks: tuple[str, ...] = ()
-    finished: int | None = None  # the run's last launch trained all these training.steps: nothing is left
+    finished: int | None = None  # the run's checkpoints are at this step, at or past training.steps: nothing is left
     latest: str | None = None  # the checkpoint TensorFlow restores (its `checkpoint` file names it)
+    steps: int | None = None  # training.steps, with `finished`
+
+    def trained(self) -> str:
+        """What a finished run trained, as `already trained all its training.steps=N` says it."""
+        if self.steps is None or self.finished == self.steps:
+            return f"already trained all its training.steps={self.finished}"
+        return f"is already at step {self.finished}, past its training.steps={self.steps}"
 
     def _where(self) -> str:
         where = printable(self.checkpoints)
@@ -128,12 +134,16 @@ def resume_notice(spec: ClusterSpec, words: ResumeWords = CLI_WORDS) -> Resuming
             f"the command's arguments changed since they were written (was: {shown_training(saved)}; now: "
             f"{shown_training(now)})"
         )
-    if (finished := _finished_at(layout.summary_file, spec, checkpoints)) is not None:
+    latest = latest_checkpoint(checkpoints)
+    finished = _finished_at(spec, checkpoints, latest)
+    steps = getattr(spec.training, "steps", None)
+    done = Resuming(checkpoints, (), finished, latest, steps if isinstance(steps, int) else None)
+    if finished is not None:
         remarks.append(
-            f"the run already trained all its training.steps={finished}, so nothing is left to train and the "
-            "launch would start nothing (raise training.steps to train further)"
+            f"the run {done.trained()}, so nothing is left to train and the launch would start nothing (raise "
+            "training.steps to train further)"
         )
-    return Resuming(checkpoints, tuple(remarks), finished, latest_checkpoint(checkpoints))
+    return Resuming(checkpoints, tuple(remarks), finished, latest, done.steps)
 
 
 _LATEST = re.compile(r'^model_checkpoint_path: "([^"\n]{1,512})"$', re.MULTILINE)
@@ -154,26 +164,27 @@ def latest_checkpoint(checkpoints: str) -> str | None:
     return os.path.basename(name) if os.path.exists(path + ".index") else None
 
 
-def _finished_at(summary_file: str, spec: ClusterSpec, checkpoints: str) -> int | None:
-    """training.steps when the run's last launch trained all of them: its summary says it succeeded at that
-    step, and the checkpoint directory holds the built-in runtime's checkpoint of it (`ckpt-N.index`, N that
-    step or more: a checkpoint rolled back, or another checkpoint_dir, has steps left). None for anything
-    else: a command or `fit` (whose checkpoints only they name), an object store, a run with steps left."""
+def _finished_at(spec: ClusterSpec, checkpoints: str, latest: str | None) -> int | None:
+    """The step the built-in runtime would restore, when it is at or past training.steps (nothing is left
+    to train: every task would start only to restore and end): the checkpoint TensorFlow's index names
+    (`ckpt-N`, N the step), else the highest `ckpt-N.index`. None for anything else: a command or `fit`
+    (whose checkpoints only they name), an object store, a run with steps left."""
     steps = getattr(spec.training, "steps", None)
     if getattr(spec.training, "kind", None) != "builtin" or not isinstance(steps, int):
         return None
-    summary = _read_json(summary_file)
-    if summary is None or summary.get("state") != "succeeded":
-        return None
-    final = summary.get("final_step")
-    if not isinstance(final, int) or final < steps:
-        return None
-    try:
-        names = os.listdir(checkpoints)
-    except OSError:  # an object store, or gone: let the tasks look
-        return None
-    saved = [int(m[1]) for n in names if (m := _CHECKPOINT_INDEX.fullmatch(n))]
-    return steps if saved and max(saved) >= steps else None
+    named = re.fullmatch(r"ckpt-(\d{1,18})", latest or "")
+    if named is not None:
+        at = int(named[1])
+    else:
+        try:
+            names = os.listdir(checkpoints)
+        except OSError:  # an object store, or gone: let the tasks look
+            return None
+        saved = [int(m[1]) for n in names if (m := _CHECKPOINT_INDEX.fullmatch(n))]
+        if not saved:
+            return None
+        at = max(saved)
+    return at if at >= steps else None
 
 
 _CHECKPOINT_INDEX = re.compile(r"ckpt-(\d{1,18})\.index")

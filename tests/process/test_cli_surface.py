@@ -270,6 +270,14 @@ def test_a_rerun_of_a_finished_run_says_nothing_is_left_to_train(work: Path) -> 
     rolled = run_launch(["--cluster", str(spec), "--check"], work)
     assert rolled.returncode == 0 and "already trained" not in rolled.stdout, rolled.stdout
     assert f"would resume from the checkpoints in {run_dir / 'checkpoints'} (latest: ckpt-10)" in rolled.stdout
+    # a run whose training.steps was lowered below where its checkpoints are starts nothing either, summary or not
+    (run_dir / "summary.json").write_text(json.dumps({"state": "interrupted", "final_step": 30}))
+    (run_dir / "checkpoints" / "ckpt-30.index").write_text("saved")
+    (run_dir / "checkpoints" / "checkpoint").write_text('model_checkpoint_path: "ckpt-30"\n')
+    lowered = run_launch(["--cluster", str(spec), "--plain"], work)
+    assert lowered.returncode == 0, lowered.stderr
+    assert "run done is already at step 30, past its training.steps=20" in lowered.stderr, lowered.stderr
+    assert "starting" not in lowered.stderr and not (run_dir / "attempt-0").exists()
 
 
 def test_checkpoints_of_another_training_are_not_resumed(work: Path) -> None:
