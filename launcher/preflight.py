@@ -26,8 +26,8 @@ from launcher.errors import HostError
 from launcher.gpus import GpuHost, fleet_problems, inventory
 from launcher.masking import redact, redacted
 from launcher.plan import LaunchPlan, TaskLaunch
-from launcher.python_script import script_of
-from launcher.spec import BuiltinTraining, ClusterSpec, FunctionTraining, is_url, machine_key
+from launcher.python_script import module_of, script_of
+from launcher.spec import BuiltinTraining, ClusterSpec, CommandTraining, FunctionTraining, is_url, machine_key
 from launcher.transport.base import Agent, Transport
 
 log = logging.getLogger(__name__)
@@ -102,6 +102,11 @@ def run_preflight(spec: ClusterSpec, plan: LaunchPlan, transport: Transport) -> 
                 "gpus": bool(host.gpus),
                 "programs": sorted({task.argv[0] for task in host.tasks}),
                 "scripts": sorted({script for task in host.tasks if (script := script_of(task.command))}),
+                "command_modules": sorted(
+                    {module for task in host.tasks if (module := module_of(task.command))}
+                    if isinstance(spec.training, CommandTraining)
+                    else ()
+                ),  # a command's own: the runtime's `-m worker` is need_worker's to check
                 "modules": sorted({target.partition(":")[0] for target in targets.values()}),
                 "functions": sorted(set(targets.values())),
                 "pythonpath": host.tasks[0].env.get("PYTHONPATH"),
@@ -215,12 +220,26 @@ def _check_info(hosts: list[_Host], plan: LaunchPlan, need_worker: bool, report:
                 if "/" in program
                 else "give its full path, install it there, or set PATH in the spec's env"
             )
+            if program.endswith(".py"):
+                fix = f"a Python script is run by a python: -- {host.python} {program} ...; or {fix}"
             report.problems.append(f"{host.address}: the tasks' command {program!r} cannot run there ({why}); {fix}")
         if info.get("startup_env_fails"):
             names = ", ".join(sorted(_startup_env(host)))
             report.problems.append(
                 f"{host.address}: {info['executable']} does not start with the spec's env ({names}): "
                 f"{info['startup_env_fails']}; fix or remove them"
+            )
+        for module in info.get("command_modules_missing") or []:
+            hint = (
+                "-m takes a module, not a module:function; to run a function give training "
+                '{"kind": "function", "target": "' + module + '"}'
+                if ":" in module
+                else "check its spelling, or put it there (python -m looks in the working directory first)"
+            )
+            report.problems.append(
+                f"{host.address}: the tasks' command runs python -m {module}, and there is no module {module!r} "
+                f"there, neither in the working directory {host.workdir} nor among {info['executable']}'s "
+                f"packages; {hint}"
             )
         for script, why in (info.get("scripts_unrunnable") or {}).items():
             report.problems.append(

@@ -67,3 +67,19 @@ def script_of(argv: list[str]) -> str | None:
         return None
     program = program_of(argv)
     return None if program[0] in ("-c", "-m", "-", "python") else program[0]
+
+
+def module_of(argv: list[str]) -> str | None:
+    """The module `argv` runs, when it is a python running one with `-m`; None for anything else."""
+    if not argv or not is_python(argv[0]):
+        return None
+    program = program_of(argv)
+    return program[1] if program[0] == "-m" and len(program) > 1 and program[1] else None
+
+
+def runs_nothing(argv: list[str]) -> bool:
+    """Whether `argv` is a python given no script, `-m` or `-c` (nor told only to print its version or
+    help): it would read its program from standard input, which a task does not have."""
+    if not argv or not is_python(argv[0]) or program_of(argv) not in (["python"], ["-"]):
+        return False
+    return not any(arg in ("-V", "--version", "-h", "--help", "-?", "-VV") for arg in argv[1:])

@@ -20,6 +20,7 @@ from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_va
 
 from launcher.errors import SpecError, SpecProblem
 from launcher.masking import MASK, MIN_MASKED, Redactor, is_declared, is_secret, looks_secret, secret_arguments
+from launcher.python_script import runs_nothing
 from launcher.spec_json import decode_json, decode_text, json_child, raw_problems
 from launcher.spec_limits import MAX_HOSTS, MAX_SPEC_BYTES, MAX_WORKERS_PER_HOST
 from worker.contract import DEFAULT_RUN_ROOT, ENV_PREFIX, PREEMPTION_EXIT_CODE
@@ -854,6 +855,15 @@ class ClusterSpec(StrictModel):
     @model_validator(mode="after")
     def _check(self, info: ValidationInfo) -> ClusterSpec:
         problems: list[tuple[str, str]] = _check_env(self.env, "env")
+        if isinstance(self.training, CommandTraining) and runs_nothing(self.training.argv):
+            problems.append(
+                (
+                    "training.argv",
+                    f"{self.training.argv[0]} is given no script, -m module or -c code (the command after --, or "
+                    "training.argv): it would read its program from standard input, which a task does not have, "
+                    f"and exit at once as if it had trained; give the script: {self.training.argv[0]} train.py",
+                )
+            )
         envs = [("env", self.env), *((f"hosts[{i}].env", h.env) for i, h in enumerate(self.hosts))]
         problems += _check_secrets(self.secrets, envs)
         if not self.hosts:

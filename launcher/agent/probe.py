@@ -8,6 +8,7 @@ take milliseconds). Requests and their answers:
      "programs": [...], "path": ...}     "gpus": also nvidia-smi's raw answers (parsed by launcher.gpus);
                                          "programs": why each task's program cannot run (PATH: "path")
                                          "functions": module:function targets whose module plainly lacks it
+                                         "command_modules": the modules of `python -m MODULE` commands
     {"op": "write_marker" | "read_marker" | "remove", "path": ..., "token": ...}
     {"op": "bind", "ports": [...]}       keeps listeners open until "release" or end of input
     {"op": "connect", "addresses": [["host", port], ...], "timeout": 3}
@@ -242,6 +243,9 @@ def _info(request: dict[str, Any]) -> dict[str, Any]:
     unfound = [m for m in request.get("modules") or [] if not module_found(m, [workdir, *extra])]
     if unfound:
         answer["modules_missing"] = unfound
+    commanded = [m for m in request.get("command_modules") or [] if not module_found(m, [workdir, *extra])]
+    if commanded:
+        answer["command_modules_missing"] = commanded
     absent = {
         target: close
         for target in request.get("functions") or []

@@ -265,6 +265,37 @@ def test_a_misspelt_function_in_a_module_that_is_there_is_refused_with_the_names
     assert snapshot(work) == before
 
 
+@pytest.mark.parametrize(
+    "command, needle",
+    [
+        (["python3", "-m", "nosuchmod"], "runs python -m nosuchmod, and there is no module 'nosuchmod' there"),
+        (
+            ["python3", "-m", "trainer:train"],
+            "-m takes a module, not a module:function; to run a function give training",
+        ),
+        (["trainer.py"], "a Python script is run by a python: -- "),
+        (["python3"], "python3 is given no script, -m module or -c code"),
+    ],
+)
+def test_a_command_that_could_only_fail_or_do_nothing_is_refused_before_anything_starts(
+    work: Path, command: list[str], needle: str
+) -> None:
+    (work / "trainer.py").write_text("def train(ctx): ...\n")
+    spec = write_spec(work, good(work))
+    before = snapshot(work)
+    proc = run_launch(["--cluster", str(spec), "--", *command], work, timeout=90)
+    assert proc.returncode == 2 and needle in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert snapshot(work) == before
+
+
+def test_a_module_the_command_runs_with_dash_m_from_the_working_directory_passes(work: Path) -> None:
+    (work / "trainer.py").write_text("raise SystemExit('the preflight ran a module of yours')\n")
+    spec = write_spec(work, good(work))
+    proc = run_launch(["--cluster", str(spec), "--check", "--", "python3", "-m", "trainer"], work, timeout=90)
+    assert proc.returncode == 0 and "preflight passed" in proc.stdout, proc.stderr
+
+
 def test_targets_found_in_the_working_directory_and_pythonpath_pass_the_check(work: Path) -> None:
     (work / "models").mkdir()
     (work / "models" / "__init__.py").write_text("raise SystemExit('the preflight ran a package of yours')\n")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from launcher.python_script import is_python, script_of
+from launcher.python_script import is_python, module_of, runs_nothing, script_of
 
 
 @pytest.mark.parametrize(
@@ -35,3 +35,38 @@ def test_the_script_is_the_first_word_after_the_options(argv: list[str], script:
 def test_only_pythons_are_read() -> None:
     assert is_python("python") and is_python("python3") and is_python("/usr/bin/python3.11")
     assert not is_python("pythonista") and not is_python("ipython") and not is_python("/usr/bin/env")
+
+
+@pytest.mark.parametrize(
+    "argv, module",
+    [
+        (["python3", "-m", "pkg.train", "--steps", "4"], "pkg.train"),
+        (["python", "-um", "pkg.train"], "pkg.train"),
+        (["python", "-mpkg"], "pkg"),
+        (["python", "-m", "mymod:train"], "mymod:train"),  # not a module: the preflight says what -m takes
+        (["python", "train.py", "-m", "x"], None),  # the script's own -m
+        (["python", "-c", "import x", "-m", "y"], None),
+        (["sh", "-m", "x"], None),
+        (["python", "-m"], None),
+    ],
+)
+def test_the_module_is_what_follows_dash_m(argv: list[str], module: str | None) -> None:
+    assert module_of(argv) == module
+
+
+@pytest.mark.parametrize(
+    "argv, nothing",
+    [
+        (["python3"], True),
+        (["python3", "-u", "-B"], True),
+        (["python", "-"], True),
+        (["python3", "-V"], False),  # prints its version and exits: nothing to read
+        (["python3", "--help"], False),
+        (["python3", "t.py"], False),
+        (["python3", "-c", "pass"], False),
+        (["python3", "-m", "x"], False),
+        (["sh"], False),  # not ours to judge
+    ],
+)
+def test_a_python_given_no_program_runs_nothing(argv: list[str], nothing: bool) -> None:
+    assert runs_nothing(argv) is nothing
