@@ -845,6 +845,13 @@ class ClusterSpec(StrictModel):
     @field_validator("checkpoint_dir")
     @classmethod
     def _url_or_path(cls, value: str | None) -> str | None:
+        slip = _URL_SLIP.match(value or "")
+        if slip is not None:  # `gs:/bucket` or `gs//bucket` would be a local directory named so
+            scheme, rest = slip.group(1), value[slip.end() :] if value else ""
+            raise ValueError(
+                f"{value!r} looks like a {scheme}:// URL with a slash or colon missing, and would be taken as a "
+                f"local directory: write {scheme}://{rest}"
+            )
         if value is not None and "://" in value and not is_url(value):  # else a local directory named gs:
             raise ValueError(
                 f"{value!r} looks like a URL but is not one (a URL has no spaces): write it as "
@@ -1045,6 +1052,9 @@ class ClusterSpec(StrictModel):
         """More than one machine (every spelling of loopback is this one machine)."""
         return len({machine_key(h.address) for h in self.hosts}) > 1
 
+
+# An object store's scheme with `://` mistyped (`gs:/b`, `gs//b`, `s3:b`): never meant as a directory name.
+_URL_SLIP = re.compile(r"(gs|s3|s3a|hdfs|az|abfss?|wasbs?|viewfs|ram)(?::/?(?!/)|//)", re.IGNORECASE)
 
 # Linux takes one environment string of at most 32 pages (MAX_ARG_STRLEN, "TF_CONFIG=" and its NUL
 # included); a longer one fails every task's exec with E2BIG.

@@ -544,3 +544,15 @@ def test_a_cluster_too_large_for_one_environment_variable_is_refused_before_any_
     said = str(caught.value)
     assert "4096 training tasks make each task's TF_CONFIG about 228 KiB" in said and "shorter host addresses" in said
     assert MAX_TF_CONFIG_BYTES == 131061
+
+
+@pytest.mark.parametrize(
+    "given, fixed",
+    [("gs:/bucket/run", "gs://bucket/run"), ("gs//bucket/run", "gs://bucket/run"), ("s3:bucket/r", "s3://bucket/r")],
+)
+def test_an_object_store_url_with_a_slip_is_refused_not_taken_as_a_local_directory(given: str, fixed: str) -> None:
+    with pytest.raises(SpecError) as caught:
+        parse_spec({"name": "u", "hosts": [{"address": "localhost", "workers": 1}], "checkpoint_dir": given})
+    assert f"$.checkpoint_dir: {given!r} looks like a" in str(caught.value) and f"write {fixed}" in str(caught.value)
+    for fine in ("gs://bucket/run", "gsx/run", "./gs:/x", "runs/gs"):
+        parse_spec({"name": "u", "hosts": [{"address": "localhost", "workers": 1}], "checkpoint_dir": fine})
