@@ -5,11 +5,14 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import re
 import time
 import traceback
 
 from worker.files import write_atomic
 
+# Where TensorFlow ran the failed op (`{{function_node __wrapped__...}} `), not what failed: launcher.log_reading's
+_FUNCTION_NODE = re.compile(r"^\{\{function_node [^}]*\}\}\s*")
 _NOT_THEIRS = (
     os.path.dirname(os.path.abspath(__file__)) + os.sep,
     os.path.dirname(importlib.__file__) + os.sep,
@@ -38,7 +41,7 @@ def write_error_file(path: str, task: str, error: BaseException, *, usage: bool 
     data = {
         "task": task,
         "type": type(error).__name__,
-        "message": str(error)[:4000],
+        "message": _FUNCTION_NODE.sub("", str(error))[:4000],
         "traceback": (user_traceback(error) if usage else "".join(traceback.format_exception(error)))[-8000:],
         "time": time.time(),
         "pid": os.getpid(),

@@ -25,6 +25,12 @@ CASES = [
     ("oom.py", 1, "ResourceExhaustedError: OOM when allocating tensor with shape[1048576,1048576]", "out-of-memory"),
     ("user_error.py", 1, "ValueError: bad batch: expected 32 rows, got 31", None),
     ("sigkill.py", 2, None, "killed-by-sigkill-from-outside"),
+    (
+        "no_s3.py",
+        1,
+        "UnimplementedError: File system scheme 's3' not implemented",
+        "a-url-scheme-tensorflow-cannot-reach",
+    ),
     ("no_tensorflow.py", 1, "ModuleNotFoundError: No module named 'tensorflow'", "tensorflow-is-not-installed"),
     (
         "no_tf_keras.py",

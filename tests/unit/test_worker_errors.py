@@ -53,3 +53,13 @@ def test_other_errors_keep_their_whole_traceback(tmp_path: Path) -> None:
         write_error_file(str(tmp_path / "error.json"), "worker:0", error)
     trace = json.loads((tmp_path / "error.json").read_text())["traceback"]
     assert "test_worker_errors.py" in trace and "RuntimeError: inside the runtime" in trace
+
+
+def test_where_tensorflow_ran_the_op_is_left_out_of_the_message(tmp_path: Path) -> None:
+    error = RuntimeError(
+        "{{function_node __wrapped__CreateSummaryFileWriter_device_/job:worker/replica:0/task:0/device:CPU:0}} "
+        "File system scheme 's3' not implemented (file: 's3://bucket/run/tb') [Op:CreateSummaryFileWriter]"
+    )
+    write_error_file(str(tmp_path / "error.json"), "worker:0", error)
+    message = json.loads((tmp_path / "error.json").read_text())["message"]
+    assert message.startswith("File system scheme 's3' not implemented"), message
