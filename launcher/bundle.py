@@ -182,6 +182,8 @@ def make_bundle(run_dir: str, output: str | None = None) -> BundleResult:
             "(<run_root>/<name>, e.g. runs/example)?"
         )
     output = os.path.abspath(output or default_output(run_dir))
+    if os.path.isdir(output):
+        raise BundleError(f"{output} is a directory; give -o the archive's file name (e.g. {output}/bundle.tar.gz).")
     if os.path.exists(output):
         raise BundleError(f"{output} already exists; remove it or give another file with -o.")
     if not os.path.isdir(os.path.dirname(output)):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import os
 import secrets
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -78,9 +79,13 @@ def run_preflight(spec: ClusterSpec, plan: LaunchPlan, transport: Transport) -> 
     Probes run in the hosts' agents, the ones that will start the tasks."""
     report = PreflightReport()
     if not creatable(plan.run_dir):
+        why = (
+            "exists but is not writable"
+            if os.path.isdir(plan.run_dir)
+            else "cannot be created (a parent is a file or not writable)"
+        )
         report.problems.append(
-            f"run directory {plan.run_dir} cannot be created (a parent is a file or not writable); "
-            "set run_root or --run-root to a writable directory"
+            f"run directory {plan.run_dir} {why}; set run_root or --run-root to a writable directory"
         )
     hosts: list[_Host] = []
     for index, entry in enumerate(spec.hosts):
@@ -213,7 +218,12 @@ def _check_info(hosts: list[_Host], plan: LaunchPlan, need_worker: bool, report:
             )
         if not info["workdir_ok"]:
             what = "is not a directory" if info.get("workdir_exists") else "does not exist"
-            report.problems.append(f"{host.address}: working directory {host.workdir} {what}")
+            path = info.get("workdir_path")
+            shown = host.workdir if not path or path == host.workdir else f"{host.workdir} ({path})"
+            report.problems.append(
+                f"{host.address}: working directory {shown} {what}; create it there, or set workdir to a directory "
+                "that exists"
+            )
         for program, why in (info.get("programs_missing") or {}).items():
             fix = (
                 f"a relative path starts from the working directory {host.workdir}"

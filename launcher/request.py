@@ -228,7 +228,7 @@ def _refuse_visible_secrets(spec: ClusterSpec, source: str) -> None:
         why = (
             "holds a secret, and a `python -c` command's arguments cannot be kept off the process list (a script's "
             "can: python script.py --token=...)"
-            if argv[1:2] == ["-c"]
+            if argv[1:2] == ["-c"] and os.path.basename(argv[0]).startswith("python")
             else "holds a secret, and only a python command's arguments can be kept off the process list"
         )
         problems += [

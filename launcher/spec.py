@@ -103,7 +103,7 @@ def _localhost_hint(address: str) -> str:
     """` (did you mean localhost?)` for an address that reads like a misspelt `localhost`."""
     import difflib
 
-    near = difflib.SequenceMatcher(None, address.lower(), "localhost").ratio() >= 0.8
+    near = address.lower() != "localhost" and difflib.SequenceMatcher(None, address.lower(), "localhost").ratio() >= 0.8
     return f"; or, if {address} was meant to be this machine: did you mean localhost?" if near else ""
 
 

@@ -100,12 +100,22 @@ def decode_json(text: str) -> tuple[Any, list[SpecProblem]]:
     try:
         return json.loads(text, object_pairs_hook=JsonObject, parse_constant=JsonConstant, parse_int=_integer), []
     except json.JSONDecodeError as error:
-        said = f"not valid JSON at line {error.lineno} column {error.colno}: {error.msg}{_trailing_comma(error)}"
+        said = (
+            f"not valid JSON at line {error.lineno} column {error.colno}: {error.msg}"
+            f"{_trailing_comma(error)}{_comment(error)}"
+        )
         return None, [SpecProblem("$", said)]
     except RecursionError:
         return None, [
             SpecProblem("$", f"the JSON is nested far deeper than a spec can be (at most {MAX_DEPTH} levels)")
         ]
+
+
+def _comment(error: json.JSONDecodeError) -> str:
+    """Where a `//` or `/*` comment is the mistake (JSON has none), says so."""
+    if error.doc[error.pos : error.pos + 2] not in ("//", "/*"):
+        return ""
+    return " (JSON has no comments: remove it)"
 
 
 def _trailing_comma(error: json.JSONDecodeError) -> str:

@@ -219,6 +219,7 @@ def _info(request: dict[str, Any]) -> dict[str, Any]:
         **{key: facts[key] for key in ("hostname", "python", "executable", "tensorflow")},
         "workdir_ok": os.path.isdir(workdir),
         "workdir_exists": os.path.exists(workdir),
+        "workdir_path": os.path.abspath(workdir),
         # an object store is TensorFlow's to reach; a directory may be made by the run itself
         "checkpoint_url": url,
         "checkpoint_ok": url or creatable(checkpoint_dir),

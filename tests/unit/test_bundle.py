@@ -131,6 +131,7 @@ def test_a_spec_copy_that_is_not_json_is_left_out_rather_than_leaked(tmp_path: P
         ("missing", "no such directory"),
         ("not a run", "has no summary.json, status.json or attempt directory"),
         ("output exists", "already exists; remove it or give another file with -o"),
+        ("output is a directory", "is a directory; give -o the archive's file name"),
         ("output dir missing", "its directory does not exist"),
     ],
 )
@@ -145,6 +146,9 @@ def test_refusals(case: str, needle: str, tmp_path: Path) -> None:
         (run / "notes.txt").write_text("x")
     elif case == "output exists":
         output.write_text("evidence")
+    elif case == "output is a directory":
+        output = tmp_path / "runs-dir"
+        output.mkdir()
     else:
         output = tmp_path / "nowhere" / "out.tar.gz"
     with pytest.raises(BundleError, match=needle) as caught:

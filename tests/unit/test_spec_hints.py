@@ -74,6 +74,18 @@ def test_other_remote_hosts_get_no_localhost_hint(address: str) -> None:
     assert "a remote host needs explicit ports" in str(raised.value) and "localhost?" not in str(raised.value)
 
 
+def test_localhost_over_ssh_is_not_told_it_may_have_meant_localhost() -> None:
+    with pytest.raises(SpecError) as raised:
+        parse_spec({"name": "r", "hosts": [{"address": "localhost", "workers": 2, "transport": "ssh"}]})
+    assert "localhost?" not in str(raised.value), str(raised.value)
+
+
+@pytest.mark.parametrize("text", ['{\n  // a note\n  "name": "r"\n}', '{"name": "r" /* a note */}'])
+def test_a_comment_is_named_as_what_json_does_not_have(text: str) -> None:
+    (problem,) = decode_json(text)[1]
+    assert problem.message.endswith("(JSON has no comments: remove it)"), problem.message
+
+
 @pytest.mark.parametrize(
     ("text", "comma"),
     [('{\n "name": "r",\n "hosts": [],\n}', "line 3 column 13"), ('{"hosts": [1, 2, ]}', "line 1 column 16")],
