@@ -204,7 +204,31 @@ def request_spec(
         spec = parse_spec(merged, request.described, hosts_from)
     set_secrets(redactor_of(spec))
     _refuse_visible_secrets(spec, request.described)
+    if notes is not None:
+        notes.extend(_secrets_too_short(spec))
     return spec
+
+
+def _secrets_too_short(spec: ClusterSpec) -> list[str]:
+    """A secret's value shorter than MIN_MASKED is never masked (it would mask ordinary text): say so,
+    where the spec's own env holds one (--dry-run shows it masked, by its name)."""
+    from launcher.masking import MIN_MASKED, is_secret
+
+    envs = [("env", spec.env), *((f"hosts[{i}].env", host.env) for i, host in enumerate(spec.hosts))]
+    short = sorted(
+        {
+            f"{where}.{name}"
+            for where, env in envs
+            for name, value in env.items()
+            if 0 < len(value) < MIN_MASKED and is_secret(name, spec.secrets)
+        }
+    )
+    if not short:
+        return []
+    return [
+        f"{', '.join(short)}: a secret's value shorter than {MIN_MASKED} characters is not masked in the tasks' "
+        "output and logs (it would mask ordinary text); use a longer one"
+    ]
 
 
 def _refuse_visible_secrets(spec: ClusterSpec, source: str) -> None:

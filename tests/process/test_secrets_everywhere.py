@@ -102,3 +102,18 @@ def test_a_secret_in_a_non_python_command_is_refused(tmp_path: Path) -> None:
     code = run_launch(["--local", "1", "--", "python3", "-c", "print(1)", f"--token={ARG_SECRET}"], tmp_path)
     assert code.returncode == 2 and "a `python -c` command's arguments cannot be kept off" in code.stderr
     assert ARG_SECRET not in code.stderr
+
+
+def test_a_secret_too_short_to_mask_is_named_when_the_spec_is_read(tmp_path: Path) -> None:
+    spec = {
+        "name": "short",
+        "run_root": str(tmp_path / "runs"),
+        "hosts": [{"address": "localhost", "workers": 1, "env": {"API_TOKEN": "t0k"}}],
+        "env": {"DB_PASS": "pw1", "DB_HOST": "db", "ADMIN_PASSWORD": "long-enough-xyz"},
+    }
+    path = tmp_path / "short.json"
+    path.write_text(json.dumps(spec))
+    proc = run_launch(["--cluster", str(path), "--dry-run", "--", "python3", "-c", "pass"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "[launch] env.DB_PASS, hosts[0].env.API_TOKEN: a secret's value shorter than 4 characters" in proc.stderr
+    assert "DB_HOST" not in proc.stderr and "ADMIN_PASSWORD" not in proc.stderr and "pw1" not in proc.stderr
