@@ -209,6 +209,9 @@ def request_spec(
     return spec
 
 
+_SETTINGS = frozenset(("0", "1", "y", "n", "t", "f", "yes", "no", "on", "off"))  # USE_TOKEN=1 is a setting
+
+
 def _secrets_too_short(spec: ClusterSpec) -> list[str]:
     """A secret's value shorter than MIN_MASKED is never masked (it would mask ordinary text): say so,
     where the spec's own env holds one (--dry-run shows it masked, by its name)."""
@@ -220,7 +223,7 @@ def _secrets_too_short(spec: ClusterSpec) -> list[str]:
             f"{where}.{name}"
             for where, env in envs
             for name, value in env.items()
-            if 0 < len(value) < MIN_MASKED and is_secret(name, spec.secrets)
+            if 0 < len(value) < MIN_MASKED and value.lower() not in _SETTINGS and is_secret(name, spec.secrets)
         }
     )
     if not short:

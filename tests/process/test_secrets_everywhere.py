@@ -109,7 +109,7 @@ def test_a_secret_too_short_to_mask_is_named_when_the_spec_is_read(tmp_path: Pat
         "name": "short",
         "run_root": str(tmp_path / "runs"),
         "hosts": [{"address": "localhost", "workers": 1, "env": {"API_TOKEN": "t0k"}}],
-        "env": {"DB_PASS": "pw1", "DB_HOST": "db", "ADMIN_PASSWORD": "long-enough-xyz"},
+        "env": {"DB_PASS": "pw1", "DB_HOST": "db", "ADMIN_PASSWORD": "long-enough-xyz", "USE_TOKEN": "1"},
     }
     path = tmp_path / "short.json"
     path.write_text(json.dumps(spec))
@@ -117,3 +117,4 @@ def test_a_secret_too_short_to_mask_is_named_when_the_spec_is_read(tmp_path: Pat
     assert proc.returncode == 0, proc.stderr
     assert "[launch] env.DB_PASS, hosts[0].env.API_TOKEN: a secret's value shorter than 4 characters" in proc.stderr
     assert "DB_HOST" not in proc.stderr and "ADMIN_PASSWORD" not in proc.stderr and "pw1" not in proc.stderr
+    assert "USE_TOKEN" not in proc.stderr  # a setting
