@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["is_benign"]
+__all__ = ["is_benign", "benign_lines", "opens_stragglers"]
 
 # TensorFlow's C++ log prefix: `I0000 00:00:1795417464.521002   21747 cudart_stub.cc:31] `
 _CPP = r"^[IWE]\d{4} [\d:.]+\s+\d+ "
@@ -39,8 +39,7 @@ _JOINING = (  # a healthy join, as every task of every run prints it; only at IN
     _INFO + r"coordination_service\.h:\d+\] /job:\w+/replica:\d+/task:\d+ has connected to coordination service\. "
     r"Incarnation: \d+$",
     _INFO + r"coordination_service\.cc:\d+\] Waiting for \d+/\d+ tasks to connect\.$",
-    _INFO + r"coordination_service\.cc:\d+\] Example stragglers:$",
-    r"^/job:\w+/replica:\d+/task:\d+$",  # the stragglers, one per line
+    _INFO + r"coordination_service\.cc:\d+\] Example stragglers:$",  # then its task names, one per line
     _INFO + r"coordination_service_agent\.cc:\d+\] Coordination agent has successfully connected\.$",
     _INFO + r"coordination_service\.cc:\d+\] Barrier\(WaitForAllTasks::[\d:]+\) has passed with status: OK$",
     _INFO + r"generator_dataset_op\.cc:\d+\] Memory patch applied: M_TRIM_THRESHOLD=\d+ kb was set\.$",
@@ -51,3 +50,25 @@ _BENIGN = re.compile("|".join(f"(?:{p})" for p in (*_PATTERNS, *_JOINING)))
 def is_benign(line: str) -> bool:
     """True for a known-harmless TensorFlow start-up line (trailing whitespace ignored)."""
     return _BENIGN.match(line.rstrip()) is not None
+
+
+_STRAGGLERS = re.compile(_INFO + r"coordination_service\.cc:\d+\] Example stragglers:$")
+_TASK_NAME = re.compile(r"^/job:\w+/replica:\d+/task:\d+$")
+
+
+def opens_stragglers(line: str, listing: bool = False) -> bool:
+    """Whether the task names that may follow `line` belong to a healthy join's "Example stragglers:"
+    list (`listing`: the lines before it did): bare `/job:.../task:N` lines are hidden only there. The
+    same names after a barrier's timeout ("Some timed out task names:") are what that failure needs."""
+    stripped = line.rstrip()
+    return _STRAGGLERS.match(stripped) is not None or (listing and _TASK_NAME.match(stripped) is not None)
+
+
+def benign_lines(lines: list[str]) -> list[bool]:
+    """For each line of a log, whether it is known-harmless (is_benign, or a name in a stragglers list)."""
+    flags: list[bool] = []
+    listing = False
+    for line in lines:
+        flags.append(is_benign(line) or (listing and _TASK_NAME.match(line.rstrip()) is not None))
+        listing = opens_stragglers(line, listing)
+    return flags

@@ -8,6 +8,7 @@ import errno
 import fcntl
 import json
 import os
+import re
 import stat
 import time
 from typing import TYPE_CHECKING, Any
@@ -49,30 +50,54 @@ def tensorflow_checkpoints(names: list[str]) -> bool:
 
 def resumable(path: str, run_dir: str) -> bool:
     """Whether a launch with checkpoint directory `path` resumes from it: TensorFlow's checkpoint files
-    (its `checkpoint` index, or any `X.index`) are there, or an earlier launch marked it and something
-    was written there since (a script's own format): neither what the directory held before its first
-    launch (the user's files, in a working directory given as checkpoint_dir) nor the run directory's
-    own files count."""
+    are there (its `checkpoint` index, or a `NAME-N.index`), or an earlier launch marked it and
+    something was written there since (a script's own format). What the directory held before its
+    first launch (the user's files, in a working directory given as checkpoint_dir) counts only once
+    written again since, and the run directory's own files never."""
     try:
         names = os.listdir(path)
     except OSError:  # missing or unreadable: nothing to resume from here
         return False
-    if "checkpoint" in names or any(n.endswith(".index") for n in names):  # TensorFlow's, even half-written
-        return True
+    if os.path.isfile(os.path.join(path, "checkpoint")) or any(_NUMBERED_INDEX.search(n) for n in names):
+        return True  # TensorFlow's, even half-written: what its latest_checkpoint finds
     if MARKER not in names:
         return False
-    mark = read_mark(path)
-    found = mark.get("found") if mark is not None else None
-    before = {MARKER, *found} if isinstance(found, list) else {MARKER}
-    if os.path.realpath(path) != os.path.realpath(run_dir):
-        return any(n not in before for n in names)
-    from worker.contract import RunLayout
+    before, since = _before_first_launch(read_mark(path))
+    if os.path.realpath(path) == os.path.realpath(run_dir):
+        from worker.contract import RunLayout
 
-    layout = RunLayout(run_dir)
-    own = {*before, *(os.path.basename(f) for f in (layout.summary_file, layout.status_file, layout.lock_file))}
-    own |= {os.path.basename(f) for f in (layout.stop_request_file, layout.metrics_file, layout.eval_file)}
-    own |= {os.path.basename(layout.spec_file), os.path.basename(layout.preflight_file)}
-    return any(n not in own and not n.startswith("attempt-") for n in names)  # RunLayout.attempt_dir
+        layout = RunLayout(run_dir)
+        own = {
+            os.path.basename(f)
+            for f in (layout.summary_file, layout.status_file, layout.lock_file, layout.stop_request_file)
+        }
+        own |= {os.path.basename(f) for f in (layout.metrics_file, layout.eval_file, layout.spec_file)}
+        own.add(os.path.basename(layout.preflight_file))
+        names = [n for n in names if n not in own and not n.startswith("attempt-")]
+    return any(n != MARKER and (n not in before or _written_since(os.path.join(path, n), since)) for n in names)
+
+
+_NUMBERED_INDEX = re.compile(r"-\d+\.index$")  # ckpt-125.index: a CheckpointManager's, not any *.index
+
+
+def _before_first_launch(mark: dict[str, Any] | None) -> tuple[frozenset[str], float | None]:
+    """The names a mark says the directory held before its first launch, and when it looked; none
+    (every entry counts) for a mark without a list of strings (an older launch's, or one cut short)."""
+    found = mark.get("found") if mark is not None else None
+    at = mark.get("found_at") if mark is not None else None
+    if not isinstance(found, list) or not all(isinstance(n, str) for n in found):
+        return frozenset(), None
+    return frozenset(found), float(at) if isinstance(at, (int, float)) and not isinstance(at, bool) else None
+
+
+def _written_since(path: str, since: float | None) -> bool:
+    """Whether `path` was modified after `since` (a file the user had there, overwritten by the training)."""
+    if since is None:
+        return False
+    try:
+        return os.lstat(path).st_mtime > since
+    except OSError:
+        return False
 
 
 def has_checkpoints(path: str) -> bool:
@@ -91,6 +116,7 @@ def mark_checkpoints(spec: ClusterSpec, run_dir: str, checkpoints: str) -> RunLo
     of the user's own, is marked; elsewhere the run's spec.json serves alone."""
     from launcher.bundle import recorded_spec
 
+    existed = os.path.lexists(os.path.join(checkpoints, MARKER))
     fd = _open_mark(checkpoints, os.O_RDWR | os.O_CREAT)
     if fd is None:
         return None
@@ -101,8 +127,8 @@ def mark_checkpoints(spec: ClusterSpec, run_dir: str, checkpoints: str) -> RunLo
         if error.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
             raise _in_use(checkpoints, run_dir) from None
         return None  # a file system without locks: the run's spec.json still tells
-    found = _found_before(fd, checkpoints)
-    record = json.dumps({"run_dir": run_dir, "training": recorded_spec(spec).get("training"), "found": found}, indent=2)
+    found = _found_before(fd, checkpoints, existed)
+    record = json.dumps({"run_dir": run_dir, "training": recorded_spec(spec).get("training"), **found}, indent=2)
     try:
         os.ftruncate(fd, 0)
         with open(fd, "w", encoding="utf-8", closefd=False) as handle:
@@ -115,22 +141,23 @@ def mark_checkpoints(spec: ClusterSpec, run_dir: str, checkpoints: str) -> RunLo
 FOUND_LIMIT = 1000  # names kept of what a checkpoint directory held before its first launch
 
 
-def _found_before(fd: int, checkpoints: str) -> list[str] | None:
+def _found_before(fd: int, checkpoints: str, existed: bool) -> dict[str, Any]:
     """What the directory held before its first launch marked it (the user's own files, in a working
-    directory given as checkpoint_dir), kept from the mark when there is one: none of it is a
-    checkpoint of the run's. None when there were too many to list (or the mark predates the list)."""
-    try:
-        earlier = parsed(os.pread(fd, SPEC_LIMIT + 1, 0)) if os.fstat(fd).st_size else None
-    except OSError:
-        earlier = None
-    if earlier is not None:
-        kept = earlier.get("found")
-        return kept if isinstance(kept, list) and all(isinstance(n, str) for n in kept) else None
+    directory given as checkpoint_dir) and when it was looked at: listed by the launch that made the
+    mark, kept by every later one. `found` is None (everything there counts) when there were too many
+    to list, or the mark was there already without a list (an older launch's, or one cut short)."""
+    if existed:
+        try:
+            earlier = parsed(os.pread(fd, SPEC_LIMIT + 1, 0))
+        except OSError:
+            earlier = None
+        found, at = _before_first_launch(earlier)
+        return {"found": sorted(found), "found_at": at} if found or at is not None else {"found": None}
     try:
         names = sorted(n for n in os.listdir(checkpoints) if n != MARKER)
     except OSError:
-        return None
-    return names if len(names) <= FOUND_LIMIT else None
+        return {"found": None}
+    return {"found": names if len(names) <= FOUND_LIMIT else None, "found_at": time.time()}
 
 
 def _lock_past_checks(fd: int) -> None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from launcher import task_states
-from launcher.benign_lines import is_benign
+from launcher.benign_lines import is_benign, opens_stragglers
 from launcher.durations import duration_text
 from launcher.gang import GangStatus
 from launcher.masking import printable
@@ -47,6 +47,7 @@ class TaskView:
     loss: float | None = None
     rate: float | None = None
     last_line: str = ""
+    stragglers: bool = False  # inside a healthy join's "Example stragglers:" list of task names
     _last_step: tuple[float, int] | None = field(default=None, repr=False)
 
     def new_attempt(self) -> None:
@@ -172,16 +173,23 @@ class Console:
 
     def echoes(self, launch: TaskLaunch, line: str) -> bool:
         """Whether `output` writes this line of this task to the screen."""
-        return self._shown(launch) and (self.verbose or not is_benign(line))
+        return self._shown(launch) and (self.verbose or not self._benign(launch, line))
+
+    def _benign(self, launch: TaskLaunch, line: str) -> bool:
+        """A known-harmless line, or a task name listed after a healthy join's "Example stragglers:"."""
+        view = self._views.get(launch.name)
+        return is_benign(line) or (view is not None and view.stragglers and opens_stragglers(line, True))
 
     def _shown(self, launch: TaskLaunch) -> bool:
         return not self.quiet and not self.live and (not self.show or launch.name in self.show)
 
     def output(self, launch: TaskLaunch, line: str) -> None:
-        if not self.verbose and is_benign(line):
+        view = self._view(launch)
+        benign = self._benign(launch, line)
+        view.stragglers = opens_stragglers(line, view.stragglers)
+        if not self.verbose and benign:
             return  # kept in the task's log, which the transport writes before this is called
         line = printable(line)  # the log file keeps the bytes; the screen gets text
-        view = self._view(launch)
         view.last_line = line
         if self._shown(launch):
             try:

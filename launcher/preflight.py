@@ -108,10 +108,15 @@ def run_preflight(spec: ClusterSpec, plan: LaunchPlan, transport: Transport) -> 
                 "programs": sorted({task.argv[0] for task in host.tasks}),
                 "scripts": sorted({script for task in host.tasks if (script := script_of(task.command))}),
                 "command_modules": sorted(
-                    {module for task in host.tasks if (module := module_of(task.command))}
+                    {
+                        module
+                        for task in host.tasks
+                        if task.command[:1] == [task.python] and (module := module_of(task.command))
+                    }
                     if isinstance(spec.training, CommandTraining)
                     else ()
-                ),  # a command's own: the runtime's `-m worker` is need_worker's to check
+                ),  # a command's own, run by the python the agent runs (another's packages are not its to read);
+                # the runtime's `-m worker` is need_worker's to check
                 "modules": sorted({target.partition(":")[0] for target in targets.values()}),
                 "functions": sorted(set(targets.values())),
                 "pythonpath": host.tasks[0].env.get("PYTHONPATH"),

@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from launcher.benign_lines import is_benign
+from launcher.benign_lines import benign_lines
 from launcher.gang import RunResult, TaskResult
 from launcher.known_failures import KnownFailure, known_failure
 from launcher.log_reading import LoggedException, last_exception, read_end, tail_lines
@@ -35,13 +35,10 @@ def _shown(text: object) -> str:
 def log_tail(path: str, lines: int = LOG_TAIL_LINES) -> list[str]:
     """The log's last `lines` lines, leaving out TensorFlow's known-harmless start-up lines: a task
     that failed early would otherwise show little else (they stay in the log)."""
-    kept: list[str] = []
-    for line in reversed(read_end(path).splitlines()):
-        if len(kept) == lines:
-            break
-        if not is_benign(line):
-            kept.append(_shown(line if len(line) <= TAIL_LINE_CHARS else line[:TAIL_LINE_CHARS] + _CUT))
-    return kept[::-1]
+    text = read_end(path).splitlines()
+    kept = [line for line, benign in zip(text, benign_lines(text), strict=True) if not benign]
+    shown = kept[len(kept) - lines :] if lines < len(kept) else kept
+    return [_shown(line if len(line) <= TAIL_LINE_CHARS else line[:TAIL_LINE_CHARS] + _CUT) for line in shown]
 
 
 @dataclass(frozen=True)

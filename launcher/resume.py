@@ -135,7 +135,7 @@ def resume_notice(spec: ClusterSpec, words: ResumeWords = CLI_WORDS) -> Resuming
             f"{shown_training(now)})"
         )
     latest = latest_checkpoint(checkpoints)
-    finished = _finished_at(spec, checkpoints, latest)
+    finished = _finished_at(layout.summary_file, spec, latest)
     steps = getattr(spec.training, "steps", None)
     done = Resuming(checkpoints, (), finished, latest, steps if isinstance(steps, int) else None)
     if finished is not None:
@@ -164,30 +164,23 @@ def latest_checkpoint(checkpoints: str) -> str | None:
     return os.path.basename(name) if os.path.exists(path + ".index") else None
 
 
-def _finished_at(spec: ClusterSpec, checkpoints: str, latest: str | None) -> int | None:
-    """The step the built-in runtime would restore, when it is at or past training.steps (nothing is left
-    to train: every task would start only to restore and end): the checkpoint TensorFlow's index names
-    (`ckpt-N`, N the step), else the highest `ckpt-N.index`. None for anything else: a command or `fit`
-    (whose checkpoints only they name), an object store, a run with steps left."""
+def _finished_at(summary_file: str, spec: ClusterSpec, latest: str | None) -> int | None:
+    """The step a finished built-in run stands at, when it is at or past training.steps (nothing is left:
+    every task would start only to restore and end): its last launch succeeded (so its model was exported
+    too; a run stopped after its last checkpoint but before the export is started again, and exports),
+    and the checkpoint TensorFlow would restore (`latest`, as its `checkpoint` index names it: `ckpt-N`,
+    N the step) is that step or later. None for anything else: a command or `fit` (whose checkpoints only
+    they name), an object store, a checkpoint rolled back, a run with steps left."""
     steps = getattr(spec.training, "steps", None)
     if getattr(spec.training, "kind", None) != "builtin" or not isinstance(steps, int):
         return None
+    summary = _read_json(summary_file)
+    if summary is None or summary.get("state") != "succeeded":
+        return None
     named = re.fullmatch(r"ckpt-(\d{1,18})", latest or "")
-    if named is not None:
-        at = int(named[1])
-    else:
-        try:
-            names = os.listdir(checkpoints)
-        except OSError:  # an object store, or gone: let the tasks look
-            return None
-        saved = [int(m[1]) for n in names if (m := _CHECKPOINT_INDEX.fullmatch(n))]
-        if not saved:
-            return None
-        at = max(saved)
-    return at if at >= steps else None
-
-
-_CHECKPOINT_INDEX = re.compile(r"ckpt-(\d{1,18})\.index")
+    if named is None or int(named[1]) < steps:
+        return None
+    return int(named[1])
 
 
 def refuse_if_unsafe(checkpoints: str, to_move: bool = False) -> None:

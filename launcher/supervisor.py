@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from launcher.errors import HostError
+from launcher.errors import HostError, InterruptedLaunchError
 from launcher.gang import AttemptResult, GangStatus, LaunchState, RunResult, TaskResult, TaskStatus
 from launcher.plan import LaunchPlan, TaskLaunch
 from launcher.policy import Action, Decision, FailureKind, RestartPolicy
@@ -153,6 +153,7 @@ class Supervisor:
         self._causes: list[str | None] = []  # root-cause signature of each restarted (not preempted) attempt
         self.hurry = False  # set on a second interrupt: skip the grace period
         self.give_up = False  # set on a third: stop waiting even for SIGKILLed tasks (a host that hangs)
+        self._stop_asked = False  # told to stop from outside: tasks still running after the grace period ignored it
         self._interrupted = False  # stopping because the launcher was told to stop
         self._stopping = False  # in stop_all: what the status shows while tasks are given time to leave
         self.state = LaunchState.STARTING
@@ -459,7 +460,7 @@ class Supervisor:
         self._await_exits(min(deadline, self._clock() + _QUIET_STOP_S))
         self._say_who_is_awaited([t for t in live if t.exit is None], deadline - self._clock())
         self._await_exits(deadline)
-        stubborn = send_term and grace > 0 and self._interrupted and not self.hurry  # a stop asked for; not a failure's
+        stubborn = send_term and grace > 0 and self._stop_asked and not self.hurry  # a stop asked for; not a failure's
         ignored = [t for t in live if t.exit is None] if stubborn else []
         if ignored:
             self._on_notice(
@@ -555,21 +556,27 @@ class Supervisor:
 
     def run(self, poll_s: float = 0.5) -> RunResult:
         """Start and supervise until a terminal state; always shuts down."""
+        asked = False
         try:
             self.start()
             while not self.state.is_terminal:
                 self.step(poll_s)
+        except InterruptedLaunchError:
+            asked = True
+            raise
         finally:
-            self.shutdown()
+            self.shutdown(asked)
         assert self.result is not None
         return self.result
 
-    def shutdown(self) -> None:
-        """Stop every task that still runs (idempotent; called from `finally`)."""
+    def shutdown(self, asked: bool = True) -> None:
+        """Stop every task that still runs (idempotent; called from `finally`). `asked`: the launch was
+        told to stop (Ctrl-C, `launch stop`, a signal), not ended by an error of its own."""
         if self._plan is None:
             return
         if any(t.exit is None for t in self._tasks.values() if t.process is not None):
             self._interrupted = True
+            self._stop_asked = asked
             self._finish_attempt(Decision(Action.FAIL, FailureKind.NONE, None, "the launcher was interrupted"))
         if not self.state.is_terminal:  # stopped from outside: tasks running, or waiting to restart
             self.state = LaunchState.INTERRUPTED

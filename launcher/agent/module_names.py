@@ -3,13 +3,13 @@
 The preflight asks whether a `module:function` target's function is there; only the module's own
 code could say for sure, and the preflight never runs a user's code. So the source is parsed, and
 anything that binds names the parser cannot see (`from x import *`, a module `__getattr__`,
-`globals()`, `setattr`, `exec`, `sys.modules`) makes the answer "cannot tell" (None). Standard
+`globals()`, `locals()`, `setattr`, `exec`, `eval`, `sys.modules`) makes the answer "cannot tell" (None). Standard
 library only.
 """
 
 from __future__ import annotations
 
-_DYNAMIC = ("globals(", "setattr(", "exec(", "sys.modules", "vars(", "__dict__", "builtins")
+_DYNAMIC = ("globals(", "locals(", "setattr(", "exec(", "eval(", "sys.modules", "vars(", "__dict__", "builtins")
 MAX_SOURCE_BYTES = 4 << 20
 
 

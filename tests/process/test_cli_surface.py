@@ -245,6 +245,7 @@ def test_a_rerun_of_a_finished_run_says_nothing_is_left_to_train(work: Path) -> 
     run_dir = work / "runs" / "done"
     (run_dir / "checkpoints").mkdir(parents=True)
     (run_dir / "checkpoints" / "ckpt-20.index").write_text("saved")
+    (run_dir / "checkpoints" / "checkpoint").write_text('model_checkpoint_path: "ckpt-20"\n')  # as TF writes it
     (run_dir / "summary.json").write_text(json.dumps({"state": "succeeded", "final_step": 20}))
     said = {}
     for steps in (20, 40):
@@ -266,18 +267,25 @@ def test_a_rerun_of_a_finished_run_says_nothing_is_left_to_train(work: Path) -> 
     assert sorted(p.name for p in run_dir.iterdir()) == ["checkpoints", "summary.json"]  # no attempt, no new files
     # the summary alone does not say it: a checkpoint rolled back to step 10 has steps left to train
     (run_dir / "checkpoints" / "ckpt-20.index").rename(run_dir / "checkpoints" / "ckpt-10.index")
-    (run_dir / "checkpoints" / "checkpoint").write_text('model_checkpoint_path: "ckpt-10"\n')  # as TF writes it
+    (run_dir / "checkpoints" / "checkpoint").write_text('model_checkpoint_path: "ckpt-10"\n')
     rolled = run_launch(["--cluster", str(spec), "--check"], work)
     assert rolled.returncode == 0 and "already trained" not in rolled.stdout, rolled.stdout
     assert f"would resume from the checkpoints in {run_dir / 'checkpoints'} (latest: ckpt-10)" in rolled.stdout
-    # a run whose training.steps was lowered below where its checkpoints are starts nothing either, summary or not
-    (run_dir / "summary.json").write_text(json.dumps({"state": "interrupted", "final_step": 30}))
+    # a finished run whose training.steps was lowered since starts nothing either, and says where it stands
+    (run_dir / "summary.json").write_text(json.dumps({"state": "succeeded", "final_step": 30}))
     (run_dir / "checkpoints" / "ckpt-30.index").write_text("saved")
     (run_dir / "checkpoints" / "checkpoint").write_text('model_checkpoint_path: "ckpt-30"\n')
     lowered = run_launch(["--cluster", str(spec), "--plain"], work)
     assert lowered.returncode == 0, lowered.stderr
     assert "run done is already at step 30, past its training.steps=20" in lowered.stderr, lowered.stderr
     assert "starting" not in lowered.stderr and not (run_dir / "attempt-0").exists()
+    # one stopped after its last checkpoint, before its model was exported, is started (it restores and exports),
+    # and so is one whose checkpoint index names no checkpoint there (TensorFlow would restore nothing)
+    for state, named in (("interrupted", "ckpt-30"), ("succeeded", "ckpt-99")):
+        (run_dir / "summary.json").write_text(json.dumps({"state": state, "final_step": 30}))
+        (run_dir / "checkpoints" / "checkpoint").write_text(f'model_checkpoint_path: "{named}"\n')
+        checked = run_launch(["--cluster", str(spec), "--check"], work)
+        assert checked.returncode == 0 and "already" not in checked.stdout, checked.stdout
 
 
 def test_checkpoints_of_another_training_are_not_resumed(work: Path) -> None:

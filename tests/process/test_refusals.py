@@ -10,6 +10,7 @@ import os
 import resource
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -293,6 +294,12 @@ def test_a_module_the_command_runs_with_dash_m_from_the_working_directory_passes
     (work / "trainer.py").write_text("raise SystemExit('the preflight ran a module of yours')\n")
     spec = write_spec(work, good(work))
     proc = run_launch(["--cluster", str(spec), "--check", "--", "python3", "-m", "trainer"], work, timeout=90)
+    assert proc.returncode == 0 and "preflight passed" in proc.stdout, proc.stderr
+    # another python's packages are not the agent's to read (a venv's, conda's): its -m module is not judged
+    (work / "venv" / "bin").mkdir(parents=True)
+    (work / "venv" / "bin" / "python3").symlink_to(sys.executable)
+    other = ["--cluster", str(spec), "--check", "--", str(work / "venv" / "bin" / "python3"), "-m", "only_there"]
+    proc = run_launch(other, work, timeout=90)
     assert proc.returncode == 0 and "preflight passed" in proc.stdout, proc.stderr
 
 

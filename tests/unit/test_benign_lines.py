@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.benign_lines import is_benign
+from launcher.benign_lines import benign_lines, is_benign
 
 # As TensorFlow 2.21 prints them on a CPU-only host (copied from a task log).
 BENIGN = [
@@ -45,9 +45,24 @@ def test_known_harmless(line: str) -> None:
 JOINING = (Path(__file__).parent.parent / "data" / "tf-logs" / "joining.txt").read_text().splitlines()
 
 
-@pytest.mark.parametrize("line", JOINING)
-def test_a_healthy_join_is_known_harmless(line: str) -> None:
-    assert is_benign(line)
+def test_a_healthy_join_is_known_harmless_its_stragglers_list_included() -> None:
+    assert all(benign_lines(JOINING)), [line for line, b in zip(JOINING, benign_lines(JOINING), strict=True) if not b]
+    assert not is_benign("/job:worker/replica:0/task:1"), "a task name alone is hidden only inside that list"
+
+
+def test_the_task_names_a_barrier_timeout_lists_are_shown() -> None:
+    failure = [
+        "tensorflow.python.framework.errors_impl.DeadlineExceededError: Barrier timed out. Id: WaitForAllTasks. "
+        "This usually happens because a task triggered the barrier too early or too slowly. Please look at the "
+        "task logs (both timed out and first task) to debug further.",
+        "# of tasks that reached the barrier: 1/2.",
+        "Some timed out task names:",
+        "/job:worker/replica:0/task:1",
+        "/job:worker/replica:0/task:2",
+    ]
+    assert not any(benign_lines(failure))
+    stragglers = [JOINING[4], "/job:worker/replica:0/task:1", "/job:worker/replica:0/task:2", "next line"]
+    assert benign_lines(stragglers) == [True, True, True, False]
 
 
 @pytest.mark.parametrize("line", NOT_BENIGN)

@@ -290,3 +290,16 @@ def test_every_task_is_listed_from_the_start_and_a_backoff_keeps_the_status_file
     assert again["updated"] > first["updated"] and again["tasks"][1]["state"] == "exit code 3"
     described = describe_run(str(tmp_path))
     assert "backing off: every task starts again in 2" in described.text, described.text
+
+
+def test_a_task_name_is_hidden_only_inside_a_healthy_joins_stragglers_list() -> None:
+    out = io.StringIO()
+    console = Console(live=False, out=out, err=io.StringIO())
+    task = PLAN.tasks[0]
+    head = "I0000 00:00:1795757689.257147   18428 coordination_service.cc:505] Example stragglers:"
+    for line in (head, "/job:worker/replica:0/task:1", "Some timed out task names:", "/job:worker/replica:0/task:1"):
+        console.output(task, line)
+    assert out.getvalue().splitlines() == [
+        "[worker:0] Some timed out task names:",
+        "[worker:0] /job:worker/replica:0/task:1",
+    ]

@@ -269,6 +269,7 @@ def test_a_function_a_module_plainly_lacks_is_named_with_the_names_that_come_clo
         "globals()['trian'] = print\n",
         "import sys\nsetattr(sys.modules[__name__], 'trian', print)\n",
         "exec('def trian(): ...')\n",
+        "for name in ('trian',):\n    locals()[name] = print\n",
         "def broken(:\n",  # python says what is wrong when it imports it
     ],
 )

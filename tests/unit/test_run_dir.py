@@ -538,3 +538,30 @@ def test_the_mark_keeps_what_its_first_launch_found_in_the_directory(tmp_path: P
     again.release()
     assert (read_mark(str(tmp_path)) or {}).get("found") == ["notes.txt"], "a later launch keeps the first list"
     assert resumable(str(tmp_path), str(tmp_path / "runs" / "m"))
+
+
+def test_what_counts_as_checkpoints_follows_what_tensorflow_or_the_training_wrote(tmp_path: Path) -> None:
+    from launcher.checkpoint_mark import MARKER, mark_checkpoints, resumable
+
+    run_dir = str(tmp_path / "runs" / "m")
+    (tmp_path / "vectors.index").write_text("")  # a *.index of the user's own, not a CheckpointManager's
+    (tmp_path / "checkpoint").mkdir()  # a directory named checkpoint is not TensorFlow's index file
+    (tmp_path / "model.pt").write_text("by hand, before any launch")
+    old = time.time() - 60
+    os.utime(tmp_path / "model.pt", (old, old))
+    assert not resumable(str(tmp_path), run_dir)
+    spec = parse_spec({"name": "m", "hosts": [{"address": "localhost", "workers": 1}]})
+    lock = mark_checkpoints(spec, run_dir, str(tmp_path))
+    assert lock is not None
+    lock.release()
+    assert not resumable(str(tmp_path), run_dir)
+    (tmp_path / "model.pt").write_text("overwritten by the training")  # a name that was there, written since
+    assert resumable(str(tmp_path), run_dir)
+    (tmp_path / MARKER).write_text("")  # a mark cut short (a full disk): nothing tells what was there before
+    assert resumable(str(tmp_path), run_dir)
+    (tmp_path / MARKER).write_text(json.dumps({"found": [{"odd": 1}], "found_at": 1.0}))  # edited by hand
+    assert resumable(str(tmp_path), run_dir)
+    lock = mark_checkpoints(spec, run_dir, str(tmp_path))  # a mark that was there keeps saying it cannot tell
+    assert lock is not None
+    lock.release()
+    assert json.loads((tmp_path / MARKER).read_text())["found"] is None
