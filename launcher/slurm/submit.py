@@ -202,9 +202,12 @@ def submit(script: Path) -> str:
         said = (done.stderr or done.stdout).strip() or f"exit code {done.returncode}"
         if any(words in said.lower() for words in _SLURM_BUSY):
             raise SubmitError(f"sbatch could not submit the job: {said}; submit it again later (script: {script})")
+        limit = (
+            " (a QOS submit limit clears as your queued jobs end: submit again then)" if "qos" in said.lower() else ""
+        )
         raise SubmitRefused(
             f"sbatch refused the job: {said}; check the spec's slurm section (partition, account, time_limit, "
-            f"nodes, gpus_per_node, sbatch_options) against this cluster's `sinfo` (script: {script})"
+            f"nodes, gpus_per_node, sbatch_options) against this cluster's `sinfo`{limit} (script: {script})"
         )
     return done.stdout.strip().split(";")[0]
 

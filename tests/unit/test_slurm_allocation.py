@@ -86,6 +86,12 @@ def test_the_batch_script_carries_the_slurm_section_and_no_secret() -> None:
             "again",
         ),
         ("sbatch: error: Batch job submission failed: Resource temporarily unavailable", 1, "submit it again later"),
+        (
+            "sbatch: error: Batch job submission failed: Job violates accounting/QOS policy (job submit limit, user's "
+            "size and/or time limits)",
+            2,
+            "a QOS submit limit clears as your queued jobs end",
+        ),
     ],
 )
 def test_an_sbatch_refusal_of_the_spec_exits_2_and_a_busy_slurm_exits_1(
@@ -95,7 +101,8 @@ def test_an_sbatch_refusal_of_the_spec_exits_2_and_a_busy_slurm_exits_1(
     from launcher.slurm.submit import submit
 
     fake = tmp_path / "sbatch"  # stands in for Slurm's answer; the refusal of a real one is in tests/integration
-    fake.write_text(f"#!/bin/sh\necho '{said}' >&2\nexit 1\n")
+    (tmp_path / "said.txt").write_text(said + "\n")
+    fake.write_text(f"#!/bin/sh\ncat '{tmp_path / 'said.txt'}' >&2\nexit 1\n")
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
     with pytest.raises(LaunchError) as caught:
