@@ -392,8 +392,9 @@ def test_a_stop_that_takes_long_says_what_it_waits_for_and_how_to_cut_it_short(t
         assert all(t.signals[-1] == (signal.SIGKILL if ignore_term else signal.SIGTERM) for t in transport.started)
 
 
-def test_a_stop_nobody_asked_for_does_not_blame_the_script_for_its_sigkill(tmp_path: Path) -> None:
-    spec = fake_spec(2, grace_period_s=0.5)
+def _gang_ignoring_sigterm(tmp_path: Path, grace_s: float) -> tuple[Supervisor, FakeTransport, list[str]]:
+    """A started 2-task gang whose tasks ignore SIGTERM, and the notices its supervisor gives."""
+    spec = fake_spec(2, grace_period_s=grace_s)
     transport, notices = FakeTransport(), []
     sup = Supervisor(
         fake_planner(spec, str(tmp_path)), transport, RestartPolicy(spec.restart), True, on_notice=notices.append
@@ -401,20 +402,18 @@ def test_a_stop_nobody_asked_for_does_not_blame_the_script_for_its_sigkill(tmp_p
     sup.start()
     for task in transport.started:
         task.ignore_term = True
+    return sup, transport, notices
+
+
+def test_a_stop_nobody_asked_for_does_not_blame_the_script_for_its_sigkill(tmp_path: Path) -> None:
+    sup, transport, notices = _gang_ignoring_sigterm(tmp_path, 0.5)
     sup.shutdown(asked=False)  # the launcher's own error ends the run
     assert all(t.signals[-1] == signal.SIGKILL for t in transport.started)
     assert not [n for n in notices if "did not exit within" in n], notices
 
 
 def test_a_second_interrupt_during_the_grace_period_says_it_kills_now(tmp_path: Path) -> None:
-    spec = fake_spec(2, grace_period_s=3600)
-    transport, notices = FakeTransport(), []
-    sup = Supervisor(
-        fake_planner(spec, str(tmp_path)), transport, RestartPolicy(spec.restart), True, on_notice=notices.append
-    )
-    sup.start()
-    for task in transport.started:
-        task.ignore_term = True
+    sup, transport, notices = _gang_ignoring_sigterm(tmp_path, 3600)
     # the second Ctrl-C, once the first stop has said what it waits for
     sup._on_drained = lambda: setattr(sup, "hurry", any(n.startswith("waiting up to") for n in notices))
     sup.shutdown()
