@@ -545,6 +545,7 @@ class Supervisor:
         trainers = [t for t in self._tasks.values() if not t.launch.sidecar]
         recovery = restart_phases(self._restart_times, [t.times for t in trainers])
         recovery["warm_tasks"] = sum(1 for t in trainers if t.warm and t.warm.get("used"))
+        recovery["forked_tasks"] = sum(1 for t in trainers if t.warm and t.warm.get("used") and t.warm.get("forked"))
         recovery["tasks"] = len(trainers)
         cold = {t.launch.name: t.warm.get("why") for t in trainers if t.warm and not t.warm.get("used")}
         for task in trainers:

@@ -34,6 +34,7 @@ TRAINING_VAR = "TFLAUNCH_TRAINING"
 PREEMPTION_EXIT_CODE_VAR = "TFLAUNCH_PREEMPTION_EXIT_CODE"
 FAULT_VAR = "TFLAUNCH_FAULT"  # --inject rehearsals, first attempt only
 EVENT_FD_VAR = "TFLAUNCH_EVENT_FD"  # set by the host's agent, not by the plan
+SPARE_FDS_VAR = "TFLAUNCH_SPARE_FDS"  # set by the host's agent: a spare's pipes, for the runtime to fork one
 ARGV_VAR = "TFLAUNCH_ARGV"  # JSON: a python command's arguments, when they hold a secret (see ARGV_TRAMPOLINE)
 # Runs `python ARGS...` with ARGS taken from ARGV_VAR, so that a secret among them is never on the
 # process's command line (world-readable in /proc); the script sees the same sys.argv and sys.path[0].

@@ -51,6 +51,7 @@ MODULES = (
     "launcher.agent.spawn",
     "launcher.agent.scratch",
     "launcher.agent.oom",
+    "launcher.agent.adoption",
     "launcher.agent.tasks",
     MAIN,
 )

@@ -10,7 +10,8 @@ starts the host's tasks and their warm spares, forwards their output and events 
     {"op": "cluster", "packed": {...}}                the trainers' cluster (launcher/agent/cluster.py)
     {"op": "common", "id": NAME, "env": {...}, "argv": [...], "cwd": ...}   what a start's tasks share
     {"op": "start", "common": NAME, "tasks": [{"id", "name", "type", "index", "env", "argv"?, "cwd"?,
-        "address"?, "standby"?}]}                      the host's tasks of one attempt
+        "address"?, "standby"?, "fork"?}]}             the host's tasks of one attempt ("fork": the runtime
+                                                   may fork its next attempt's spare: worker/forked_spare.py)
     {"op": "standby", "python", "preload", "env", "cwd", "tasks": [{"id", "name", "env"}]}   warm spares
     {"op": "drop", "ids": [...]}                      standbys that will not be used
     {"op": "signal", "id": N | null, "sig": S}        to one task's process group, or to every one
@@ -183,6 +184,7 @@ class Agent:
                 env,
                 os.path.expanduser(cwd) if cwd else None,
                 task.get("standby"),
+                bool(task.get("fork")),
             )
 
     def _standby(self, command: dict[str, Any]) -> None:
@@ -196,7 +198,7 @@ class Agent:
         cwd = command.get("cwd")
         for task in command["tasks"]:
             env = {k: v for k, v in {**base, **(task.get("env") or {})}.items() if k not in LATE_KEYS}
-            self.tasks.prepare(int(task["id"]), order, env, os.path.expanduser(cwd) if cwd else None)
+            self.tasks.prepare(int(task["id"]), order, env, os.path.expanduser(cwd) if cwd else None, task.get("name"))
 
     def beat(self) -> None:
         """Report alive every liveness period, and each task's stopped state as it changes."""

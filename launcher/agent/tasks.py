@@ -31,6 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 from launcher.agent import frames
+from launcher.agent.adoption import StrayReaper, become_subreaper
 from launcher.agent.keeper import Keeper, proc_stat
 from launcher.agent.oom import oom_kills
 from launcher.agent.spawn import start_task
@@ -42,6 +43,7 @@ from worker.contract import (
     EVENT_FD_VAR,
     EXIT,
     RESULT_FILE_VAR,
+    SPARE_FDS_VAR,
     STARTED,
     STOPPED,
     WARM,
@@ -245,11 +247,106 @@ class Standby:
             self.close()
             self._send(frames.event_frame(self.ident, {"event": WARM, "used": False, "why": why}))
             return False
-        self._send(frames.event_frame(self.ident, {"event": WARM, "used": True, "ready": self.ready}))
+        used = {"event": WARM, "used": True, "ready": self.ready}
+        self._send(frames.event_frame(self.ident, {**used, "forked": True} if isinstance(self, ForkedSpare) else used))
         return True
 
     def close(self) -> None:
         """Kill the spare's group and release everything (a standby not taken)."""
+        _close(self._orders)
+        if self.proc is not None:
+            kill_group(self.proc.pid)
+            if self._keeper is not None:
+                self._keeper.forget(self.proc.pid)
+            self.proc.wait()
+        _close(self.out_fd, self.ev_fd)
+
+
+def _unsent(frame: bytes) -> None:
+    """Where a forked spare's words go before a standby adopted it: nowhere."""
+
+
+class ForkedSpare(Standby):
+    """A spare a runtime task forks right after its TensorFlow import (worker/forked_spare.py), on the
+    pipes made here at the task's start; the agent adopts it (a child subreaper). It serves a standby
+    asked for that task's next attempt (`adopt`) as an imported spare would, for less: no import."""
+
+    def __init__(self, python: str, env: dict[str, str], keeper: Keeper | None) -> None:
+        self.ident = 0  # until a standby adopts it
+        self._keeper = keeper
+        self.python = python
+        self.error: str | None = None
+        self.ready = False
+        self.took = threading.Event()
+        self._send = _unsent  # until a standby adopts it: nothing is said
+        self._told = False
+        self._lock = threading.Lock()
+        self.proc: Any = None  # an Adopted, once the spare said its pid
+        self.out_fd, self._out_w = os.pipe()
+        self.ev_fd, self._ev_w = os.pipe()
+        self._orders_r, self._orders = os.pipe()
+        self._ready_r, self._ready_w = os.pipe()
+        self.env = {**env, EVENT_FD_VAR: str(self._ev_w)}  # the numbers the task (and so the spare) has them at
+        self._said_ready = threading.Event()
+
+    def handed(self) -> tuple[tuple[int, ...], str]:
+        """The pipe ends the task takes (pass_fds), and what SPARE_FDS_VAR says of them."""
+        ends = (self._orders_r, self._ready_w, self._out_w, self._ev_w)
+        return ends, ",".join(str(fd) for fd in ends)
+
+    def started(self, task_started: bool) -> None:
+        """The task got its ends (or did not start): close ours of them, and hear what the spare says."""
+        _close(self._orders_r, self._ready_w, self._out_w, self._ev_w)
+        if not task_started:
+            self.error = "its task did not start"
+            _close(self._ready_r)
+            return
+        threading.Thread(target=self._listen, args=(self._ready_r,), daemon=True, name="forked-spare").start()
+
+    def _listen(self, ready_r: int) -> None:
+        from launcher.agent.adoption import Adopted
+
+        with os.fdopen(ready_r, "r", encoding="utf-8", errors="replace") as stream:
+            for line in stream:
+                try:
+                    said = json.loads(line)
+                except ValueError:
+                    continue
+                if said.get("took"):
+                    self.took.set()
+                elif said.get("ready") and isinstance(said.get("pid"), int) and said["pid"] > 0:
+                    self.proc = Adopted(said["pid"])
+                    if self._keeper is not None:
+                        self._keeper.watch(said["pid"])
+                    self.ready = True
+                    self._said_ready.set()
+                    self._tell({"ready": True, "import_s": 0.0, "failed": [], "forked": True})
+        self.error = self.error or ("the spare exited" if self.ready else "the task forked no spare")
+        self._said_ready.set()
+        self._tell({"ready": False, "error": self.error})
+
+    def adopt(self, ident: int, send: Send) -> None:
+        """Serve the standby `ident` (the task's next attempt): says ready once the spare has."""
+        with self._lock:
+            self.ident, self._send = ident, send
+        if self.error is not None:
+            self._tell({"ready": False, "error": self.error})
+        elif self.ready:
+            self._tell({"ready": True, "import_s": 0.0, "failed": [], "forked": True})
+
+    def _tell(self, info: dict[str, Any]) -> None:
+        if self._send is _unsent:  # no standby asked for it yet: said when one does (adopt)
+            return
+        super()._tell(info)
+
+    def take(self, argv: list[str], env: dict[str, str], cwd: str | None) -> bool:
+        if not self.ready and self.error is None:
+            self._said_ready.wait(TAKE_TIMEOUT_S)  # forked at the task's import: ready long since, as a rule
+        if self.proc is None and self.error is None:
+            self.error = "the forked spare was not ready"
+        return super().take(argv, env, cwd)
+
+    def close(self) -> None:
         _close(self._orders)
         if self.proc is not None:
             kill_group(self.proc.pid)
@@ -268,6 +365,9 @@ class Tasks:
         self._send = send
         self._scratch = scratch
         self._keeper = keeper
+        self._adopts: bool | None = None  # a child subreaper (asked at the first task that may fork a spare)
+        self._forked: dict[str, ForkedSpare] = {}  # task name -> the spare its current task forked
+        self._strays = StrayReaper()
         self._selector = selectors.DefaultSelector()
         self._lock = threading.Lock()
         self._running: dict[int, Running] = {}
@@ -280,8 +380,17 @@ class Tasks:
     # ---- commands ----------------------------------------------------------------------------
 
     def start(
-        self, ident: int, name: str, argv: list[str], env: dict[str, str], cwd: str | None, standby: int | None
+        self,
+        ident: int,
+        name: str,
+        argv: list[str],
+        env: dict[str, str],
+        cwd: str | None,
+        standby: int | None,
+        fork: bool = False,
     ) -> None:
+        """Start a task, in its standby's spare when it has a ready one; `fork`: a runtime task that may
+        fork a spare for its next attempt once it imported TensorFlow."""
         env = dict(env)
         mirrors = {}
         for key in (RESULT_FILE_VAR, ERROR_FILE_VAR):
@@ -290,8 +399,10 @@ class Tasks:
         task = None
         if spare is not None and spare.proc is not None and spare.take(argv, env, cwd):
             task = Running(ident, name, spare.proc, spare.out_fd, spare.ev_fd)
+        if fork and self._adopts is None:
+            self._adopts = become_subreaper()  # else its forked spare would be init's child, not ours
         if task is None:
-            task = self._start_cold(ident, name, argv, env, cwd)
+            task = self._start_cold(ident, name, argv, env, cwd, fork and bool(self._adopts))
         if task is None:
             return
         task.mirrors = mirrors
@@ -301,14 +412,21 @@ class Tasks:
         self._queue(lambda: self._watch(task))
 
     def _start_cold(
-        self, ident: int, name: str, argv: list[str], env: dict[str, str], cwd: str | None
+        self, ident: int, name: str, argv: list[str], env: dict[str, str], cwd: str | None, fork: bool = False
     ) -> Running | None:
         out_r, out_w = os.pipe()
         ev_r, ev_w = os.pipe()
         env[EVENT_FD_VAR] = str(ev_w)
+        forked = ForkedSpare(argv[0], env, self._keeper) if fork else None
+        handed: tuple[int, ...] = ()
+        if forked is not None:
+            handed, env[SPARE_FDS_VAR] = forked.handed()
         try:
-            proc = start_task(argv, env, cwd, out_w, (ev_w,), self._keeper)
+            proc = start_task(argv, env, cwd, out_w, (ev_w, *handed), self._keeper)
         except OSError as error:
+            if forked is not None:
+                forked.started(False)
+                forked.close()
             _close(out_r, ev_r)
             where = f" in {cwd}" if cwd and not os.path.isdir(cwd) else ""
             message = f"cannot start {argv[0]!r}{where}: {error.strerror}"
@@ -317,10 +435,29 @@ class Tasks:
             return None
         finally:
             _close(out_w, ev_w)
+            env.pop(SPARE_FDS_VAR, None)
+        if forked is not None:
+            forked.started(True)
+            with self._lock:
+                replaced, self._forked[name] = self._forked.get(name), forked
+            if replaced is not None:  # one its earlier task forked and no standby took: not needed now
+                replaced.close()
         return Running(ident, name, proc, out_r, ev_r)
 
-    def prepare(self, ident: int, order: dict[str, Any], env: dict[str, str], cwd: str | None) -> None:
-        standby = Standby(ident, order, env, cwd, self._send, self._keeper)
+    def prepare(
+        self, ident: int, order: dict[str, Any], env: dict[str, str], cwd: str | None, name: str | None = None
+    ) -> None:
+        """A standby for task `name`'s next attempt: the spare its task forked, else one that imports."""
+        with self._lock:
+            forked = self._forked.pop(name, None) if name is not None else None
+        standby: Standby
+        if forked is not None and forked.error is None:
+            forked.adopt(ident, self._send)
+            standby = forked
+        else:
+            if forked is not None:
+                forked.close()
+            standby = Standby(ident, order, env, cwd, self._send, self._keeper)
         with self._lock:
             replaced = self._standbys.get(ident)
             self._standbys[ident] = standby
@@ -344,8 +481,9 @@ class Tasks:
         """Everything dies: every task's group and every spare (the launcher is gone)."""
         with self._lock:  # an ended task is reaped already: its pid may be another's now
             running = [t for t in self._running.values() if t.status is None]
-            standbys = list(self._standbys.values())
+            standbys: list[Standby] = [*self._standbys.values(), *self._forked.values()]
             self._standbys.clear()
+            self._forked.clear()
         for task in running:
             kill_group(task.pid)
         for standby in standbys:
@@ -359,9 +497,14 @@ class Tasks:
                 pass
 
     def check_states(self) -> None:
-        """Report a task held stopped (SIGSTOP, Ctrl-Z), and when it runs again."""
+        """Report a task held stopped (SIGSTOP, Ctrl-Z), and when it runs again; reap strays."""
         with self._lock:
             running = [t for t in self._running.values() if t.status is None]
+            followed = {t.pid for t in self._running.values()}
+            spares = [*self._standbys.values(), *self._forked.values()]
+        if self._adopts:
+            followed |= {s.proc.pid for s in spares if s.proc is not None}
+            self._strays.reap(followed)
         for task in running:
             stopped = process_state(task.pid) in ("T", "t")
             if stopped != task.stopped:

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from launcher.agent import cluster
-from launcher.plan import TaskLaunch
+from launcher.plan import WORKER_MODULE, TaskLaunch
 from worker.contract import FAULT_VAR, MIRRORED_FILE_VARS, TASK_VAR
 
 # What names one task rather than the attempt: never part of what a host's tasks share, even on a
@@ -55,6 +55,8 @@ def start_command(launches: Sequence[TaskLaunch], ids: Sequence[int], standbys: 
             entry["cwd"] = launch.cwd
         if launch.name in standbys:
             entry["standby"] = standbys[launch.name]
+        if launch.preload and not launch.sidecar and launch.argv[1:] == ["-P", "-m", WORKER_MODULE]:
+            entry["fork"] = True  # the runtime forks its next attempt's spare after its import
         tasks.append(entry)
     env = {k: v for k, v in common.items() if k not in MIRRORED_FILE_VARS}
     return {"op": "start", "env": env, "argv": argv, "cwd": cwd, "tasks": tasks}

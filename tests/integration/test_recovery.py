@@ -74,6 +74,8 @@ def test_sigkill_restarts_the_gang_and_finishes_identically(work: Path, referenc
     assert (work / "runs" / "kill" / "attempt-1" / "worker-1.log").exists()
     recovery = run["attempts"][1]["recovery"]  # the restart ran in the warm spares (on by default)
     assert recovery["warm_tasks"] == 2 and recovery["tasks"] == 2, recovery
+    # forked by attempt 0's tasks after their import (worker/forked_spare.py), and training as a cold task would
+    assert recovery["forked_tasks"] == 2, recovery
     assert all(recovery["phases_s"][phase] is not None for phase in ("detect", "stop", "join", "first_step"))
     assert recovery["total_s"] == pytest.approx(sum(v for v in recovery["phases_s"].values() if v), abs=0.01)
 

@@ -25,6 +25,7 @@ def test_a_user_script_restarts_into_warm_spares_with_nothing_initialised(work: 
     summary = json.loads((work / "runs" / "warm" / "summary.json").read_text())
     assert summary["restarts"] == 1
     assert summary["attempts"][1]["recovery"]["warm_tasks"] == 2, summary["attempts"][1]["recovery"]
+    assert summary["attempts"][1]["recovery"]["forked_tasks"] == 0, "a script's spares import: nothing forks in it"
     for task in ("worker-0", "worker-1"):
         seen = json.loads((out / f"{task}.json").read_text())
         assert seen["preloaded"], "the spare had imported TensorFlow before the script ran"
