@@ -27,6 +27,7 @@ SPEC_LIMIT = 64 << 20  # a spec whose env is large is still read whole
 __all__ = [
     "MARKER",
     "has_checkpoints",
+    "latest_checkpoint",
     "resumable",
     "tensorflow_checkpoints",
     "SPEC_LIMIT",
@@ -48,6 +49,24 @@ def tensorflow_checkpoints(names: list[str]) -> bool:
     return any(n.endswith(".index") and n[: -len(".index")] in shards for n in names)
 
 
+_LATEST = re.compile(r'^model_checkpoint_path: "([^"\n]{1,512})"$', re.MULTILINE)
+
+
+def latest_checkpoint(checkpoints: str) -> str | None:
+    """The checkpoint TensorFlow's `latest_checkpoint` would restore from `checkpoints`, as its `checkpoint`
+    file names it (`ckpt-125`); None without that file, or when what it names is not there."""
+    try:
+        with open(os.path.join(checkpoints, "checkpoint"), encoding="utf-8", errors="replace") as index:
+            found = _LATEST.search(index.read(65536))
+    except OSError:
+        return None
+    if found is None:
+        return None
+    name = found.group(1)
+    path = name if os.path.isabs(name) else os.path.join(checkpoints, name)
+    return os.path.basename(name) if os.path.exists(path + ".index") else None
+
+
 def resumable(path: str, run_dir: str) -> bool:
     """Whether a launch with checkpoint directory `path` resumes from it: TensorFlow's checkpoint files
     are there (its `checkpoint` index, or a `NAME-N.index`), or an earlier launch marked it and
@@ -58,8 +77,9 @@ def resumable(path: str, run_dir: str) -> bool:
         names = os.listdir(path)
     except OSError:  # missing or unreadable: nothing to resume from here
         return False
-    if os.path.isfile(os.path.join(path, "checkpoint")) or any(_NUMBERED_INDEX.search(n) for n in names):
-        return True  # TensorFlow's, even half-written: what its latest_checkpoint finds
+    if latest_checkpoint(path) is not None:
+        return True  # what TensorFlow's latest_checkpoint restores
+    names = [n for n in names if not _TENSORFLOW_FILE.search(n)]  # no other of its files is restored
     if MARKER not in names:
         return False
     before, since = _before_first_launch(read_mark(path))
@@ -77,7 +97,7 @@ def resumable(path: str, run_dir: str) -> bool:
     return any(n != MARKER and (n not in before or _written_since(os.path.join(path, n), since)) for n in names)
 
 
-_NUMBERED_INDEX = re.compile(r"-\d+\.index$")  # ckpt-125.index: a CheckpointManager's, not any *.index
+_TENSORFLOW_FILE = re.compile(r"^checkpoint$|\.index$|\.data-\d+-of-\d+$")  # what latest_checkpoint reads
 
 
 def _before_first_launch(mark: dict[str, Any] | None) -> tuple[frozenset[str], float | None]:

@@ -80,9 +80,16 @@ def _not_to_move(checkpoints: str, run_dir: str, launcher_cwd: str) -> str | Non
         names = os.listdir(checkpoints)
     except OSError:
         return None
-    writer = writer_of(read_mark(checkpoints))
+    mark = read_mark(checkpoints)
+    writer = writer_of(mark)
     if writer is not None and writer != run_dir:
         return f"holds the checkpoints of the run in {printable(writer)}, not this run's"
+    before = [n for n in (mark or {}).get("found") or [] if isinstance(n, str) and n in names]
+    if before:
+        shown = ", ".join(printable(n) for n in before[:3]) + (
+            f" and {len(before) - 3} more" if len(before) > 3 else ""
+        )
+        return f"also holds what was there before the run's first launch ({shown})"
     nested = _marked_below(checkpoints)
     if nested is not None:
         return f"holds another launch's checkpoint directory ({printable(nested)})"

@@ -8,7 +8,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from launcher.checkpoint_mark import SPEC_LIMIT, parsed, read_mark, refuse_if_in_use, resumable, writer_of
+from launcher.checkpoint_mark import (
+    SPEC_LIMIT,
+    latest_checkpoint,
+    parsed,
+    read_mark,
+    refuse_if_in_use,
+    resumable,
+    writer_of,
+)
 from launcher.errors import AlreadyTrained, UsageError
 from launcher.masking import printable
 from launcher.training_identity import argv_of, shown_training, what_trains
@@ -144,24 +152,6 @@ def resume_notice(spec: ClusterSpec, words: ResumeWords = CLI_WORDS) -> Resuming
             "training.steps to train further)"
         )
     return Resuming(checkpoints, tuple(remarks), finished, latest, done.steps)
-
-
-_LATEST = re.compile(r'^model_checkpoint_path: "([^"\n]{1,512})"$', re.MULTILINE)
-
-
-def latest_checkpoint(checkpoints: str) -> str | None:
-    """The checkpoint TensorFlow's `latest_checkpoint` would restore from `checkpoints`, as its `checkpoint`
-    file names it (`ckpt-125`); None without that file, or when what it names is not there."""
-    try:
-        with open(os.path.join(checkpoints, "checkpoint"), encoding="utf-8", errors="replace") as index:
-            found = _LATEST.search(index.read(65536))
-    except OSError:
-        return None
-    if found is None:
-        return None
-    name = found.group(1)
-    path = name if os.path.isabs(name) else os.path.join(checkpoints, name)
-    return os.path.basename(name) if os.path.exists(path + ".index") else None
 
 
 def _finished_at(summary_file: str, spec: ClusterSpec, latest: str | None) -> int | None:

@@ -231,6 +231,9 @@ def test_a_rerun_says_it_resumes_and_fresh_starts_over(work: Path) -> None:
     run_dir = work / "runs" / "f"
     (run_dir / "checkpoints").mkdir(parents=True)
     (run_dir / "checkpoints" / "ckpt-1.index").write_text("old")
+    (run_dir / "checkpoints" / "checkpoint").write_text(
+        'model_checkpoint_path: "ckpt-1"\n'
+    )  # as TensorFlow writes them
     again = run_launch(["--cluster", str(spec), "--plain", "--", "true"], work)
     assert again.returncode == 0 and "resuming from the checkpoints in" in again.stderr, again.stderr
     fresh = run_launch(["--cluster", str(spec), "--plain", "--fresh", "--", "true"], work)
@@ -296,6 +299,7 @@ def test_checkpoints_of_another_training_are_not_resumed(work: Path) -> None:
     checkpoints = work / "runs" / "local" / "checkpoints"
     checkpoints.mkdir(exist_ok=True)
     (checkpoints / "ckpt-1.index").write_text("the first command's")
+    (checkpoints / "checkpoint").write_text('model_checkpoint_path: "ckpt-1"\n')  # as TensorFlow writes them
     other = run_launch([*args, "--", "python3", "-c", "print('other')"], work)
     assert other.returncode == 2, other.stderr
     assert "holds the checkpoints of another training (command python3 -c pass; now command python3 -c" in other.stderr
@@ -305,7 +309,9 @@ def test_checkpoints_of_another_training_are_not_resumed(work: Path) -> None:
     assert (checkpoints / "ckpt-1.index").exists()  # --check moves nothing aside
     same = run_launch([*args, "--check", "--", "python3", "-c", "pass"], work)
     assert same.returncode == 0, same.stderr
-    assert f"  the launch would resume from the checkpoints in {checkpoints}\n" in same.stdout, same.stdout
+    assert f"  the launch would resume from the checkpoints in {checkpoints} (latest: ckpt-1)\n" in same.stdout, (
+        same.stdout
+    )
     same = run_launch([*args, "--", "python3", "-c", "pass"], work)
     assert same.returncode == 0 and "resuming from the checkpoints" in same.stderr, same.stderr
     assert "fresh=True" not in other.stderr and "arguments changed" not in same.stderr
@@ -473,6 +479,7 @@ def test_the_python_api_refuses_another_trainings_checkpoints_too(work: Path, mo
     checkpoints = work / "runs" / "api" / "checkpoints"
     checkpoints.mkdir(exist_ok=True)
     (checkpoints / "ckpt-1.index").write_text("the first command's")
+    (checkpoints / "checkpoint").write_text('model_checkpoint_path: "ckpt-1"\n')  # as TensorFlow writes them
     saved = (work / "runs" / "api" / "spec.json").read_text()
     with pytest.raises(UsageError, match="holds the checkpoints of another training.*fresh=True"):
         tflaunch.launch(spec, command=["python3", "-c", "print('other')"], echo=False)

@@ -163,6 +163,18 @@ def test_fresh_moves_a_checkpoint_dir_a_launch_marked(tmp_path: Path) -> None:
     assert start_over(request_spec(request), run_dir, str(tmp_path)) and not shared.exists()
 
 
+def test_fresh_leaves_a_checkpoint_dir_that_held_the_users_files_before_its_first_launch(tmp_path: Path) -> None:
+    code = tmp_path / "code"  # `checkpoint_dir: "code"`, where the user's script and spec live
+    code.mkdir()
+    (code / "run.py").write_text("the user's")
+    (code / MARKER).write_text(json.dumps({"found": ["run.py", "spec.json"], "found_at": 1.0}))
+    (code / "model.keras").write_text("a script's own save")
+    request, run_dir = _run(tmp_path, str(code))
+    with pytest.raises(UsageError, match=r"also holds what was there before the run's first launch \(run.py\)"):
+        start_over(request_spec(request), run_dir, str(tmp_path))
+    assert (code / "run.py").exists() and (code / "model.keras").exists()
+
+
 def test_fresh_leaves_the_directory_launched_from_where_it_is(tmp_path: Path) -> None:
     (tmp_path / "project" / "deep").mkdir(parents=True)
     (tmp_path / "project" / "checkpoint").write_text("looks like one")

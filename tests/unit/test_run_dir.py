@@ -482,7 +482,7 @@ def test_a_run_root_through_another_users_symbolic_link_is_refused_before_it_is_
 
 
 def test_the_checkpoint_a_resume_restores_is_the_one_tensorflows_index_names_when_it_is_there(tmp_path: Path) -> None:
-    from launcher.resume import latest_checkpoint
+    from launcher.checkpoint_mark import latest_checkpoint
 
     assert latest_checkpoint(str(tmp_path)) is None  # no index file
     (tmp_path / "checkpoint").write_text('model_checkpoint_path: "ckpt-7"\nall_model_checkpoint_paths: "ckpt-7"\n')
@@ -516,10 +516,12 @@ def test_a_checkpoint_directory_is_resumed_from_only_when_checkpoints_were_writt
     assert not resumable(str(run_dir), str(run_dir))
     (run_dir / "model.keras").write_text("")
     assert resumable(str(run_dir), str(run_dir))
-    other = tmp_path / "other"  # TensorFlow's files count without a mark (written by hand, or by another tool)
+    other = tmp_path / "other"  # what TensorFlow would restore counts without a mark (written by hand, or by a tool)
     other.mkdir()
     assert not resumable(str(other), str(run_dir))
     (other / "ckpt-3.index").write_text("")
+    assert not resumable(str(other), str(run_dir)), "an index alone: TensorFlow's latest_checkpoint finds nothing"
+    (other / "checkpoint").write_text('model_checkpoint_path: "ckpt-3"\n')
     assert resumable(str(other), str(run_dir))
 
 
