@@ -146,14 +146,19 @@ def _run(own: list[str], command: list[str]) -> int:
 
 
 def _run_dir_named(value: str) -> str:
-    """RUN_DIR as given, or, for a bare name that is no path here, that run under the default run_root
-    (`launch status example` for runs/example), as long as it is there."""
+    """RUN_DIR as given, or, for a bare name that is no run directory here, that run under the default
+    run_root (`launch status example` for runs/example), as long as it is one."""
     from worker.contract import DEFAULT_RUN_ROOT
 
     default = os.path.join(DEFAULT_RUN_ROOT, value)
-    if os.sep in value or os.path.lexists(value) or not os.path.isdir(default):
+    if os.sep in value or _is_run_dir(value) or not _is_run_dir(default):
         return value
     return default
+
+
+def _is_run_dir(path: str) -> bool:
+    """Whether `path` holds what a launch leaves in its run directory."""
+    return any(os.path.exists(os.path.join(path, name)) for name in ("summary.json", "status.json", "attempt-0"))
 
 
 def _subcommand(name: str, own: list[str], command: list[str]) -> int:

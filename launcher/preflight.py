@@ -249,6 +249,8 @@ def _check_info(hosts: list[_Host], plan: LaunchPlan, need_worker: bool, report:
                 "-m takes a module, not a module:function; to run a function give training "
                 '{"kind": "function", "target": "' + module + '"}'
                 if ":" in module
+                else f"-m takes a module's name, not its file's: -m {module.removesuffix('.py')}"
+                if module.endswith(".py")
                 else "check its spelling, or put it there (python -m looks in the working directory first)"
             )
             report.problems.append(
@@ -307,10 +309,14 @@ def _check_targets(hosts: list[_Host], targets: dict[str, str], report: Prefligh
         for field_name, target in targets.items():
             module = target.partition(":")[0]
             if module in missing:
+                fix = (
+                    f"a target names a module, not its file: {module.removesuffix('.py')}:{target.partition(':')[2]}"
+                    if module.endswith(".py")
+                    else "check its spelling, or put it there"
+                )
                 report.problems.append(
                     f"{host.address}: {field_name} {target!r}: no module {module!r} there, neither in the working "
-                    f"directory {host.workdir} nor among {host.info['executable']}'s packages; check its spelling, "
-                    "or put it there"
+                    f"directory {host.workdir} nor among {host.info['executable']}'s packages; {fix}"
                 )
             elif target in (absent := host.info.get("functions_missing") or {}):
                 function = target.partition(":")[2]

@@ -345,8 +345,8 @@ def _locate(name: str, first: list[str]) -> tuple[bool, str | None]:
     from importlib.machinery import PathFinder
 
     parts = name.split(".")
-    if not all(part.isidentifier() for part in parts):
-        return False, None
+    if not all(part.isidentifier() for part in parts) or (len(parts) > 1 and parts[-1] == "py"):
+        return False, None  # `mod.py` is a file's name: python -m and import take `mod`
     roots = [*first, *_site_dirs(), *(p for p in sys.path if p)]
     if len(parts) > 1:  # a package split across roots (pkgutil.extend_path, old-style namespaces) imports too
         spread = [os.path.join(root, *parts[:-1]) for root in roots]

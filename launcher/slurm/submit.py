@@ -45,6 +45,7 @@ class SubmitRefused(LaunchError):
 
 # What sbatch says when Slurm itself could not take the job now: trying again may be all it needs.
 _SLURM_BUSY = ("unable to contact", "socket timed out", "temporarily unavailable", "not responding", "try again")
+_NO_SLURM_HERE = ("configuration source", "slurm.conf", "could not find slurm", "cannot find slurm")
 
 
 def tasks_per_node(slurm: SlurmSpec) -> int:
@@ -200,6 +201,11 @@ def submit(script: Path) -> str:
     done = _slurm("sbatch", "--parsable", str(script))
     if done.returncode != 0:
         said = (done.stderr or done.stdout).strip() or f"exit code {done.returncode}"
+        if any(words in said.lower() for words in _NO_SLURM_HERE):
+            raise SubmitError(
+                f"sbatch cannot reach a Slurm from this machine: {said}; run `launch slurm submit` on a Slurm login "
+                f"node (script: {script})"
+            )
         if any(words in said.lower() for words in _SLURM_BUSY):
             raise SubmitError(f"sbatch could not submit the job: {said}; submit it again later (script: {script})")
         limit = (

@@ -97,6 +97,8 @@ def test_a_host_list_runs_without_a_spec_file(work: Path) -> None:
     by_name = run_launch(["status", "hosts"], work)  # a bare name is the run of that name under ./runs
     assert by_name.returncode == 0 and by_name.stdout.startswith("runs/hosts: succeeded"), by_name.stdout
     assert run_launch(["logs", "hosts"], work).returncode == 0
+    (work / "hosts").mkdir()  # a stray directory of that name here is no run: the run's is still found
+    assert run_launch(["status", "hosts"], work).stdout.startswith("runs/hosts: succeeded")
     unknown = run_launch(["status", "nohosts"], work)
     assert unknown.returncode == 2 and "nohosts: no such directory" in unknown.stderr and "./runs" in unknown.stderr
 

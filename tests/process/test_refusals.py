@@ -235,6 +235,7 @@ def test_a_password_in_a_checkpoint_url_is_masked_by_the_check_and_the_dry_run(w
         ({"kind": "function", "target": "nosuchmod:train"}, "training.target 'nosuchmod:train': no module 'nosuchmod'"),
         ({"kind": "builtin", "model": "models.nope:build"}, "training.model 'models.nope:build': no module"),
         ({"kind": "builtin", "dataset": "data_typo:make"}, "training.dataset 'data_typo:make': no module"),
+        ({"kind": "function", "target": "models.py:build"}, "a target names a module, not its file: models:build"),
     ],
 )
 def test_a_target_whose_module_is_nowhere_is_refused_before_anything_starts(
@@ -274,6 +275,7 @@ def test_a_misspelt_function_in_a_module_that_is_there_is_refused_with_the_names
             ["python3", "-m", "trainer:train"],
             "-m takes a module, not a module:function; to run a function give training",
         ),
+        (["python3", "-m", "trainer.py"], "-m takes a module's name, not its file's: -m trainer"),
         (["trainer.py"], "a Python script is run by a python: -- "),
         (["python3"], "python3 is given no script, -m module or -c code"),
     ],

@@ -87,6 +87,11 @@ def test_the_batch_script_carries_the_slurm_section_and_no_secret() -> None:
         ),
         ("sbatch: error: Batch job submission failed: Resource temporarily unavailable", 1, "submit it again later"),
         (
+            "sbatch: fatal: Could not establish a configuration source",
+            1,
+            "run `launch slurm submit` on a Slurm login node",
+        ),
+        (
             "sbatch: error: Batch job submission failed: Job violates accounting/QOS policy (job submit limit, user's "
             "size and/or time limits)",
             2,
