@@ -606,7 +606,8 @@ class RestartSpec(StrictModel):
         True,
         description="While an attempt runs, keep one standby interpreter per task with TensorFlow already imported, so "
         "a restart skips Python and TensorFlow start-up (costs the memory of an imported TensorFlow per task: about "
-        "0.5 GiB on CPU; no GPU memory). false: every restart starts cold.",
+        "0.5 GiB on CPU, much of it shared where the built-in runtime forks its spare; no GPU memory). false: every "
+        "restart starts cold.",
     )
     warm_spares_after_s: float = Field(
         5.0,
