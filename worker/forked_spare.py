@@ -16,7 +16,9 @@ its one order: the next attempt's environment and working directory. It acknowle
 pipe without an order (the agent is gone, or dropped it) ends it.
 
 It must never build a TF op or touch a device before its order, nor has it: the fork comes before
-the runtime reads TF_CONFIG, and TensorFlow starts no runtime at import. Standard library only
+the runtime reads TF_CONFIG, and TensorFlow starts no runtime at import. The import leaves one idle
+native thread behind; the fork copies only the forking thread, and the spare builds everything it
+uses after its order (tried: two spares forked so built the strategy and trained together). Standard library only
 besides TensorFlow itself.
 """
 
@@ -29,6 +31,7 @@ import runpy
 import sys
 import threading
 import time
+import warnings
 
 from worker.contract import EVENT_FD_VAR, SPARE_FDS_VAR, STARTING
 
@@ -49,10 +52,12 @@ def fork_after_import() -> None:
     report(STARTING)  # the runtime is up before the import, as the runtime says it without a spare
     import tensorflow  # noqa: F401 - what the spare shares
 
-    middle = os.fork()
-    if middle == 0:
-        if os.fork() != 0:
+    with warnings.catch_warnings():  # Python 3.12+ warns of a fork with threads; the import's is idle (see above)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        middle = os.fork()
+        if middle == 0 and os.fork() != 0:
             os._exit(0)  # the spare's parent: gone at once, so the agent adopts the spare
+    if middle == 0:
         _serve(orders, ready, out, events)  # returns only as the task it became ends: by SystemExit
         os._exit(0)
     os.waitpid(middle, 0)
