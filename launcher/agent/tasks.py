@@ -215,11 +215,18 @@ class Standby:
                 if said.get("took"):
                     self.took.set()
                 elif said.get("ready"):
-                    self.ready = True
-                    self._tell({"ready": True, "import_s": said.get("import_s"), "failed": said.get("failed") or []})
+                    self._heard_ready(said)
+        self._tell({"ready": False, "error": self._silent()})
+
+    def _heard_ready(self, said: dict[str, Any]) -> None:
+        self.ready = True
+        self._tell({"ready": True, "import_s": said.get("import_s"), "failed": said.get("failed") or []})
+
+    def _silent(self) -> str:
+        """Why the spare's ready pipe ended (it has nothing more to say)."""
         code = exit_code_unreaped(self.proc) if self.proc is not None else None
         ended = f" ({code})" if code is not None else ""
-        self._tell({"ready": False, "error": self.error or f"the spare exited before it was ready{ended}"})
+        return self.error or f"the spare exited before it was ready{ended}"
 
     def _tell(self, info: dict[str, Any]) -> None:
         with self._lock:
@@ -303,27 +310,22 @@ class ForkedSpare(Standby):
             return
         threading.Thread(target=self._listen, args=(self._ready_r,), daemon=True, name="forked-spare").start()
 
-    def _listen(self, ready_r: int) -> None:
+    def _heard_ready(self, said: dict[str, Any]) -> None:
         from launcher.agent.adoption import Adopted
 
-        with os.fdopen(ready_r, "r", encoding="utf-8", errors="replace") as stream:
-            for line in stream:
-                try:
-                    said = json.loads(line)
-                except ValueError:
-                    continue
-                if said.get("took"):
-                    self.took.set()
-                elif said.get("ready") and isinstance(said.get("pid"), int) and said["pid"] > 0:
-                    self.proc = Adopted(said["pid"])
-                    if self._keeper is not None:
-                        self._keeper.watch(said["pid"])
-                    self.ready = True
-                    self._said_ready.set()
-                    self._tell({"ready": True, "import_s": 0.0, "failed": [], "forked": True})
+        if not isinstance(said.get("pid"), int) or said["pid"] <= 0:
+            return
+        self.proc = Adopted(said["pid"])
+        if self._keeper is not None:
+            self._keeper.watch(said["pid"])
+        self.ready = True
+        self._said_ready.set()
+        self._tell({"ready": True, "import_s": 0.0, "failed": [], "forked": True})
+
+    def _silent(self) -> str:
         self.error = self.error or ("the spare exited" if self.ready else "the task forked no spare")
         self._said_ready.set()
-        self._tell({"ready": False, "error": self.error})
+        return self.error
 
     def adopt(self, ident: int, send: Send) -> None:
         """Serve the standby `ident` (the task's next attempt): says ready once the spare has."""
@@ -345,15 +347,6 @@ class ForkedSpare(Standby):
         if self.proc is None and self.error is None:
             self.error = "the forked spare was not ready"
         return super().take(argv, env, cwd)
-
-    def close(self) -> None:
-        _close(self._orders)
-        if self.proc is not None:
-            kill_group(self.proc.pid)
-            if self._keeper is not None:
-                self._keeper.forget(self.proc.pid)
-            self.proc.wait()
-        _close(self.out_fd, self.ev_fd)
 
 
 class Tasks:
