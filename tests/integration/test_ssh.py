@@ -65,7 +65,9 @@ def test_two_ssh_hosts_train_and_no_env_value_is_on_a_command_line(work: Path, s
         wait_for_text(log, "[worker:1@127.0.0.3]", proc)
         wait_for_text(log, "step 50/", proc)
         ours = [p for p in processes_mentioning(str(work)) if p.pid != proc.pid]
-        workers = [p for p in ours if "TF_CONFIG" in p.environ()]  # a warm spare gets TF_CONFIG with its task only
+        # an importing spare gets TF_CONFIG with its task only; a forked one shares its task's environment block,
+        # but runs a thread or two until its order, where a training worker runs TensorFlow's dozens
+        workers = [p for p in ours if "TF_CONFIG" in p.environ() and p.num_threads() > 4]
         assert len(workers) == 2, "expected one worker per SSH host"
         for worker in [*ours]:  # each, worker or spare, under its host's agent, started by an sshd session
             agent = worker.parent()
