@@ -141,7 +141,7 @@ def test_remote_worker_killed_restarts_the_gang_over_ssh(work: Path, sshd: SshSe
     summary = json.loads((run_dir / "summary.json").read_text())
     assert len(summary["attempts"]) == 2 and "SIGKILL" in summary["attempts"][0]["reason"]
     # each restarted task ran in the warm spare its host kept under the standby helper
-    assert summary["attempts"][1]["recovery"]["warm_tasks"] == 2, summary["attempts"][1]["recovery"]
+    assert summary["attempts"][1]["recovery"]["warm_tasks"] == 2, json.dumps(summary["attempts"][1]["recovery"])
     assert summary["attempts"][1]["recovery"]["forked_tasks"] == 2, "forked by the runtime, adopted by the agent"
     found = results(run_dir, 1)
     assert_agree(found, 2, 60)
