@@ -10,10 +10,10 @@ ready to write, output and events to write). `fork_after_import` then reports `s
 TensorFlow and forks twice; the middle process exits at once and is reaped, so the spare is
 orphaned straight away and adopted by the agent (a child subreaper), whose child it is from then
 on. The task goes on as if nothing happened. The spare takes a process group of its own, moves its
-output onto its pipe, imports the runtime's modules, says it is ready (with its pid) and waits for
+output onto its pipe, says it is ready (with its pid), imports the runtime's modules and waits for
 its one order: the next attempt's environment and working directory. It acknowledges it, and runs
-`python -m worker` again as that task (which may fork a spare of its own). The end of the orders
-pipe without an order (the agent is gone, or dropped it) ends it.
+`python -m worker` again as that task (which forks no spare: no pipes can be handed to a running
+process). The end of the orders pipe without an order (the agent is gone, or dropped it) ends it.
 
 It must never build a TF op or touch a device before its order, nor has it: the fork comes before
 the runtime reads TF_CONFIG, and TensorFlow starts no runtime at import. The import leaves one idle
@@ -29,7 +29,6 @@ import json
 import os
 import runpy
 import sys
-import threading
 import time
 import warnings
 
@@ -81,16 +80,14 @@ def _serve(orders: int, ready: int, out: int, events: int) -> None:
                 os.close(fd)
             except OSError:  # closed meanwhile (the listing's own descriptor)
                 pass
-    preload = threading.Thread(target=_preload, daemon=True, name="preload")
-    preload.start()
     _say(ready, {"ready": True, "import_s": 0.0, "failed": [], "pid": os.getpid(), "forked": True})
+    _preload()  # an order that comes meanwhile waits in its pipe
     with os.fdopen(orders, "r", encoding="utf-8") as stream:
         line = stream.readline()
     if not line:  # the agent is gone, or it dropped this spare
         os._exit(0)
     order = json.loads(line)
     _say(ready, {"took": True})
-    preload.join()
     os.close(ready)
     os.environ.clear()
     os.environ.update({**order["env"], EVENT_FD_VAR: str(events)})
@@ -101,14 +98,10 @@ def _serve(orders: int, ready: int, out: int, events: int) -> None:
 
 
 def _preload() -> None:
-    """The runtime's own modules, at idle priority: the task this was forked from imports them now too,
-    and its start-up must not wait for the spare's. Then the heap is frozen out of the collector's
-    way (as a spare that imported freezes it), without a collection, which would copy every page
-    the spare still shares with its task."""
-    try:
-        os.sched_setscheduler(threading.get_native_id(), os.SCHED_IDLE, os.sched_param(0))
-    except (AttributeError, OSError):  # not to be had here: imported at the usual priority
-        pass
+    """The runtime's own modules (a fifth of a second), then the heap frozen out of the collector's way
+    (as a spare that imported freezes it), without a collection, which would copy every page the
+    spare still shares with its task. On the main thread at the usual priority: a thread at idle
+    priority holding the interpreter's lock on a busy host kept the main thread from answering."""
     for name in RUNTIME_PRELOAD:
         try:
             __import__(name)
