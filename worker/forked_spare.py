@@ -51,15 +51,26 @@ def fork_after_import() -> None:
     report(STARTING)  # the runtime is up before the import, as the runtime says it without a spare
     import tensorflow  # noqa: F401 - what the spare shares
 
+    sys.stdout.flush()  # nothing the task printed may be left in a buffer the spare would inherit
+    sys.stderr.flush()
     with warnings.catch_warnings():  # Python 3.12+ warns of a fork with threads; the import's is idle (see above)
         warnings.simplefilter("ignore", DeprecationWarning)
-        middle = os.fork()
-        if middle == 0 and os.fork() != 0:
-            os._exit(0)  # the spare's parent: gone at once, so the agent adopts the spare
+        try:
+            middle = os.fork()
+        except OSError:  # no memory or no process left for a copy: the task runs on without a spare
+            middle = -1
+        if middle == 0:
+            try:
+                spare = os.fork()
+            except OSError:
+                os._exit(0)  # no spare: its pipes end, and the agent hears none is coming
+            if spare != 0:
+                os._exit(0)  # the spare's parent: gone at once, so the agent adopts the spare
     if middle == 0:
         _serve(orders, ready, out, events)  # returns only as the task it became ends: by SystemExit
         os._exit(0)
-    os.waitpid(middle, 0)
+    if middle > 0:
+        os.waitpid(middle, 0)
     for fd in (orders, ready, out, events):
         os.close(fd)
 
@@ -69,8 +80,6 @@ def _serve(orders: int, ready: int, out: int, events: int) -> None:
     middle, given_up = os.getppid(), time.monotonic() + ADOPTION_WAIT_S
     while os.getppid() == middle and time.monotonic() < given_up:  # the agent's child once its parent left
         time.sleep(0.001)
-    sys.stdout.flush()
-    sys.stderr.flush()
     os.dup2(out, 1)
     os.dup2(out, 2)
     keep = {0, 1, 2, orders, ready, events}

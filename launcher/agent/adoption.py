@@ -26,7 +26,7 @@ def become_subreaper() -> bool:
 
         libc = ctypes.CDLL(None, use_errno=True)
         return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
-    except (OSError, AttributeError):  # no libc to load, or no prctl: spares are imported instead
+    except (ImportError, OSError, AttributeError):  # no ctypes, libc or prctl: spares are imported instead
         return False
 
 

@@ -295,6 +295,7 @@ class ForkedSpare(Standby):
         self._ready_r, self._ready_w = os.pipe()
         self.env = {**env, EVENT_FD_VAR: str(self._ev_w)}  # the numbers the task (and so the spare) has them at
         self._said_ready = threading.Event()
+        self._closed = False  # closed (not taken): a spare that says ready after that is killed
 
     def handed(self) -> tuple[tuple[int, ...], str]:
         """The pipe ends the task takes (pass_fds), and what SPARE_FDS_VAR says of them."""
@@ -315,12 +316,27 @@ class ForkedSpare(Standby):
 
         if not isinstance(said.get("pid"), int) or said["pid"] <= 0:
             return
+        if self._closed:  # closed before it said so: it must not outlive that
+            kill_group(said["pid"])
+            try:
+                Adopted(said["pid"]).wait(timeout=TAKE_TIMEOUT_S)
+            except subprocess.TimeoutExpired:  # stuck in the kernel: nothing more to be done from here
+                pass
+            return
         self.proc = Adopted(said["pid"])
-        if self._keeper is not None:
-            self._keeper.watch(said["pid"])
+        if self._keeper is None or not self._keeper.watch(said["pid"]):
+            # once it is a task, only the keeper would kill it with a killed agent: without one, not used
+            self.error = "no keeper covers it should the agent be killed"
+            self._said_ready.set()
+            self._tell({"ready": False, "error": self.error})
+            return
         self.ready = True
         self._said_ready.set()
         self._tell({"ready": True, "import_s": 0.0, "failed": [], "forked": True})
+
+    def close(self) -> None:
+        self._closed = True
+        super().close()
 
     def _silent(self) -> str:
         self.error = self.error or ("the spare exited" if self.ready else "the task forked no spare")

@@ -338,7 +338,9 @@ def _host_error(target: SshTarget, error: BaseException) -> HostError:
             f"{jump} did not open a connection to {target.hostname}:{target.port} ({error.text}); "
             f"a ProxyJump host must allow TCP forwarding (AllowTcpForwarding) and reach the host",
         )
-    if isinstance(error, paramiko.SSHException) and str(error) == "No existing session":  # paramiko's words for it
+    if isinstance(error, paramiko.SSHException) and (
+        str(error) == "No existing session" or str(error).startswith("Error reading SSH protocol banner")
+    ):  # paramiko's words for it: which of the two depends on which of its timeouts ends first
         return HostError(
             target.address,
             f"{where} accepted the connection but said nothing SSH within ssh.connect_timeout_s: is that port an "
