@@ -155,6 +155,8 @@ class Running:
 class Standby:
     """A spare interpreter for one task of the next attempt (module docstring). Used once, or closed."""
 
+    forked = False  # one that imports; a ForkedSpare was forked by its task
+
     def __init__(
         self,
         ident: int,
@@ -255,7 +257,7 @@ class Standby:
             self._send(frames.event_frame(self.ident, {"event": WARM, "used": False, "why": why}))
             return False
         used = {"event": WARM, "used": True, "ready": self.ready}
-        self._send(frames.event_frame(self.ident, {**used, "forked": True} if isinstance(self, ForkedSpare) else used))
+        self._send(frames.event_frame(self.ident, {**used, "forked": True} if self.forked else used))
         return True
 
     def close(self) -> None:
@@ -277,6 +279,9 @@ class ForkedSpare(Standby):
     """A spare a runtime task forks right after its TensorFlow import (worker/forked_spare.py), on the
     pipes made here at the task's start; the agent adopts it (a child subreaper). It serves a standby
     asked for that task's next attempt (`adopt`) as an imported spare would, for less: no import."""
+
+    forked = True
+    _READY = {"ready": True, "import_s": 0.0, "failed": [], "forked": True}
 
     def __init__(self, python: str, env: dict[str, str], keeper: Keeper | None) -> None:
         self.ident = 0  # until a standby adopts it
@@ -332,7 +337,7 @@ class ForkedSpare(Standby):
             return
         self.ready = True
         self._said_ready.set()
-        self._tell({"ready": True, "import_s": 0.0, "failed": [], "forked": True})
+        self._tell(self._READY)
 
     def close(self) -> None:
         self._closed = True
@@ -350,7 +355,7 @@ class ForkedSpare(Standby):
         if self.error is not None:
             self._tell({"ready": False, "error": self.error})
         elif self.ready:
-            self._tell({"ready": True, "import_s": 0.0, "failed": [], "forked": True})
+            self._tell(self._READY)
 
     def _tell(self, info: dict[str, Any]) -> None:
         if self._send is _unsent:  # no standby asked for it yet: said when one does (adopt)
