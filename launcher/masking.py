@@ -80,7 +80,9 @@ _VALUE_PATTERNS = re.compile(
 )
 _PEM_BEGIN = re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----")
 _PEM_END = re.compile(r"-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----")
-_FLAG = re.compile(r"^--?([A-Za-z][A-Za-z0-9_.\-]*)(?:=(.*))?$", re.S)
+_FLAG = re.compile(r"^--?([A-Za-z][A-Za-z0-9_.\-]*)(?:[=:](.*))?$", re.S)  # --token=X, --token X, --token:X
+# A positional NAME=VALUE (`TOKEN=X`, Hydra's `db.password=X`, `+db.password=X`, `++db.password=X`).
+_ASSIGNMENT = re.compile(r"^\+{0,2}([A-Za-z_][A-Za-z0-9_.\-]*)=(.+)$", re.S)
 # CSI (ESC [ ... final), OSC (ESC ] ... BEL or ESC \), other two-byte ESC sequences, then any
 # remaining C0/C1 control character except tab.
 _CONTROL = re.compile(
@@ -156,14 +158,18 @@ def mask_env(env: Mapping[str, str], declared: Iterable[str] = ()) -> dict[str, 
 
 
 def secret_arguments(argv: Sequence[str], declared: Iterable[str] = ()) -> list[str]:
-    """The values in a command line that are secrets: `--token=X`, `--api-key X`, or secret-looking."""
+    """The values in a command line that are secrets: `--token=X`, `--api-key X`, `--token:X`, a word
+    `TOKEN=X` or `db.password=X` (an override, as Hydra takes them), or secret-looking."""
     found: list[str] = []
     for index, arg in enumerate(argv):
         match = _FLAG.match(arg)
+        assignment = None if match else _ASSIGNMENT.match(arg)
         if match and is_secret(match[1].replace("-", "_"), declared):
             value = match[2] if match[2] is not None else (argv[index + 1] if index + 1 < len(argv) else "")
             if value and not value.startswith("-"):
                 found.append(value)
+        elif assignment and is_secret(assignment[1].replace("-", "_"), declared):
+            found.append(assignment[2])
         elif looks_secret(arg):
             found.append(arg)
     return found

@@ -15,6 +15,8 @@ from tests.conftest import launch_cmd, run_launch, write_spec
 from tests.unit.test_secrets import SECRETS
 
 ARG_SECRET = "hf_" + "ZYXWVUTSRQPONMLKJIHGFEDCBA98"
+# Secrets given as positional overrides and a flag with a colon: nothing in their form says secret.
+OVERRIDES = {"TOKEN=": "plainword-one", "db.password=": "plainword-two", "--db-password:": "plainword-three"}
 SCRIPT = """
 import json, os, sys, time
 secrets = json.loads(os.environ["SECRET_NAMES"])
@@ -28,7 +30,7 @@ raise RuntimeError("cannot log in with " + os.environ["DB_PASS"] + " or " + sys.
 
 
 def every_value() -> list[str]:
-    return [*SECRETS.values(), ARG_SECRET]
+    return [*SECRETS.values(), ARG_SECRET, *OVERRIDES.values()]
 
 
 def test_no_secret_reaches_a_file_the_console_or_a_command_line(work: Path) -> None:
@@ -46,7 +48,8 @@ def test_no_secret_reaches_a_file_the_console_or_a_command_line(work: Path) -> N
         },
     )
     pid_file = work / "task.pid"
-    argv = ["python3", "leak.py", f"--token={ARG_SECRET}", str(pid_file)]
+    overrides = [name + value for name, value in OVERRIDES.items()]
+    argv = ["python3", "leak.py", f"--token={ARG_SECRET}", *overrides, str(pid_file)]
     proc = subprocess.Popen(
         launch_cmd("--cluster", str(spec), "--plain", "--", *argv),
         cwd=work,
@@ -64,6 +67,7 @@ def test_no_secret_reaches_a_file_the_console_or_a_command_line(work: Path) -> N
     console = proc.communicate(timeout=60)[0]
     assert proc.returncode == 1, console
     assert "RuntimeError: cannot log in with ****" in console, console
+    assert "argv ['--token=****', 'TOKEN=****', 'db.password=****', '--db-password:****'" in console, console
     dry = run_launch(["--cluster", str(spec), "--dry-run", "--", *argv], work)
     dry_json = run_launch(["--cluster", str(spec), "--dry-run", "--json", "--", *argv], work)
     bundle = run_launch(["bundle", str(work / "runs" / "s"), "-o", str(work / "b.tar.gz")], work)

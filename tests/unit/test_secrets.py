@@ -56,6 +56,13 @@ def test_secret_arguments_in_a_command_line() -> None:
     assert shown == ["python", "train.py", f"--token={MASK}", "--api-key", MASK, "--lr", "0.1"]
 
 
+def test_secret_overrides_and_colon_flags_in_a_command_line() -> None:
+    argv = ["train.py", "TOKEN=abcd1234", "db.password=pw-5678", "++auth.key=k-91011", "--db-password:pw-1213"]
+    assert secret_arguments(argv) == ["abcd1234", "pw-5678", "k-91011", "pw-1213"]
+    assert secret_arguments(["train.py", "lr=0.1", "model.layers=4", "PWD=/tmp", "--device:0"]) == []
+    assert secret_arguments(["train.py", "MY_THING=value-123"], ["MY_THING"]) == ["value-123"]
+
+
 def test_a_pem_key_is_masked_whole_even_split_over_lines() -> None:
     redactor = Redactor.for_values([{"SA": PEM}], [])
     out = redactor.text("start\n" + PEM + "end")
