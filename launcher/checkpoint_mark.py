@@ -30,6 +30,7 @@ __all__ = [
     "latest_checkpoint",
     "resumable",
     "tensorflow_checkpoints",
+    "tensorflow_file",
     "SPEC_LIMIT",
     "mark_checkpoints",
     "marked_writer",
@@ -79,7 +80,7 @@ def resumable(path: str, run_dir: str) -> bool:
         return False
     if latest_checkpoint(path) is not None:
         return True  # what TensorFlow's latest_checkpoint restores
-    names = [n for n in names if not _TENSORFLOW_FILE.search(n)]  # no other of its files is restored
+    names = [n for n in names if not tensorflow_file(n)]  # no other of its files is restored
     if MARKER not in names:
         return False
     before, since = _before_first_launch(read_mark(path))
@@ -98,6 +99,11 @@ def resumable(path: str, run_dir: str) -> bool:
 
 
 _TENSORFLOW_FILE = re.compile(r"^checkpoint$|\.index$|\.data-\d+-of-\d+$")  # what latest_checkpoint reads
+
+
+def tensorflow_file(name: str) -> bool:
+    """Whether a directory entry is one of TensorFlow's checkpoint files (`checkpoint`, `X.index`, `X.data-N-of-M`)."""
+    return bool(_TENSORFLOW_FILE.search(name))
 
 
 def _before_first_launch(mark: dict[str, Any] | None) -> tuple[frozenset[str], float | None]:

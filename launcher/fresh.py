@@ -19,6 +19,7 @@ from launcher.checkpoint_mark import (
     read_mark,
     refuse_if_in_use,
     tensorflow_checkpoints,
+    tensorflow_file,
     writer_of,
 )
 from launcher.errors import UsageError
@@ -86,16 +87,22 @@ def _not_to_move(checkpoints: str, run_dir: str, launcher_cwd: str) -> str | Non
         return f"holds the checkpoints of the run in {printable(writer)}, not this run's"
     before = [n for n in (mark or {}).get("found") or [] if isinstance(n, str) and n in names]
     if before:
-        shown = ", ".join(printable(n) for n in before[:3]) + (
-            f" and {len(before) - 3} more" if len(before) > 3 else ""
-        )
-        return f"also holds what was there before the run's first launch ({shown})"
+        return f"also holds what was there before the run's first launch ({_some(before)})"
+    others = sorted(n for n in names if not tensorflow_file(n))
+    if mark is None and others:  # no launch wrote there: TensorFlow's files beside the user's own
+        return f"holds files that no launch wrote and that are not TensorFlow checkpoint files ({_some(others)})"
     nested = _marked_below(checkpoints)
     if nested is not None:
         return f"holds another launch's checkpoint directory ({printable(nested)})"
     if not _looks_like_checkpoints(names):
         return f"holds no checkpoints of a launch (no {MARKER}, no TensorFlow checkpoint files)"
     return None
+
+
+def _some(names: list[str]) -> str:
+    """`a, b, c and 4 more`."""
+    shown = ", ".join(printable(n) for n in names[:3])
+    return shown + (f" and {len(names) - 3} more" if len(names) > 3 else "")
 
 
 def _aside(path: str, stamp: str) -> str:

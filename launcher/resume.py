@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from launcher.checkpoint_mark import (
+    MARKER,
     SPEC_LIMIT,
     latest_checkpoint,
     parsed,
@@ -133,7 +134,12 @@ def resume_notice(spec: ClusterSpec, words: ResumeWords = CLI_WORDS) -> Resuming
     if writer is not None and writer != layout.run_dir:
         remarks.append(f"they were written by the run in {printable(writer)}")
     old_argv, new_argv = argv_of(saved), argv_of(now)
-    if before is None:
+    if marked is None and not os.path.exists(layout.spec_file):
+        remarks.append(
+            f"no launch wrote them (there is no {MARKER} in it): whatever wrote them, the training restores them as "
+            f"they are; give another checkpoint_dir to start from step 0"
+        )
+    elif before is None:
         remarks.append(
             f"which training wrote them is not known ({printable(layout.spec_file)} is missing or unreadable)"
         )

@@ -567,3 +567,40 @@ def test_what_counts_as_checkpoints_follows_what_tensorflow_or_the_training_wrot
     assert lock is not None
     lock.release()
     assert json.loads((tmp_path / MARKER).read_text())["found"] is None
+
+
+def test_checkpoints_no_launch_wrote_are_named_and_fresh_moves_them_only_when_they_are_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another tool's TensorFlow checkpoints, with no mark: a launch says that no launch wrote them, and
+    `--fresh` moves the directory aside only when it holds nothing but TensorFlow's files."""
+    from launcher.errors import UsageError
+    from launcher.fresh import start_over
+    from launcher.resume import resume_notice
+
+    monkeypatch.chdir(tmp_path)
+    foreign = tmp_path / "foreign"
+    foreign.mkdir(mode=0o700)
+    (foreign / "checkpoint").write_text('model_checkpoint_path: "ckpt-3"\n')
+    (foreign / "ckpt-3.index").write_text("")
+    (foreign / "ckpt-3.data-00000-of-00001").write_text("")
+    (foreign / "train.py").write_text("")  # the user's own file beside them
+    spec = parse_spec(
+        {
+            "name": "f",
+            "run_root": str(tmp_path / "runs"),
+            "checkpoint_dir": str(foreign),
+            "hosts": [{"address": "localhost", "workers": 1}],
+            "training": {"kind": "command", "argv": ["python3", "train.py"]},
+        }
+    )
+    resuming = resume_notice(spec)
+    assert resuming is not None and resuming.latest == "ckpt-3"
+    assert "no launch wrote them (there is no .tflaunch-training.json in it)" in resuming.would()
+    with pytest.raises(UsageError, match=r"holds files that no launch wrote .* \(train\.py\)"):
+        start_over(spec, tmp_path / "runs" / "f", str(tmp_path))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["foreign"] and (foreign / "train.py").exists()
+    (foreign / "train.py").unlink()  # TensorFlow's files alone: moved aside
+    moved = start_over(spec, tmp_path / "runs" / "f", str(tmp_path))
+    assert len(moved) == 1 and moved[0].startswith(f"checkpoints {foreign} -> {foreign}.old-"), moved
+    assert not foreign.exists()
