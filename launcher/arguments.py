@@ -140,7 +140,8 @@ def run_parser() -> argparse.ArgumentParser:
     return parser
 
 
-_RUN_DIR_HELP = "the run directory, e.g. runs/example, or a run's name (example) when it is under ./runs"
+_RUN_DIR_HELP = "the run directory, e.g. runs/example, or a run's name (example) under ./runs or --run-root"
+_RUN_ROOT_HELP = "where to find a run given by its name (the spec's run_root; default ./runs)"
 
 
 def sub_parsers() -> dict[str, argparse.ArgumentParser]:
@@ -148,18 +149,22 @@ def sub_parsers() -> dict[str, argparse.ArgumentParser]:
 
     status = _parser("launch status", SUBCOMMANDS["status"], exit_codes.table_text())
     status.add_argument("run_dir", metavar="RUN_DIR", help=_RUN_DIR_HELP)
+    status.add_argument("--run-root", metavar="DIR", help=_RUN_ROOT_HELP)
     logs = _parser("launch logs", SUBCOMMANDS["logs"])
     logs.add_argument("run_dir", metavar="RUN_DIR", help=_RUN_DIR_HELP)
+    logs.add_argument("--run-root", metavar="DIR", help=_RUN_ROOT_HELP)
     logs.add_argument("-f", "--follow", action="store_true", help="keep printing new lines until the run ends")
     logs.add_argument("--task", action="append", default=[], metavar="TASK", help="only this task (repeatable)")
     logs.add_argument("--attempt", type=int, metavar="N", help="this attempt (default: the latest)")
     stop = _parser("launch stop", SUBCOMMANDS["stop"])
     stop.add_argument("run_dir", metavar="RUN_DIR", help=_RUN_DIR_HELP)
+    stop.add_argument("--run-root", metavar="DIR", help=_RUN_ROOT_HELP)
     stop.add_argument("--timeout", type=_seconds, default=60.0, metavar="S", help="wait at most S seconds (default 60)")
     schema = _parser("launch schema", SUBCOMMANDS["schema"] + '; editors attach it with "$schema" in a spec')
     schema.add_argument("-o", "--output", metavar="FILE", help="write it to FILE instead of printing it")
     bundle = _parser("launch bundle", SUBCOMMANDS["bundle"] + ". Never checkpoints, model exports or TensorBoard.")
     bundle.add_argument("run_dir", metavar="RUN_DIR", help=_RUN_DIR_HELP)
+    bundle.add_argument("--run-root", metavar="DIR", help=_RUN_ROOT_HELP)
     bundle.add_argument(
         "-o",
         "--output",

@@ -145,13 +145,18 @@ def _run(own: list[str], command: list[str]) -> int:
     return commands.run(spec, options, faults, allocation, fresh=args.fresh)
 
 
-def _run_dir_named(value: str) -> str:
-    """RUN_DIR as given, or, for a bare name that is no run directory here, that run under the default
-    run_root (`launch status example` for runs/example), as long as it is one."""
+def _run_dir_named(value: str, run_root: str | None = None) -> str:
+    """RUN_DIR as given, or, for a bare name, that run under `run_root` (`launch status example
+    --run-root /data/runs`); without one, under the default run_root (`launch status example` for
+    runs/example) when it is a run there and `value` is no run directory here."""
     from worker.contract import DEFAULT_RUN_ROOT
 
+    if os.sep in value:
+        return value
+    if run_root is not None:
+        return os.path.join(os.path.expanduser(run_root), value)
     default = os.path.join(DEFAULT_RUN_ROOT, value)
-    if os.sep in value or _is_run_dir(value) or not _is_run_dir(default):
+    if _is_run_dir(value) or not _is_run_dir(default):
         return value
     return default
 
@@ -166,7 +171,7 @@ def _subcommand(name: str, own: list[str], command: list[str]) -> int:
 
     args = sub_parsers()[name].parse_args(own)
     if getattr(args, "run_dir", None) is not None:
-        args.run_dir = _run_dir_named(args.run_dir)
+        args.run_dir = _run_dir_named(args.run_dir, args.run_root)
     if name == "status":
         from launcher.run_status import describe_run
 

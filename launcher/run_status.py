@@ -201,7 +201,8 @@ def not_a_run_dir(run_dir: str) -> str:
     """The message for a run directory that is not one: missing, or a file."""
     what = "not a directory" if os.path.lexists(run_dir) else "no such directory"
     return (
-        f"{printable(run_dir)}: {what}; give a run directory such as runs/example, or the name of a run under ./runs."
+        f"{printable(run_dir)}: {what}; give a run directory such as runs/example, or the name of a run under ./runs "
+        "(--run-root DIR for a run under DIR)."
     )
 
 

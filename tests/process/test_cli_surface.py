@@ -101,6 +101,12 @@ def test_a_host_list_runs_without_a_spec_file(work: Path) -> None:
     assert run_launch(["status", "hosts"], work).stdout.startswith("runs/hosts: succeeded")
     unknown = run_launch(["status", "nohosts"], work)
     assert unknown.returncode == 2 and "nohosts: no such directory" in unknown.stderr and "./runs" in unknown.stderr
+    elsewhere = work / "elsewhere"
+    elsewhere.mkdir()  # from another directory, by its name and the run_root it was launched with
+    rooted = run_launch(["status", "hosts", "--run-root", str(work / "runs")], elsewhere)
+    assert rooted.returncode == 0 and rooted.stdout.startswith(f"{work / 'runs' / 'hosts'}: succeeded"), rooted.stdout
+    assert run_launch(["logs", "--run-root", str(work / "runs"), "hosts"], elsewhere).returncode == 0
+    assert "--run-root DIR for a run under DIR" in run_launch(["status", "hosts"], elsewhere).stderr
 
 
 def test_show_echoes_only_the_tasks_named_and_logs_all(work: Path) -> None:
