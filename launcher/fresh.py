@@ -88,12 +88,12 @@ def _not_to_move(checkpoints: str, run_dir: str, launcher_cwd: str) -> str | Non
     before = [n for n in (mark or {}).get("found") or [] if isinstance(n, str) and n in names]
     if before:
         return f"also holds what was there before the run's first launch ({_some(before)})"
-    others = sorted(n for n in names if not tensorflow_file(n))
-    if mark is None and others:  # no launch wrote there: TensorFlow's files beside the user's own
-        return f"holds files that no launch wrote and that are not TensorFlow checkpoint files ({_some(others)})"
     nested = _marked_below(checkpoints)
     if nested is not None:
         return f"holds another launch's checkpoint directory ({printable(nested)})"
+    others = sorted(n for n in names if not tensorflow_file(n))
+    if mark is None and others and tensorflow_checkpoints(names):  # no launch wrote there, and not only TensorFlow
+        return f"holds files that no launch wrote and that are not TensorFlow checkpoint files ({_some(others)})"
     if not _looks_like_checkpoints(names):
         return f"holds no checkpoints of a launch (no {MARKER}, no TensorFlow checkpoint files)"
     return None

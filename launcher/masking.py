@@ -31,6 +31,7 @@ __all__ = [
     "redacted",
     "secret_arguments",
     "set_secrets",
+    "without_password",
 ]
 
 MASK = "****"
@@ -140,6 +141,14 @@ def looks_secret(value: str) -> bool:
 # scheme starts only where no scheme character precedes it, and every part is bounded: linear in
 # any line (a 64 KiB line of letters took seconds with unbounded parts tried at every position).
 _URL_PASSWORD = re.compile(r"(?<![A-Za-z0-9+.\-])([A-Za-z][A-Za-z0-9+.\-]{0,31}://[^/\s:@]{0,255}:)(\S{1,1024})@")
+
+
+def without_password(address: str) -> str:
+    """`user:password@host` as `user:****@host`, as ssh's forms may carry one (a URL's is masked by pattern)."""
+    login, at, host = address.rpartition("@")
+    if not at or ":" not in login:
+        return address
+    return f"{login.split(':', 1)[0]}:{MASK}@{host}"
 
 
 def _patterns(text: str) -> str:

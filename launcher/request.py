@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from launcher.errors import UsageError
-from launcher.masking import Redactor, redact, secret_arguments, set_secrets
+from launcher.masking import Redactor, redact, secret_arguments, set_secrets, without_password
 from launcher.spec_limits import MAX_HOSTS, MAX_WORKERS_PER_HOST
 
 if TYPE_CHECKING:  # pydantic: imported by the paths that validate
@@ -78,6 +78,13 @@ def parse_host_list(text: str, flag: str = "-H") -> tuple[tuple[str, int], ...]:
         if _bare_ipv6(part.strip()):  # `::1`: an address with no count (with one, it goes in brackets)
             entries.append((part.strip(), 1))
             continue
+        if "@" in part:
+            login, _, host = part.strip().rpartition("@")
+            raise UsageError(
+                f"Got {without_password(part.strip())[:200]!r} in {flag}: a host list takes no user; give the host "
+                f"alone ({host[:200]!r}) and the user in a spec's ssh.user"
+                + (" (logins use keys, never a password)." if ":" in login else ".")
+            )
         match = _HOST_ENTRY.match(part.strip())
         if match is None or (match["n"] is not None and not 1 <= int(match["n"]) <= MAX_WORKERS_PER_HOST):
             v6 = " (an IPv6 address goes in brackets: [::1]:2)" if part.count(":") >= 2 and "[" not in part else ""
@@ -113,8 +120,8 @@ def read_hostfile(path: str) -> tuple[tuple[str, int], ...]:
         count = match and (match["slots"] or match["n"])
         if match is None or (match["slots"] and match["n"]) or (count and not 1 <= int(count) <= MAX_WORKERS_PER_HOST):
             raise UsageError(
-                f"{path}:{number}: got {line[:200]!r}; write one HOST, HOST:N or HOST slots=N per line "
-                f"(N from 1 to {MAX_WORKERS_PER_HOST}; an IPv6 address as [::1]:N, or ::1 slots=N)."
+                f"{path}:{number}: got {without_password(line)[:200]!r}; write one HOST, HOST:N or HOST slots=N per "
+                f"line (N from 1 to {MAX_WORKERS_PER_HOST}; an IPv6 address as [::1]:N, or ::1 slots=N)."
             )
         entries.append((match["host"].strip("[]"), int(count or 1)))
         _at_most_max_hosts(len(entries), path)

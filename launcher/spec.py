@@ -19,7 +19,16 @@ from typing import Annotated, Any, Literal, get_args
 from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from launcher.errors import SpecError, SpecProblem
-from launcher.masking import MASK, MIN_MASKED, Redactor, is_declared, is_secret, looks_secret, secret_arguments
+from launcher.masking import (
+    MASK,
+    MIN_MASKED,
+    Redactor,
+    is_declared,
+    is_secret,
+    looks_secret,
+    secret_arguments,
+    without_password,
+)
 from launcher.python_script import runs_nothing
 from launcher.spec_json import decode_json, decode_text, json_child, raw_problems
 from launcher.spec_limits import MAX_HOSTS, MAX_SPEC_BYTES, MAX_WORKERS_PER_HOST
@@ -316,7 +325,10 @@ class HostSpec(StrictModel):
             return value
         if "@" in value:
             host = value.rpartition("@")[2]
-            raise ValueError(f"{value!r} holds a user: give the address alone ({host!r}) and the user in ssh.user")
+            raise ValueError(
+                f"{without_password(value)!r} holds a user: give the address alone ({host!r}) and the user in ssh.user"
+                + (" (logins use keys, never a password)" if ":" in value.rpartition("@")[0] else "")
+            )
         if re.fullmatch(r"[^:\[\]]+:\d+|\[[^\]]*\]:\d+", value):
             host = value.rpartition(":")[0].strip("[]")
             raise ValueError(

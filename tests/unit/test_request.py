@@ -26,6 +26,19 @@ def test_a_bad_host_list_names_the_entry(text: str) -> None:
         parse_host_list(text)
 
 
+def test_a_login_in_a_host_list_or_hostfile_is_refused_without_its_password(tmp_path: Path) -> None:
+    with pytest.raises(UsageError) as caught:
+        parse_host_list("node0:2,bob:hunter2x@node1:2")
+    assert "'bob:****@node1:2' in -H: a host list takes no user; give the host alone ('node1:2')" in str(caught.value)
+    assert "hunter2x" not in str(caught.value) and "never a password" in str(caught.value)
+    with pytest.raises(UsageError, match="'bob@node1' in -H: a host list takes no user"):
+        parse_host_list("bob@node1")
+    path = tmp_path / "hosts"
+    path.write_text("bob:hunter2x@node1 slots=2\n")
+    with pytest.raises(UsageError, match=r"hosts:1: got 'bob:\*\*\*\*@node1 slots=2'"):
+        read_hostfile(str(path))
+
+
 def test_a_hostfile_in_the_usual_forms(tmp_path: Path) -> None:
     path = tmp_path / "hosts"
     path.write_text("# fleet\nnode1 slots=4\nnode2:2\n\nnode3   # one worker\n")
