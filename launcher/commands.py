@@ -79,6 +79,10 @@ def dry_run(plan: LaunchPlan, as_json: bool, remote: str = "ssh") -> int:
         argv = task.command
         print(f"  command: {' '.join(shown(arg) for arg in argv)}")
         print(f"  log: {shown(task.log_path)}")
+    print(
+        "\ndry run: nothing was started. A port the spec does not set is picked again at each launch; each task "
+        "also inherits the environment of the agent on its host (the launcher's, on this machine)."
+    )
     return exit_codes.SUCCEEDED
 
 

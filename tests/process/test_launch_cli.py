@@ -154,6 +154,7 @@ def test_dry_run_json_masks_secrets_and_starts_nothing(work: Path) -> None:
     assert "s3cr3t" not in proc.stdout
     text = run_launch(["--cluster", str(spec), "--dry-run"], work)
     assert "TF_CONFIG=" in text.stdout and "s3cr3t" not in text.stdout
+    assert text.stdout.rstrip().splitlines()[-1].startswith("dry run: nothing was started.")
     assert not (work / "runs").exists()
 
 
