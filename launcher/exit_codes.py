@@ -11,7 +11,11 @@ STOPPED = 5  # `launch status`: the launcher died without a summary (killed)
 INTERRUPTED = 130  # Ctrl-C, `launch stop`, or SIGTERM/SIGHUP to the launcher (128 + the signal)
 
 TABLE: tuple[tuple[int, str], ...] = (
-    (SUCCEEDED, "the run succeeded (or, under Slurm, was preempted and requeued); a subcommand did its work"),
+    (
+        SUCCEEDED,
+        "the run succeeded (or, under Slurm, was preempted and requeued; or had trained all its steps already, "
+        "and nothing was started); a subcommand did its work",
+    ),
     (FAILED, "the run failed: a task failed and the restart budget ran out, or it exited with a fatal code"),
     (USAGE, "usage, spec, host or preflight error: nothing was started"),
     (RUNNING, "launch status: the run is still running (launch stop: still running when its wait ran out)"),

@@ -260,7 +260,11 @@ def launch(
         sleep=console.wait,
     )
     console.attach(supervisor.snapshot, RunLayout(first_plan.run_dir).status_file, first_plan.tasks)
-    console.notice(f"run {spec.name}: starting {len(first_plan.tasks)} task(s); logs in {first_plan.run_dir}")
+    logs = os.path.dirname(first_plan.tasks[0].log_path) if first_plan.tasks else first_plan.run_dir
+    console.notice(
+        f"run {spec.name}: starting {len(first_plan.tasks)} task(s); logs in {logs} "
+        f"(`launch logs {first_plan.run_dir}` shows them)"
+    )
     previous = _install_signals(supervisor, RunLayout(first_plan.run_dir))
     try:
         return supervisor.run()
