@@ -16,7 +16,7 @@ import queue
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -579,6 +579,11 @@ class Supervisor:
             self._interrupted = True
             self._stop_asked = asked
             self._finish_attempt(Decision(Action.FAIL, FailureKind.NONE, None, "the launcher was interrupted"))
+        if self.state is LaunchState.RESTARTING and self.result is not None and self.result.attempts:
+            last = self.result.attempts[-1]  # its restart was said, and then the stop came first (in a backoff)
+            if last.attempt == self.plan.attempt and last.kind != FailureKind.PREEMPTED.value:
+                self.restarts -= 1
+                self.result.attempts[-1] = replace(last, reason=f"{last.reason} (not made: stopped before it)")
         if not self.state.is_terminal:  # stopped from outside: tasks running, or waiting to restart
             self.state = LaunchState.INTERRUPTED
         if self.result is None:

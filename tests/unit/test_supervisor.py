@@ -515,3 +515,24 @@ def test_a_backoff_says_when_every_task_starts_again_and_only_while_it_lasts(tmp
     assert seconds == 7 and restart_at is not None and before + 7 <= restart_at <= time.time() + 7
     assert exited == [True, True], "the attempt's tasks are shown ended while it backs off"
     assert sup.status().restart_at is None and sup.status().attempt == 1
+
+
+def test_a_stop_during_a_backoff_leaves_the_restart_it_said_uncounted(tmp_path: Path) -> None:
+    from launcher.errors import InterruptedLaunchError
+
+    spec = fake_spec(1, max_restarts=2, backoff_s=7)
+    transport = FakeTransport()
+
+    def sleep(seconds: float) -> None:
+        raise InterruptedLaunchError(signal.SIGINT, "`launch stop`")  # the stop comes while it backs off
+
+    sup = Supervisor(fake_planner(spec, str(tmp_path)), transport, RestartPolicy(spec.restart), True, sleep=sleep)
+    sup.start()
+    transport.started[0].exit(3)
+    with pytest.raises(InterruptedLaunchError):
+        sup.step(0)
+    sup.shutdown()
+    assert sup.result is not None and sup.result.state is LaunchState.INTERRUPTED
+    (attempt,) = sup.result.attempts
+    assert attempt.reason.endswith("restart 1 of 2 (not made: stopped before it)"), attempt.reason
+    assert sup.restarts == 0 and len(transport.started) == 1
