@@ -98,7 +98,7 @@ def _start_agent_early(args: argparse.Namespace) -> None:
     from launcher.transport.local import LOCAL_BEAT_S, start_early
 
     if runs_here(args.cluster, args.local, args.hosts):
-        start_early(sys.executable, agent_line(LOCAL_BEAT_S, watch_silence=False, compiled=False))
+        start_early(sys.executable, agent_line(LOCAL_BEAT_S, False, False, False))
 
 
 def _run(own: list[str], command: list[str]) -> int:

@@ -110,15 +110,21 @@ def _spare_code() -> dict[str, str]:
     return {"source": Path(str(spare.__file__)).read_text(encoding="utf-8"), "bootstrap": spare.SPARE_BOOTSTRAP}
 
 
-@functools.cache  # one launch asks for the same line more than once (the local agent started early, then opened)
 def agent_line(
-    liveness_s: float | None, watch_silence: bool = True, addressed: bool = False, compiled: bool = True
+    liveness_s: float | None, watch_silence: bool = True, addressed: bool = False, remote: bool = True
 ) -> bytes:
-    """The first line an agent reads: its modules and settings. `watch_silence`: the agent ends
-    itself after liveness_s without a line (remote hosts); `addressed`: under Slurm, commands may
-    name the agent they are for by its SLURM_PROCID; `compiled`: the modules' bytecode goes too
-    (for fleets, where every agent's start-up counts; a local agent compiles its few modules on the
-    other core while the launcher is still starting, so the launcher does not pack 4x the bytes)."""
+    """The first line an agent reads: its modules, their bytecode and its settings. `watch_silence`:
+    the agent ends itself after liveness_s without a line (remote hosts); `addressed`: under Slurm,
+    commands may name the agent they are for by its SLURM_PROCID; `remote`: the line crosses a
+    network, so it is compressed (level 1: half the time of the default level for 12% more bytes); a
+    local pipe gets it stored, where bytes cost nothing and packing them cost the launcher ~4 ms on
+    its way to its first task. The bytecode spares each agent compiling its modules (~30 ms of CPU,
+    on the host's own cores, and before it can answer)."""
+    return _line(liveness_s, watch_silence, addressed, remote)
+
+
+@functools.cache  # one launch asks for the same line more than once (the local agent started early, then opened)
+def _line(liveness_s: float | None, watch_silence: bool, addressed: bool, remote: bool) -> bytes:
     settings: dict[str, Any] = {
         "liveness_s": liveness_s,
         "watch_silence": watch_silence,
@@ -130,13 +136,11 @@ def agent_line(
     bundle = marshal.dumps(
         {
             "modules": _sources(),
-            "code": _codes() if compiled else {},
+            "code": _codes(),
             "magic": importlib.util.MAGIC_NUMBER,
             "main": MAIN,
             "settings": settings,
         },
         4,
     )
-    # 1: half the time of the default level for 12% more bytes, for fleets; 0 (stored) for a local pipe, where
-    # bytes cost nothing and packing them cost the launcher ~4 ms on its way to its first task
-    return base64.b64encode(zlib.compress(bundle, 1 if compiled else 0)) + b"\n"
+    return base64.b64encode(zlib.compress(bundle, 1 if remote else 0)) + b"\n"

@@ -25,7 +25,7 @@ from launcher.transport import payload
 from launcher.transport.base import EventSink, Started, StartRequest
 from launcher.transport.channel import Channel
 from launcher.transport.local import LOCAL_BEAT_S
-from launcher.transport.session import AgentSession
+from launcher.transport.session import AgentSession, AgentTask
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +127,7 @@ class AgentTransport:
             host = self._hosts[i]
             by_settings.setdefault((host.liveness_s if host.remote else LOCAL_BEAT_S, host.remote), []).append(i)
         for (liveness_s, remote), group in by_settings.items():
-            first = agent_line(liveness_s, watch_silence=remote, addressed=self._addressed, compiled=remote)
+            first = agent_line(liveness_s, remote, self._addressed, remote)
             side_by_side(list(self._medium.open(group, first).items()), self._ready)
         self._ensure_watcher()
 
@@ -184,6 +184,10 @@ class AgentTransport:
             unused = [i for i in session.forget_standbys() if i not in ids]
             if unused:
                 session.send({"op": "drop", "ids": unused})
+            for position in positions:  # while the agent starts them (see RedactedLog)
+                task = outcomes[position]
+                if isinstance(task, AgentTask):
+                    task.open_log()
 
         side_by_side(list(by_host), on_host)
         for index in set(self._standby_ids) - set(by_host):  # hosts without a task this attempt
