@@ -28,6 +28,7 @@ from launcher.agent.module_names import top_level_names
 from launcher.agent.safe_paths import unsafe_ancestry
 
 _listeners: list[socket.socket] = []
+_wakes: list[int] = []  # write ends of the pipes that end each `bind`'s accepting thread
 _created: list[str] = []  # directories write_marker made; "remove" takes them away again
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://\S+")
 
@@ -433,31 +434,51 @@ def _nvidia_smi() -> dict[str, Any]:
     return answer
 
 
-def _accept_forever(sock: socket.socket) -> None:
-    """Take every connection off the backlog, so a mesh of any size never fills it."""
-    while True:
-        try:
-            sock.accept()[0].close()
-        except OSError:  # "release" closed the listener
-            return
+def _accept_all(selector: Any, wake: int) -> None:
+    """Take every connection off the backlogs of one `bind`'s listeners, so a mesh of any size never
+    fills them: one thread for all of them (a host of 250 tasks had started 250), until `release`
+    writes to `wake`."""
+    try:
+        while True:
+            for key, _ in selector.select():
+                if key.fileobj == wake:
+                    return
+                try:
+                    key.fileobj.accept()[0].close()
+                except OSError:  # the peer gave up meanwhile, or the listener is being closed
+                    continue
+    finally:
+        selector.close()
+        os.close(wake)
 
 
 def _bind(ports: list[int]) -> dict[str, Any]:
+    import selectors
     import threading
 
     results = {}
+    listening = []
     for port in ports:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind(("", port))
             sock.listen(socket.SOMAXCONN)
-            _listeners.append(sock)
-            threading.Thread(target=_accept_forever, args=(sock,), daemon=True).start()
+            sock.setblocking(False)
+            listening.append(sock)
             results[str(port)] = "ok"
         except OSError as error:
             sock.close()
             results[str(port)] = error.strerror or str(error)
+    if listening:
+        selector = selectors.DefaultSelector()
+        wake_r, wake_w = os.pipe()
+        selector.register(wake_r, selectors.EVENT_READ)
+        for sock in listening:
+            selector.register(sock, selectors.EVENT_READ)
+        _listeners.extend(listening)
+        _wakes.append(wake_w)
+        threading.Thread(target=_accept_all, args=(selector, wake_r), daemon=True, name="accept").start()
     return {"results": results}
 
 
@@ -601,6 +622,10 @@ def handle(request: dict[str, Any]) -> dict[str, Any]:
     if op == "connect":
         return _connect(request.get("addresses", []), float(request.get("timeout", 3)))
     if op == "release":
+        while _wakes:  # each accepting thread leaves at its next look (a listener closed before: a failed accept)
+            wake = _wakes.pop()
+            os.write(wake, b"x")
+            os.close(wake)
         while _listeners:
             listener = _listeners.pop()
             try:

@@ -25,7 +25,7 @@ from launcher.transport import payload
 from launcher.transport.base import EventSink, Started, StartRequest
 from launcher.transport.channel import Channel
 from launcher.transport.local import LOCAL_BEAT_S
-from launcher.transport.session import AgentSession, AgentTask
+from launcher.transport.session import AgentSession
 
 log = logging.getLogger(__name__)
 
@@ -184,10 +184,6 @@ class AgentTransport:
             unused = [i for i in session.forget_standbys() if i not in ids]
             if unused:
                 session.send({"op": "drop", "ids": unused})
-            for position in positions:  # while the agent starts them (see RedactedLog)
-                task = outcomes[position]
-                if isinstance(task, AgentTask):
-                    task.open_log()
 
         side_by_side(list(by_host), on_host)
         for index in set(self._standby_ids) - set(by_host):  # hosts without a task this attempt

@@ -18,6 +18,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from pathlib import Path
 from typing import IO, Any
 
 from launcher.agent import frames
@@ -86,45 +87,19 @@ def write_mirrored(launch: TaskLaunch, files: dict[str, Any]) -> None:
         write_atomic(path, redact(text))
 
 
-def _open_log(path: str) -> IO[bytes]:
-    make_private_dir(os.path.dirname(path))
-    return open_private(path, "ab")
-
-
 class RedactedLog:
     """A task's log file, written line by line through the launch's redaction (its secrets never
-    reach the disk); a line longer than MAX_LINE_BYTES is written in pieces as it comes.
+    reach the disk); a line longer than MAX_LINE_BYTES is written in pieces as it comes."""
 
-    The file is made by `open()`, or by the first write or the close, whichever comes first: a
-    start sends its tasks to their agent first and makes their logs while they start (creating a
-    file took ~0.4 ms here, which 250 tasks of one host waited on before any of them started)."""
-
-    def __init__(self, open_file: Callable[[], IO[bytes]]) -> None:
-        self._open_file = open_file
-        self._handle: IO[bytes] | None = None
-        self._opening = threading.Lock()
+    def __init__(self, handle: IO[bytes]) -> None:
+        self._handle = handle
         self._partial = b""
         self._pem = PemLines()
         self.failed: str | None = None  # why the file could not be written (a full disk): nothing more is
 
-    def open(self) -> str | None:
-        """Make the file now (once); returns why not, the one time it cannot be made."""
-        if self._handle is not None or self.failed is not None:
-            return None
-        with self._opening:
-            if self._handle is None and self.failed is None:
-                try:
-                    self._handle = self._open_file()
-                except OSError as error:  # the run directory's disk is full, or it was changed under us
-                    self.failed = error.strerror or str(error)
-                    return self.failed
-        return None
-
     def write(self, data: bytes) -> str | None:
         """Write what is whole of `data`; returns why, the one time the file fails (then writes no more)."""
-        if self._handle is None and (failed := self.open()) is not None:
-            return failed
-        if self.failed is not None or self._handle is None:
+        if self.failed is not None:
             return None
         *lines, self._partial = (self._partial + data).split(b"\n")
         try:
@@ -146,9 +121,6 @@ class RedactedLog:
         return (redact(text) + ("\n" if last_is_whole else "")).encode("utf-8", "surrogateescape")
 
     def close(self) -> None:
-        self.open()  # a task that printed nothing still leaves its (empty) log
-        if self._handle is None:
-            return
         try:
             if self._partial and self.failed is None:
                 self._handle.write(self._redacted([self._partial], last_is_whole=False))
@@ -175,22 +147,16 @@ class AgentTask:
         self._sink = sink
         self._exited = False
         self._ending = threading.Lock()
-        self._log = RedactedLog(functools.partial(_open_log, launch.log_path))
+        make_private_dir(Path(launch.log_path).parent)
+        self._log = RedactedLog(open_private(launch.log_path, "ab"))
         pem = PemLines()  # the console's own: it sees the same lines as the log, cut differently
         self._lines = Lines(lambda line: sink(OutputLine(launch.name, redact(pem.line(line)))))
-
-    def open_log(self) -> None:
-        """Make the task's log file now, rather than at its first line (see RedactedLog)."""
-        self._say_unwritten(self._log.open())
 
     def output(self, data: bytes) -> None:
         if self._exited:  # a frame that raced the host's loss
             return
         failed = self._log.write(data)
         self._lines.feed(data)
-        self._say_unwritten(failed)
-
-    def _say_unwritten(self, failed: str | None) -> None:
         if failed is not None:
             where = self.launch.log_path
             self._sink(

@@ -291,3 +291,33 @@ def test_a_package_function_may_be_a_submodule_and_only_source_files_are_read(tm
     assert function_missing("pkg_fn:biuld", first) == ["build"]
     assert function_missing("json:no_such_fn", []) == []  # the standard library's source is read too
     assert function_missing("math:no_such_fn", []) is None  # built in: no source to read
+
+
+def test_the_ports_of_one_bind_are_served_by_one_thread_until_release() -> None:
+    """A host of many tasks binds each task's port; one thread takes every connection off their
+    backlogs (a mesh never fills one), and `release` ends it and frees every port."""
+    import socket
+    import threading
+
+    free = []
+    for _ in range(20):
+        with socket.socket() as sock:
+            sock.bind(("", 0))
+            free.append(sock.getsockname()[1])
+    before = set(threading.enumerate())
+    answer = probe.handle({"op": "bind", "ports": free})
+    try:
+        assert set(answer["results"].values()) == {"ok"}, answer
+        (accepting,) = set(threading.enumerate()) - before  # one thread for every port
+        for port in free:  # far more connections than one backlog's worth, each taken off at once
+            for _ in range(3):
+                with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:
+                    assert conn.recv(1) == b"", "the probe closes what it accepts"
+    finally:
+        probe.handle({"op": "release"})
+    accepting.join(5)
+    assert not accepting.is_alive(), "release ends the accepting thread"
+    for port in free:
+        with socket.socket() as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(("", port))  # released
