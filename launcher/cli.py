@@ -22,6 +22,7 @@ import errno
 import logging
 import os
 import sys
+import types
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, TextIO
 
@@ -246,8 +247,21 @@ def _open_closed_standard_streams() -> None:
             setattr(sys, name, open(fd, mode, closefd=False))  # noqa: SIM115 - lives as long as the process
 
 
+def _without_pydantic_plugins() -> None:
+    """The `launch` process validates only its own spec: pydantic plugins installed beside it (tracing
+    and metrics hooks) are not loaded for it. Finding them imports importlib.metadata and reads every
+    installed distribution's entry points, ~20 ms of every launch's start, and a broken one would
+    break `launch`. Only the command's own process: `import launcher` as a library changes nothing."""
+    name = "pydantic.plugin._loader"
+    if name not in sys.modules:
+        loader = types.ModuleType(name, "pydantic's plugin loader, finding none (launcher/cli.py)")
+        loader.get_plugins = lambda: ()  # type: ignore[attr-defined]
+        sys.modules[name] = loader
+
+
 def entry() -> None:
     _open_closed_standard_streams()
+    _without_pydantic_plugins()
     code: int | None = None
     try:
         code = main()

@@ -208,3 +208,20 @@ def test_live_table_on_a_terminal_and_launch_status(work: Path) -> None:
     assert "succeeded" in status.stdout and "worker:1" in status.stdout
     missing = run_launch(["status", str(work / "nowhere")], work)
     assert missing.returncode == 2 and "Traceback" not in missing.stderr
+
+
+def test_the_launch_command_loads_no_pydantic_plugin_and_a_library_user_keeps_theirs(tmp_path: Path) -> None:
+    """Finding pydantic's plugins reads every installed distribution's metadata at each launch: the
+    command skips it, in its own process only."""
+    code = (
+        "import sys; from launcher import cli\n"
+        "sys.argv = ['launch', '--local', '1', '--dry-run', '--', 'python3', '-c', 'pass']\n"
+        "try:\n    cli.entry()\nexcept SystemExit:\n    pass\n"
+        "print('metadata' if 'importlib.metadata' in sys.modules else 'none')\n"
+    )
+    ran = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert ran.stdout.strip().splitlines()[-1] == "none", ran.stdout + ran.stderr
+    library = "import sys, launcher.spec as s; s.parse_spec({'name': 'a', 'hosts': [{'address': 'localhost'}]})\n"
+    library += "print('metadata' if 'importlib.metadata' in sys.modules else 'none')"
+    ran = subprocess.run([sys.executable, "-c", library], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert ran.stdout.strip() == "metadata", ran.stdout + ran.stderr
