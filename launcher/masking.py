@@ -22,6 +22,7 @@ __all__ = [
     "MASK",
     "PemLines",
     "Redactor",
+    "escaped",
     "is_secret",
     "looks_secret",
     "mask_env",
@@ -280,3 +281,12 @@ def redacted(data: Any) -> Any:
 def printable(line: str) -> str:
     """`line` without terminal control sequences (colours, cursor moves, title changes, bells)."""
     return _CONTROL.sub("", line)
+
+
+_UNSEEN = re.compile(r"[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def escaped(text: str) -> str:
+    """`text` (a name or path the user gave) with each control character written as its escape
+    (`\\n`, `\\x1b`), so that what was typed is shown whole and nothing in it acts on the terminal."""
+    return _UNSEEN.sub(lambda found: found.group().encode("unicode_escape").decode("ascii"), text)

@@ -24,7 +24,7 @@ from launcher import exit_codes, task_states
 from launcher.durations import duration_text
 from launcher.errors import UsageError
 from launcher.log_reading import LoggedException
-from launcher.masking import printable, redact
+from launcher.masking import escaped, printable, redact
 from worker.contract import RunLayout
 
 if TYPE_CHECKING:
@@ -201,7 +201,7 @@ def not_a_run_dir(run_dir: str) -> str:
     """The message for a run directory that is not one: missing, or a file."""
     what = "not a directory" if os.path.lexists(run_dir) else "no such directory"
     return (
-        f"{printable(run_dir)}: {what}; give a run directory such as runs/example, or the name of a run under ./runs "
+        f"{escaped(run_dir)}: {what}; give a run directory such as runs/example, or the name of a run under ./runs "
         "(--run-root DIR for a run under DIR)."
     )
 

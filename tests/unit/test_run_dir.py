@@ -465,6 +465,7 @@ def test_a_run_directory_named_with_escapes_is_shown_as_plain_text(tmp_path: Pat
     with pytest.raises(RunStatusError) as caught:
         describe_run(str(tmp_path / "r\x1b[31mred\nline"))
     assert "\x1b" not in str(caught.value) and "\n" not in str(caught.value)
+    assert "r\\x1b[31mred\\nline: no such directory" in str(caught.value), "shown whole, escaped"
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="giving a symbolic link to another user needs root")
