@@ -865,6 +865,8 @@ class ClusterSpec(StrictModel):
                 f"{value!r} looks like a {scheme}:// URL with a slash or colon missing, and would be taken as a "
                 f"local directory: write {scheme}://{rest}"
             )
+        if value is not None and is_url(value):
+            _check_store_url(value)
         if value is not None and "://" in value and not is_url(value):  # else a local directory named gs:
             raise ValueError(
                 f"{value!r} looks like a URL but is not one (a URL has no spaces): write it as "
@@ -1064,6 +1066,25 @@ class ClusterSpec(StrictModel):
     def is_multi_host(self) -> bool:
         """More than one machine (every spelling of loopback is this one machine)."""
         return len({machine_key(h.address) for h in self.hosts}) > 1
+
+
+_BUCKETED = ("gs", "s3", "s3a", "az", "abfs", "abfss", "wasb", "wasbs")  # scheme://BUCKET/path
+
+
+def _check_store_url(url: str) -> None:
+    """ValueError for an object-store URL TensorFlow would refuse only once every task runs: its file
+    systems are looked up by the scheme as written (`GS://` is none of them), Google Cloud Storage's
+    is `gs` (not `gcs`), and a bucket-addressed scheme needs its bucket (`gs:///run` has none)."""
+    scheme, _, rest = url.partition("://")
+    if scheme.lower() == "gcs":
+        raise ValueError(f"{url!r}: TensorFlow names Google Cloud Storage gs://, not gcs://: write gs://{rest}")
+    if scheme != scheme.lower():
+        raise ValueError(
+            f"{url!r}: TensorFlow finds a file system by its scheme as written, in lower case: "
+            f"write {scheme.lower()}://{rest}"
+        )
+    if scheme in _BUCKETED and (rest.startswith("/") or not rest.split("/", 1)[0]):
+        raise ValueError(f"{url!r} names no bucket: write {scheme}://BUCKET/{rest.lstrip('/')}")
 
 
 # An object store's scheme with `://` mistyped (`gs:/b`, `gs//b`, `s3:b`): never meant as a directory name.

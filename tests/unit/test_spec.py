@@ -556,3 +556,20 @@ def test_an_object_store_url_with_a_slip_is_refused_not_taken_as_a_local_directo
     assert f"$.checkpoint_dir: {given!r} looks like a" in str(caught.value) and f"write {fixed}" in str(caught.value)
     for fine in ("gs://bucket/run", "gsx/run", "./gs:/x", "runs/gs"):
         parse_spec({"name": "u", "hosts": [{"address": "localhost", "workers": 1}], "checkpoint_dir": fine})
+
+
+@pytest.mark.parametrize(
+    "given, said",
+    [
+        ("gcs://bucket/run", "TensorFlow names Google Cloud Storage gs://, not gcs://: write gs://bucket/run"),
+        ("GS://bucket/run", "its scheme as written, in lower case: write gs://bucket/run"),
+        ("gs:///run", "names no bucket: write gs://BUCKET/run"),
+    ],
+)
+def test_an_object_store_url_tensorflow_would_refuse_in_every_task_is_refused_when_read(given: str, said: str) -> None:
+    """Measured: TensorFlow 2.21 has no file system for 'GS' or 'gcs' (UnimplementedError in each task)."""
+    with pytest.raises(SpecError) as caught:
+        parse_spec({"name": "u", "hosts": [{"address": "localhost", "workers": 1}], "checkpoint_dir": given})
+    assert f"$.checkpoint_dir: {given!r}" in str(caught.value) and said in str(caught.value), str(caught.value)
+    for fine in ("s3://bucket/run", "hdfs:///user/run", "ram://run"):
+        parse_spec({"name": "u", "hosts": [{"address": "localhost", "workers": 1}], "checkpoint_dir": fine})
