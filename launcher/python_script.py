@@ -83,3 +83,11 @@ def runs_nothing(argv: list[str]) -> bool:
     if not argv or not is_python(argv[0]) or program_of(argv) not in (["python"], ["-"]):
         return False
     return not any(arg in ("-V", "--version", "-h", "--help", "-?", "-VV") for arg in argv[1:])
+
+
+def option_without_value(argv: list[str]) -> str | None:
+    """`-m` or `-c` when a python is given one with nothing after it (python refuses it: exit 2); None otherwise."""
+    if not argv or not is_python(argv[0]):
+        return None
+    program = program_of(argv)
+    return program[0] if program[0] in ("-m", "-c") and len(program) > 1 and not program[1] else None

@@ -29,7 +29,7 @@ from launcher.masking import (
     secret_arguments,
     without_password,
 )
-from launcher.python_script import runs_nothing
+from launcher.python_script import option_without_value, runs_nothing
 from launcher.spec_json import decode_json, decode_text, json_child, raw_problems
 from launcher.spec_limits import MAX_HOSTS, MAX_SPEC_BYTES, MAX_WORKERS_PER_HOST
 from worker.contract import DEFAULT_RUN_ROOT, ENV_PREFIX, PREEMPTION_EXIT_CODE
@@ -886,6 +886,10 @@ class ClusterSpec(StrictModel):
                     f"and exit at once as if it had trained; give the script: {self.training.argv[0]} train.py",
                 )
             )
+        bare = option_without_value(self.training.argv) if isinstance(self.training, CommandTraining) else None
+        if bare is not None:
+            what = "a module name (-m train)" if bare == "-m" else "the code to run (-c 'import ...')"
+            problems.append(("training.argv", f"{bare} is given nothing after it: python would refuse it; give {what}"))
         envs = [("env", self.env), *((f"hosts[{i}].env", h.env) for i, h in enumerate(self.hosts))]
         problems += _check_secrets(self.secrets, envs)
         if not self.hosts:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from launcher.python_script import is_python, module_of, runs_nothing, script_of
+from launcher.python_script import is_python, module_of, option_without_value, runs_nothing, script_of
 
 
 @pytest.mark.parametrize(
@@ -70,3 +70,28 @@ def test_the_module_is_what_follows_dash_m(argv: list[str], module: str | None) 
 )
 def test_a_python_given_no_program_runs_nothing(argv: list[str], nothing: bool) -> None:
     assert runs_nothing(argv) is nothing
+
+
+@pytest.mark.parametrize(
+    "argv, bare",
+    [
+        (["python3", "-m"], "-m"),
+        (["python3", "-u", "-c"], "-c"),
+        (["python3", "-um"], "-m"),
+        (["python3", "-m", "train"], None),
+        (["python3", "-c", "pass"], None),
+        (["python3", "train.py", "-m"], None),  # the script's own -m
+        (["bash", "-c"], None),
+    ],
+)
+def test_a_python_option_that_takes_a_value_given_none_is_named(argv: list[str], bare: str | None) -> None:
+    assert option_without_value(argv) == bare
+
+
+def test_a_spec_whose_python_is_given_a_bare_option_is_refused() -> None:
+    from launcher.errors import SpecError
+    from launcher.spec import parse_spec
+
+    spec = {"name": "m", "hosts": [{"address": "localhost", "workers": 1}]}
+    with pytest.raises(SpecError, match=r"\$\.training\.argv: -m is given nothing after it: python would refuse it"):
+        parse_spec({**spec, "training": {"kind": "command", "argv": ["python3", "-m"]}})
