@@ -258,6 +258,12 @@ def _check_info(hosts: list[_Host], plan: LaunchPlan, need_worker: bool, report:
                 f"there, neither in the working directory {host.workdir} nor among {info['executable']}'s "
                 f"packages; {hint}"
             )
+        for module in info.get("command_packages_without_main") or []:
+            report.problems.append(
+                f"{host.address}: the tasks' command runs python -m {module}, and {module!r} is a package without a "
+                f"__main__.py, which python cannot run; give the module in it to run (-m {module}.MODULE) or add "
+                f"{module.replace('.', '/')}/__main__.py"
+            )
         for script, why in (info.get("scripts_unrunnable") or {}).items():
             report.problems.append(
                 f"{host.address}: the tasks' script {script!r} cannot run there ({why}: python would exit at once); "

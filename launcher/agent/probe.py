@@ -248,6 +248,13 @@ def _info(request: dict[str, Any]) -> dict[str, Any]:
     commanded = [m for m in request.get("command_modules") or [] if not module_found(m, [workdir, *extra])]
     if commanded:
         answer["command_modules_missing"] = commanded
+    mainless = [
+        m
+        for m in request.get("command_modules") or []
+        if m not in commanded and _package_without_main(m, [workdir, *extra])
+    ]
+    if mainless:
+        answer["command_packages_without_main"] = mainless
     absent = {
         target: close
         for target in request.get("functions") or []
@@ -321,6 +328,18 @@ def module_found(name: str, first: list[str]) -> bool:
     each package's location is read from its spec, no `__init__` is executed. A name under a plain
     module (os.path) is taken as found: only running that module could tell."""
     return _locate(name, first)[0]
+
+
+def _package_without_main(name: str, first: list[str]) -> bool:
+    """Whether `python -m name` names a regular package that has no `__main__` module (python then
+    refuses: "is a package and cannot be directly executed")."""
+    found, origin = _locate(name, first)
+    return (
+        found
+        and origin is not None
+        and os.path.basename(origin) == "__init__.py"
+        and not module_found(f"{name}.__main__", first)
+    )
 
 
 def function_missing(target: str, first: list[str]) -> list[str] | None:
