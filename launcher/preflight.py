@@ -235,6 +235,8 @@ def _check_info(hosts: list[_Host], plan: LaunchPlan, need_worker: bool, report:
                 if "/" in program
                 else "give its full path, install it there, or set PATH in the spec's env"
             )
+            if "#!" in why:  # it is there, and exec would refuse it
+                fix = f"or run it with its interpreter: -- sh {program} ..."
             if program.endswith(".py"):
                 fix = f"a Python script is run by a python: -- {host.python} {program} ...; or {fix}"
             report.problems.append(f"{host.address}: the tasks' command {program!r} cannot run there ({why}); {fix}")

@@ -397,13 +397,32 @@ def not_runnable(program: str, path: str, cwd: str) -> str | None:
     if "/" in program:
         candidate = os.path.join(cwd, program)
         if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
-            return None
+            return _unexecutable(candidate)
         return "not an executable file" if os.path.exists(candidate) else "no such file"
     for entry in path.split(os.pathsep):
         candidate = os.path.join(cwd, entry or ".", program)
         if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
-            return None
+            return _unexecutable(candidate)
     return f"not on PATH={path}"
+
+
+def _unexecutable(path: str) -> str | None:
+    """Why the kernel would refuse to exec the executable file `path` (Exec format error: no ELF
+    header and no `#!` line, or a `#!` naming no executable file); None when it would run it."""
+    try:
+        with open(path, "rb") as file:
+            head = file.read(256)
+    except OSError:  # executable but unreadable: exec may still run a binary
+        return None
+    if head.startswith(b"\x7fELF"):
+        return None
+    if not head.startswith(b"#!"):
+        return "it has no #! line, so the kernel cannot run it (Exec format error): begin it with #!/bin/sh"
+    words = head[2:].split(b"\n", 1)[0].split()
+    interpreter = os.fsdecode(words[0]) if words else ""
+    if not (os.path.isabs(interpreter) and os.path.isfile(interpreter) and os.access(interpreter, os.X_OK)):
+        return f"its #! line names {interpreter or 'nothing'!r}, which is not an executable file there"
+    return None
 
 
 NVIDIA_SMI_TIMEOUT_S = 10.0
