@@ -28,9 +28,25 @@ def load_target(target: str) -> Callable[..., Any]:
     _user_modules_importable()
     module_name, _, attr = target.partition(":")
     try:
-        function = getattr(importlib.import_module(module_name), attr)
+        module = importlib.import_module(module_name)
+        function = getattr(module, attr)
     except (ImportError, AttributeError) as error:
-        raise WorkerUsageError(f"cannot load {target!r}: {error}") from error
+        raise WorkerUsageError(f"cannot load {target!r}: {error}{_shadowed(module_name)}") from error
     if not callable(function):
         raise WorkerUsageError(f"{target!r} is not callable")
     return function
+
+
+def _shadowed(module_name: str) -> str:
+    """Why a module of the user's own is not the one imported: a module of that name was imported
+    already (Python's own, such as `time`, or one TensorFlow uses), and imports find that one first."""
+    top = module_name.split(".")[0]
+    mine = [os.path.join(os.getcwd(), top + ".py"), os.path.join(os.getcwd(), top, "__init__.py")]
+    loaded = sys.modules.get(top)
+    where = getattr(loaded, "__file__", None)
+    if loaded is None or not any(os.path.exists(path) for path in mine) or where in mine:
+        return ""
+    return (
+        f" (your {top}.py is not the {top!r} the task imports: a module of that name was imported first, "
+        f"from {where or 'Python itself'}; rename yours)"
+    )

@@ -11,9 +11,22 @@ from __future__ import annotations
 from functools import cache
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
 TARGET_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$"
+_OWN_PACKAGES = ("worker", "tflaunch")  # the runtime's, imported by the task before any target: never a user's
+
+
+def _not_our_package(target: str | None) -> str | None:
+    """A target whose top-level module is one of the project's own packages names something a task
+    never imports from the user's files (the runtime's own module of that name is loaded first)."""
+    top = (target or "").partition(":")[0].split(".")[0]
+    if top in _OWN_PACKAGES:
+        raise ValueError(
+            f"{target!r}: {top!r} is a package of this project's, which every task imports before its target, "
+            f"so a module of yours named {top} is never loaded; rename your module"
+        )
+    return target
 
 
 class StrictModel(BaseModel):
@@ -84,6 +97,7 @@ class BuiltinTraining(_ExampleTraining):
         "tf.data.Dataset of (x, y) per-replica batches of batch_per_replica x accumulation_steps, starting at "
         "start_step; default: the synthetic example data.",
     )
+    _targets_are_the_users = field_validator("model", "dataset")(_not_our_package)
     loss: Literal["mse", "sparse_categorical_crossentropy", "binary_crossentropy"] = Field(
         "mse", description="Per-example loss (from logits for the cross-entropies)."
     )
@@ -113,6 +127,7 @@ class FitTraining(_ExampleTraining):
         description="'pkg.module:function' returning a compiled tf-keras model, called with the training settings as "
         "a dict; default: the example MLP.",
     )
+    _model_is_the_users = field_validator("model")(_not_our_package)
 
 
 class FunctionTraining(StrictModel):
@@ -121,8 +136,11 @@ class FunctionTraining(StrictModel):
     kind: Literal["function"] = Field(description="Call a user function inside the worker runtime.")
     target: str = Field(
         pattern=TARGET_PATTERN,
-        description="'package.module:function'; it receives a worker.WorkerContext after the strategy is built.",
+        description="'package.module:function' (a module of yours, found in the working directory first; not named "
+        "worker or tflaunch, which are this project's); it receives a worker.WorkerContext after the strategy is "
+        "built.",
     )
+    _target_is_the_users = field_validator("target")(_not_our_package)
     steps: int = Field(200, ge=1, le=10_000_000, description="Passed to the function as context.steps.")
     checkpoint_every: int = Field(
         50, ge=1, le=10_000_000, description="Passed to the function as context.checkpoint_every."

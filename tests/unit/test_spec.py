@@ -573,3 +573,20 @@ def test_an_object_store_url_tensorflow_would_refuse_in_every_task_is_refused_wh
     assert f"$.checkpoint_dir: {given!r}" in str(caught.value) and said in str(caught.value), str(caught.value)
     for fine in ("s3://bucket/run", "hdfs:///user/run", "ram://run"):
         parse_spec({"name": "u", "hosts": [{"address": "localhost", "workers": 1}], "checkpoint_dir": fine})
+
+
+@pytest.mark.parametrize(
+    "training, field",
+    [
+        ({"kind": "function", "target": "worker:train"}, "target"),
+        ({"kind": "builtin", "dataset": "tflaunch.data:make"}, "dataset"),
+        ({"kind": "fit", "model": "worker.models:build"}, "model"),
+    ],
+)
+def test_a_target_named_after_the_runtimes_own_packages_is_refused(training: dict[str, str], field: str) -> None:
+    """The task imports `worker` and `tflaunch` before any target: a user's worker.py is never the one loaded."""
+    with pytest.raises(SpecError) as caught:
+        parse_spec({"name": "t", "hosts": [{"address": "localhost", "workers": 1}], "training": training})
+    assert f"$.training.{field}:" in str(caught.value) and "is a package of this project's" in str(caught.value)
+    fine = {**training, field: "workers:" + training[field].partition(":")[2]}
+    parse_spec({"name": "t", "hosts": [{"address": "localhost", "workers": 1}], "training": fine})

@@ -63,3 +63,17 @@ def test_where_tensorflow_ran_the_op_is_left_out_of_the_message(tmp_path: Path) 
     write_error_file(str(tmp_path / "error.json"), "worker:0", error)
     message = json.loads((tmp_path / "error.json").read_text())["message"]
     assert message.startswith("File system scheme 's3' not implemented"), message
+
+
+def test_a_users_module_named_like_one_imported_already_is_said_to_be_shadowed(user_dir: Path) -> None:
+    (user_dir / "json.py").write_text("def train(ctx): ...\n")  # the runtime imported Python's json long before
+    with pytest.raises(WorkerUsageError) as caught:
+        load_target("json:train")
+    assert "module 'json' has no attribute 'train' (your json.py is not the 'json' the task imports" in str(
+        caught.value
+    ), caught.value
+    assert "rename yours" in str(caught.value)
+    (user_dir / "user_mod_c.py").write_text("def train(ctx): ...\n")
+    with pytest.raises(WorkerUsageError) as caught:
+        load_target("user_mod_c:trian")
+    assert "your" not in str(caught.value), "a module of the user's own that was loaded is not called shadowed"
