@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from launcher.agent.cluster import address
-from launcher.masking import secret_arguments
+from launcher.masking import redact, secret_arguments
+from launcher.python_script import split_python_command
 from launcher.spec import ClusterSpec, CommandTraining, HostSpec, is_url
 from worker.contract import (
     ARGV_TRAMPOLINE,
@@ -273,9 +274,11 @@ def _host_share(spec: ClusterSpec, host: HostSpec, inputs: PlanInputs, run_env: 
     env = _host_env(spec, host, run_env)
     if isinstance(spec.training, CommandTraining):
         argv = with_python(spec.training.argv, python)
-        if secret_arguments(argv[1:], spec.secrets):  # only a python command can get here (request_spec)
-            env[ARGV_VAR] = json.dumps(argv[1:])
-            argv = [argv[0], "-c", ARGV_TRAMPOLINE]
+        if secret_arguments(argv[1:], spec.secrets) or any(redact(arg) != arg for arg in argv[1:]):
+            # only a python command can get here (request_spec); its own options stay on its command line
+            options, program = split_python_command(argv)
+            env[ARGV_VAR] = json.dumps(program)
+            argv = [argv[0], *options, "-c", ARGV_TRAMPOLINE]
     else:
         argv = [python, "-P", "-m", WORKER_MODULE]  # -P: no file in the workdir can stand in for the runtime
     return _HostShare(is_local, python, cwd, tuple(argv), env)

@@ -91,3 +91,40 @@ def option_without_value(argv: list[str]) -> str | None:
         return None
     program = program_of(argv)
     return program[0] if program[0] in ("-m", "-c") and len(program) > 1 and not program[1] else None
+
+
+def split_python_command(argv: list[str]) -> tuple[list[str], list[str]]:
+    """A python command's words after the interpreter, as (the interpreter's own options, the program
+    and its arguments): `python3 -u -W ignore train.py --lr 1` gives (["-u", "-W", "ignore"],
+    ["train.py", "--lr", "1"]); `-m` and `-c` start the program (`-um mod` gives (["-u"], ["-m", "mod"])).
+    A `--` before the script is dropped. Empty program: the python is given none."""
+    rest, index = argv[1:], 0
+    options: list[str] = []
+    while index < len(rest):
+        arg = rest[index]
+        if arg == "--":
+            return options, rest[index + 1 :]
+        if arg == "-" or not arg.startswith("-"):
+            return options, rest[index:]
+        index += 1
+        if arg.startswith("--"):
+            options.append(arg)
+            if arg == "--check-hash-based-pycs" and index < len(rest):
+                options.append(rest[index])
+                index += 1
+            continue
+        for position, flag in enumerate(arg[1:], start=1):
+            attached = arg[position + 1 :]
+            if flag in "mc":
+                if position > 1:
+                    options.append(arg[:position])  # the flags combined before it: `-u` of `-um`
+                return options, [f"-{flag}", *([attached] if attached else []), *rest[index:]]
+            if flag in _PYTHON_FLAGS_WITH_VALUE:
+                options.append(arg)
+                if not attached and index < len(rest):
+                    options.append(rest[index])
+                    index += 1
+                break
+        else:
+            options.append(arg)
+    return options, []

@@ -40,14 +40,21 @@ ARGV_VAR = "TFLAUNCH_ARGV"  # JSON: a python command's arguments, when they hold
 # process's command line (world-readable in /proc); the script sees the same sys.argv and sys.path[0].
 # `-c` puts the working directory first on sys.path: it is taken off before anything is imported
 # (sys and os are loaded at start-up already), so a json.py there cannot run in the trampoline.
+# The python's own options (-u, -W ignore, -P, ...) stay on its command line, before `-c`; with -P (or
+# -I) nothing is put first on sys.path, as python itself would not.
 ARGV_TRAMPOLINE = (
     "import sys, os\n"
-    "if not sys.flags.safe_path: del sys.path[0]\n"
+    "p = getattr(sys.flags, 'safe_path', 0)\n"
+    "if not p: del sys.path[0]\n"
     "import json, runpy; a = json.loads(os.environ.pop('TFLAUNCH_ARGV'))\n"
-    "if a[0] == '-m': sys.argv = a[1:]; sys.path.insert(0, os.getcwd())"
-    "; runpy.run_module(a[1], run_name='__main__', alter_sys=True)\n"
-    "else: sys.argv = a; sys.path.insert(0, os.path.dirname(os.path.abspath(a[0])))"
-    "; runpy.run_path(a[0], run_name='__main__')"
+    "if a[0] == '-m':\n"
+    " sys.argv = a[1:]\n"
+    " if not p: sys.path.insert(0, os.getcwd())\n"
+    " runpy.run_module(a[1], run_name='__main__', alter_sys=True)\n"
+    "else:\n"
+    " sys.argv = a\n"
+    " if not p: sys.path.insert(0, os.path.dirname(os.path.abspath(a[0])))\n"
+    " runpy.run_path(a[0], run_name='__main__')"
 )
 UMASK_VAR = "TFLAUNCH_UMASK"  # octal; the host's agent starts every task (and spare) with it
 # Set on the pods of a job exported for Kubernetes (`launch export k8s`); `python -m worker.pod`

@@ -122,3 +122,16 @@ def test_a_secret_too_short_to_mask_is_named_when_the_spec_is_read(tmp_path: Pat
     assert "[launch] env.DB_PASS, hosts[0].env.API_TOKEN: a secret's value shorter than 4 characters" in proc.stderr
     assert "DB_HOST" not in proc.stderr and "ADMIN_PASSWORD" not in proc.stderr and "pw1" not in proc.stderr
     assert "USE_TOKEN" not in proc.stderr  # a setting
+
+
+def test_a_python_with_options_of_its_own_keeps_them_when_its_secret_arguments_are_hidden(tmp_path: Path) -> None:
+    """`python3 -u -W ignore train.py --token=X`: the options stay the interpreter's, the script still runs."""
+    (tmp_path / "opts.py").write_text(
+        "import sys\nprint('argv', sys.argv[1:], 'warnings', sys.warnoptions, 'optimize', sys.flags.optimize)\n"
+        "print('cmdline', open('/proc/self/cmdline').read().replace(chr(0), ' '))\n"
+    )
+    args = ["--local", "1", "--run-root", str(tmp_path / "runs"), "--plain", "--"]
+    proc = run_launch([*args, "python3", "-u", "-O", "-W", "ignore", "opts.py", f"--token={ARG_SECRET}"], tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "argv ['--token=****'] warnings ['ignore'] optimize 1" in proc.stdout, proc.stdout
+    assert " -u -O -W ignore -c " in proc.stdout and ARG_SECRET not in proc.stdout + proc.stderr

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from launcher.python_script import is_python, module_of, option_without_value, runs_nothing, script_of
+from launcher.python_script import (
+    is_python,
+    module_of,
+    option_without_value,
+    runs_nothing,
+    script_of,
+    split_python_command,
+)
 
 
 @pytest.mark.parametrize(
@@ -95,3 +102,24 @@ def test_a_spec_whose_python_is_given_a_bare_option_is_refused() -> None:
     spec = {"name": "m", "hosts": [{"address": "localhost", "workers": 1}]}
     with pytest.raises(SpecError, match=r"\$\.training\.argv: -m is given nothing after it: python would refuse it"):
         parse_spec({**spec, "training": {"kind": "command", "argv": ["python3", "-m"]}})
+
+
+@pytest.mark.parametrize(
+    "argv, options, program",
+    [
+        (["python3", "-u", "train.py", "--lr", "1"], ["-u"], ["train.py", "--lr", "1"]),
+        (
+            ["python3", "-W", "ignore", "-X", "dev", "-Bm", "mod", "a"],
+            ["-W", "ignore", "-X", "dev", "-B"],
+            ["-m", "mod", "a"],
+        ),
+        (["python3", "-Wignore", "--", "t.py"], ["-Wignore"], ["t.py"]),
+        (["python3", "-mmod", "x"], [], ["-m", "mod", "x"]),
+        (["python3", "-I", "-c", "pass"], ["-I"], ["-c", "pass"]),
+        (["python3", "-u"], ["-u"], []),
+    ],
+)
+def test_a_python_commands_own_options_are_told_from_its_program(
+    argv: list[str], options: list[str], program: list[str]
+) -> None:
+    assert split_python_command(argv) == (options, program)
