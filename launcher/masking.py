@@ -73,8 +73,10 @@ _VALUE_PATTERNS = re.compile(
             r"\beyJ[A-Za-z0-9_\-]{5,}\.eyJ[A-Za-z0-9_\-]{5,}\.[A-Za-z0-9_\-]+",
             r"(?<=AccountKey=)[^;\s\"']+",
             r"(?<=SharedAccessKey=)[^;\s\"']+",
-            r"(?<=(?i:bearer) )[A-Za-z0-9_\-.~+/=]{8,}",
-            r"(?<=(?i:basic) )[A-Za-z0-9+/]{8,}={0,2}",
+            # a bearer token with a digit in it (a word after "bearer" in a sentence has none)
+            r"(?<=(?i:bearer) )(?=[A-Za-z_\-.~+/=]*\d)[A-Za-z0-9_\-.~+/]{12,}=*",
+            # basic credentials: base64 with an upper-case letter and a digit or padding (not "basic training")
+            r"(?<=(?i:basic) )(?=[A-Za-z+/]*[0-9=])(?=[a-z0-9+/]*[A-Z])[A-Za-z0-9+/]{12,}={0,2}",
             r"(?<=SharedAccessSignature=)[^;\s\"']+",
             r"https://hooks\.slack\.com/services/[A-Za-z0-9/_\-]+",
         )
@@ -133,6 +135,37 @@ _NAME_KEPT = 64  # names up to this long are judged once: the same few come once
 _known_name_secret = functools.lru_cache(maxsize=1024)(_secret_by_its_words)
 
 
+# A flag or override names a secret when its last word is one (`--hf-token`, `db.password`, `--api-key`):
+# the head of a compound name says what it holds. Flags are full of settings about secrets that are no
+# secrets themselves (`--max-tokens 2048`, `--tokenizer bert`, `sort_key=loss`, `--password-file p`),
+# whose values would otherwise be masked in every line the run prints.
+_SECRET_HEADS = frozenset(
+    "SECRET TOKEN PASSWORD PASSWD PASS PWD PW PASSPHRASE CREDENTIAL CREDENTIALS CREDS AUTH APIKEY ACCESSKEY "
+    "SECRETKEY PRIVATEKEY JWT PAT COOKIE SESSIONID DSN CONNECTIONSTRING WEBHOOK".split()
+)
+_KEY_KINDS = frozenset("API ACCESS SECRET PRIVATE SIGNING ENCRYPTION LICENSE MASTER ACCOUNT AUTH CLIENT HMAC".split())
+_HEAD_ENDINGS = ("PASSWORD", "PASSWD", "PASSPHRASE", "SECRET", "TOKEN", "APIKEY")  # run together: HFTOKEN
+# Values no secret has: a switch or a number (`--use_auth_token True`, `USE_TOKEN=1`, `MAX_TOKENS=2048`).
+_NO_SECRET_VALUE = re.compile(r"(?i:true|false|yes|no|on|off|none|null)|[-+]?\d+(?:\.\d*)?(?:e[-+]?\d+)?")
+
+
+def _argument_names_secret(name: str) -> bool:
+    if name.upper() in _NOT_SECRET:
+        return False
+    words = _words(name)
+    if not words:
+        return False
+    head = words[-1]
+    if head == "KEY":
+        return len(words) == 1 or words[-2] in _KEY_KINDS
+    return head in _SECRET_HEADS or (len(head) > 5 and head.endswith(_HEAD_ENDINGS))
+
+
+def could_be_secret(value: str) -> bool:
+    """Whether `value` could be a secret's at all: not a switch (true, no, on) nor a number."""
+    return not _NO_SECRET_VALUE.fullmatch(value.strip())
+
+
 def looks_secret(value: str) -> bool:
     """Whether a value is a secret by its form, whatever it is called."""
     return bool(_VALUE_PATTERNS.search(value) or _URL_PASSWORD.search(value))
@@ -152,8 +185,15 @@ def without_password(address: str) -> str:
     return f"{login.split(':', 1)[0]}:{MASK}@{host}"
 
 
+# An Authorization header's credentials, whatever they look like: `Authorization: Basic dXNlcjpwYXNz`.
+_AUTHORIZATION = re.compile(
+    r"((?i:authorization)[\"']?\s{0,4}[:=]\s{0,4}[\"']?(?i:basic|bearer|token)\s{1,4})[^\s\"',;]{4,}"
+)
+
+
 def _patterns(text: str) -> str:
-    return _URL_PASSWORD.sub(rf"\g<1>{MASK}@", _VALUE_PATTERNS.sub(MASK, text))
+    text = _AUTHORIZATION.sub(rf"\g<1>{MASK}", _VALUE_PATTERNS.sub(MASK, text))
+    return _URL_PASSWORD.sub(rf"\g<1>{MASK}@", text)
 
 
 def mask_value(name: str, value: str, declared: Iterable[str] = ()) -> str:
@@ -167,22 +207,37 @@ def mask_env(env: Mapping[str, str], declared: Iterable[str] = ()) -> dict[str, 
     return {key: mask_value(key, value, declared) for key, value in env.items()}
 
 
-def secret_arguments(argv: Sequence[str], declared: Iterable[str] = ()) -> list[str]:
+def secret_arguments(argv: Sequence[str], declared: Iterable[str] = (), _depth: int = 0) -> list[str]:
     """The values in a command line that are secrets: `--token=X`, `--api-key X`, `--token:X`, a word
     `TOKEN=X` or `db.password=X` (an override, as Hydra takes them), or secret-looking."""
     found: list[str] = []
     for index, arg in enumerate(argv):
         match = _FLAG.match(arg)
         assignment = None if match else _ASSIGNMENT.match(arg)
-        if match and is_secret(match[1].replace("-", "_"), declared):
+        if match and _names_secret_argument(match[1], declared):
             value = match[2] if match[2] is not None else (argv[index + 1] if index + 1 < len(argv) else "")
-            if value and not value.startswith("-"):
+            if _taken_value(value) and (is_declared(match[1], declared) or could_be_secret(value)):
                 found.append(value)
-        elif assignment and is_secret(assignment[1].replace("-", "_"), declared):
-            found.append(assignment[2])
+        elif assignment and _names_secret_argument(assignment[1], declared):
+            if is_declared(assignment[1], declared) or could_be_secret(assignment[2]):
+                found.append(assignment[2])
         elif looks_secret(arg):
             found.append(arg)
-    return found
+        if match and match[2] and not _names_secret_argument(match[1], declared) and _ASSIGNMENT.match(match[2]):
+            found.extend(secret_arguments([match[2]], declared))  # --env=HF_TOKEN=X, --set=db.password=X
+        if _depth == 0 and any(space in arg for space in " \t\n"):  # `bash -c '... --token=X'`, "--opts PASS=X"
+            found.extend(secret_arguments(arg.split(), declared, _depth=1))
+    return list(dict.fromkeys(found))
+
+
+def _names_secret_argument(name: str, declared: Iterable[str]) -> bool:
+    return is_declared(name, declared) or _argument_names_secret(name)
+
+
+def _taken_value(value: str) -> bool:
+    """Whether the word after a secret flag is its value: not empty, and not another flag (`--next`, `-v`);
+    a generated password may start with a dash (`-Xy7...`)."""
+    return bool(value) and not value.startswith("--") and not (value.startswith("-") and len(value) <= 2)
 
 
 def _printed_forms(value: str) -> set[str]:
@@ -227,7 +282,7 @@ class Redactor:
         literals: list[str] = []
         for env in envs:
             for key, value in env.items():
-                if is_secret(key, declared):
+                if is_secret(key, declared) and (is_declared(key, declared) or could_be_secret(value)):
                     literals.append(value)
                     literals.extend(line for line in value.splitlines() if len(line) >= 16)  # PEM bodies
         for argv in argvs:

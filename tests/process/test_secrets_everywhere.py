@@ -135,3 +135,19 @@ def test_a_python_with_options_of_its_own_keeps_them_when_its_secret_arguments_a
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "argv ['--token=****'] warnings ['ignore'] optimize 1" in proc.stdout, proc.stdout
     assert " -u -O -W ignore -c " in proc.stdout and ARG_SECRET not in proc.stdout + proc.stderr
+
+
+def test_a_secret_of_the_specs_env_passed_as_an_argument_stays_off_the_command_line(tmp_path: Path) -> None:
+    (tmp_path / "cmd.py").write_text("print('cmdline', open('/proc/self/cmdline').read().replace(chr(0), ' '))\n")
+    key = "wandbKEY0123456789"
+    spec = {
+        "name": "envarg",
+        "run_root": str(tmp_path / "runs"),
+        "hosts": [{"address": "localhost", "workers": 1}],
+        "env": {"WANDB_API_KEY": key},
+        "training": {"kind": "command", "argv": ["python3", "cmd.py", "--wandb", key]},
+    }
+    (tmp_path / "s.json").write_text(json.dumps(spec))
+    proc = run_launch(["--cluster", str(tmp_path / "s.json"), "--plain"], tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert " -c import sys" in proc.stdout and "cmd.py" not in proc.stdout.split("cmdline", 1)[1], proc.stdout

@@ -202,3 +202,29 @@ def test_bidirectional_overrides_are_not_printed() -> None:
     from launcher.masking import printable
 
     assert printable("H\u202eevil\u202cI\u2066x\u2069") == "HevilIx"
+
+
+def test_settings_about_secrets_are_not_secrets() -> None:
+    """A flag is a secret by its last word: `--max-tokens 2048` and `sort_key=loss` would otherwise mask
+    2048 and `loss` in every line the run prints."""
+    argv = ["t.py", "sort_key=loss", "--max-tokens", "2048", "--tokenizer=bert", "--password-file", "pw.txt"]
+    argv += ["--use_auth_token", "True", "--key-length=2048", "TOKENS=12"]
+    assert secret_arguments(argv) == []
+    env = {"MAX_TOKENS": "2048", "USE_AUTH_TOKEN": "True", "HF_TOKEN": "hf-value-1"}
+    assert Redactor.for_values([env], []).text("step 2048 True hf-value-1") == f"step 2048 True {MASK}"
+
+
+def test_secrets_in_the_other_spellings_of_a_command_line() -> None:
+    argv = ["t.py", "--env=HF_TOKEN=abcdef9", "--password", "-Xy7secretpw", "--opts PASSWORD=hunter2abc", "-v"]
+    assert secret_arguments(argv) == ["abcdef9", "-Xy7secretpw", "hunter2abc"]
+    assert secret_arguments(["-c", "python3 train.py --token=inline2"]) == ["inline2"]  # bash -c '...'
+    assert secret_arguments(["t.py", "--password", "--next", "--token", "-v"]) == []
+
+
+def test_words_after_basic_or_bearer_in_a_sentence_are_not_credentials() -> None:
+    from launcher.masking import redact
+
+    prose = "Using basic tokenization; running basic augmentation; Bearer capacity exceeded"
+    assert redact(prose) == prose
+    assert redact("Authorization: Basic abc:def") == f"Authorization: Basic {MASK}"
+    assert redact('{"authorization": "Bearer opaquetoken"}') == '{"authorization": "Bearer ' + MASK + '"}'
