@@ -233,6 +233,13 @@ def _secrets_too_short(spec: ClusterSpec) -> list[str]:
             if 0 < len(value) < MIN_MASKED and value.lower() not in _SETTINGS and is_secret(name, spec.secrets)
         }
     )
+    argv = getattr(spec.training, "argv", None) or []
+    short += [
+        f"training.argv[{index}]"
+        for index, arg in enumerate(argv)
+        if index
+        and any(arg.endswith(value) for value in secret_arguments(argv[1:], spec.secrets) if len(value) < MIN_MASKED)
+    ]
     if not short:
         return []
     return [

@@ -122,6 +122,10 @@ def test_a_secret_too_short_to_mask_is_named_when_the_spec_is_read(tmp_path: Pat
     assert "[launch] env.DB_PASS, hosts[0].env.API_TOKEN: a secret's value shorter than 4 characters" in proc.stderr
     assert "DB_HOST" not in proc.stderr and "ADMIN_PASSWORD" not in proc.stderr and "pw1" not in proc.stderr
     assert "USE_TOKEN" not in proc.stderr  # a setting
+    (tmp_path / "t.py").write_text("")
+    args = ["--local", "1", "--run-root", str(tmp_path / "runs"), "--dry-run", "--", "python3", "t.py"]
+    flags = run_launch([*args, "--token=abc", "--lr", "1", "--api-key", "k9z"], tmp_path)
+    assert "[launch] training.argv[2], training.argv[6]: a secret's value shorter than 4 characters" in flags.stderr
 
 
 def test_a_python_with_options_of_its_own_keeps_them_when_its_secret_arguments_are_hidden(tmp_path: Path) -> None:
