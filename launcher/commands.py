@@ -91,11 +91,12 @@ def check(spec: ClusterSpec, allocation: Allocation | None) -> int:
     still going, another training's checkpoints), without starting anything."""
     from launcher.resume import resume_notice
     from launcher.run import make_planner, make_transport, preflight, run_dir_of
-    from launcher.run_lock import check_run_dir, refuse_if_running
+    from launcher.run_lock import check_run_dir, refuse_if_not_a_run, refuse_if_running
 
     freeze_start_up()
     run_dir = str(run_dir_of(spec))
     check_run_dir(run_dir)  # as the launch does: another user's, or writable by others, before anything else
+    refuse_if_not_a_run(run_dir)
     refuse_if_running(run_dir)
     plan = make_planner(spec)(0)
     transport = make_transport(spec, allocation)

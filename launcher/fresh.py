@@ -25,7 +25,7 @@ from launcher.checkpoint_mark import (
 from launcher.errors import UsageError
 from launcher.masking import printable
 from launcher.plan import checkpoint_dir_of
-from launcher.run_lock import check_run_dir, refuse_if_running
+from launcher.run_lock import check_run_dir, refuse_if_not_a_run, refuse_if_running
 from launcher.spec import ClusterSpec, is_url
 from worker.contract import RunLayout
 
@@ -131,6 +131,7 @@ def start_over(spec: ClusterSpec, run_dir: Path, launcher_cwd: str) -> list[str]
             "it on the hosts' shared storage, or give the run another --name. Nothing was started."
         )
     check_run_dir(str(run_dir))  # another user's, or one they could swap: not ours to move
+    refuse_if_not_a_run(str(run_dir))  # a directory of the user's own: not a run to move aside
     refuse_if_running(str(run_dir))
     refuse_if_in_use(checkpoints, str(run_dir))  # another run may write there (inside this run directory, too)
     if outside:  # a rename there could be raced, and the run would be refused after it

@@ -30,7 +30,14 @@ from launcher.policy import RestartPolicy
 from launcher.ports import check_local_ports, choose_free_ports, port_is_free
 from launcher.private_files import make_private_dir
 from launcher.report import write_summary
-from launcher.run_lock import RunLock, check_run_dir, lock_run, refuse_if_running, refuse_unsafe_ancestry
+from launcher.run_lock import (
+    RunLock,
+    check_run_dir,
+    lock_run,
+    refuse_if_not_a_run,
+    refuse_if_running,
+    refuse_unsafe_ancestry,
+)
 from launcher.slurm.allocation import Allocation
 from launcher.spec import BuiltinTraining, ClusterSpec, FunctionTraining, is_url
 from launcher.supervisor import Supervisor
@@ -205,6 +212,7 @@ def launch(
     summary written)."""
     run_dir = str(run_dir_of(spec))
     check_run_dir(run_dir)  # another user's, or writable by others: refused before anything is read from it
+    refuse_if_not_a_run(run_dir)  # a directory of the user's own: its files are not ours to write over
     refuse_if_running(run_dir)  # before the preflight: a second launch of a running run says so at once
     ports = choose_free_ports(spec)
     planner = make_planner(spec, faults, ports)

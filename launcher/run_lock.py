@@ -19,7 +19,7 @@ from launcher.errors import RunDirError, UsageError
 from launcher.masking import printable
 from worker.contract import RunLayout
 
-__all__ = ["RunLock", "check_run_dir", "holder_of", "lock_run", "refuse_if_running"]
+__all__ = ["RunLock", "check_run_dir", "holder_of", "lock_run", "refuse_if_not_a_run", "refuse_if_running"]
 
 
 def refuse_unsafe_ancestry(run_dir: str) -> None:
@@ -32,6 +32,45 @@ def refuse_unsafe_ancestry(run_dir: str) -> None:
             "own directory in its place. Use a --run-root whose directories only you or root can change. Nothing "
             "was started."
         )
+
+
+_MADE_BY_A_LAUNCH = ("launch.lock", "submitted-spec.json")  # every launch's lock; a Slurm submission's spec
+# What a launch (of this version or an older one) leaves in its run directory, besides attempt-N/,
+# slurm-JOBID.out and its temporary files.
+_RUN_LAYOUT = frozenset(
+    "launch.lock spec.json summary.json status.json stop-request.json metrics.jsonl eval.jsonl preflight.json "
+    "checkpoints model tensorboard submitted-spec.json submit.sbatch".split()
+)
+
+
+def _launch_wrote(name: str) -> bool:
+    return (
+        name in _RUN_LAYOUT
+        or RunLayout.attempt_of(name) is not None
+        or (name.startswith("slurm-") and name.endswith(".out"))
+        or (name.startswith(".") and name.endswith(".tmp"))
+    )
+
+
+def refuse_if_not_a_run(run_dir: str) -> None:
+    """Refuse a run directory that exists and holds files a launch does not write (a directory of the
+    user's own named by --name or --run-root), unless a launch has locked it before: a launch would
+    write its spec.json and summary.json among theirs, and `--fresh` would move it aside. A missing or
+    empty one, or one holding only what a launch leaves (an older launch's, one copied back), is fine."""
+    try:
+        with os.scandir(run_dir) as entries:
+            names = sorted(entry.name for entry in entries)
+    except OSError:  # missing, or not a directory: check_run_dir and the launch say so
+        return
+    foreign = [name for name in names if not _launch_wrote(name)]
+    if not foreign or any(name in names for name in _MADE_BY_A_LAUNCH):
+        return
+    shown = ", ".join(printable(n) for n in foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+    raise UsageError(
+        f"{printable(run_dir)} exists and holds files no launch wrote ({shown}): a launch writes its spec.json, "
+        "summary.json and logs there. Give the run another --name or --run-root, or move those files. Nothing was "
+        "started."
+    )
 
 
 def check_run_dir(run_dir: str) -> None:

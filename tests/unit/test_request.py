@@ -108,6 +108,7 @@ def _run(tmp_path: Path, checkpoint_dir: str | None = None) -> tuple[LaunchReque
 def test_fresh_moves_the_run_and_its_checkpoints_aside_and_deletes_nothing(tmp_path: Path) -> None:
     request, run_dir = _run(tmp_path)
     (run_dir / "checkpoints").mkdir(parents=True)
+    (run_dir / "launch.lock").write_text("")  # what every launch leaves
     (run_dir / "checkpoints" / "ckpt-40.index").write_text("x")
     moved = start_over(request_spec(request), run_dir, str(tmp_path))
     assert not run_dir.exists() and len(moved) == 1
@@ -242,6 +243,28 @@ def test_fresh_leaves_another_runs_checkpoints_a_link_and_a_folder_of_indexes_wh
 def test_fresh_moves_a_checkpoint_dir_that_is_the_run_directory_itself_with_it(tmp_path: Path) -> None:
     request, run_dir = _run(tmp_path, str(tmp_path / "runs" / "r"))
     run_dir.mkdir(parents=True)
+    (run_dir / "launch.lock").write_text("")
     (run_dir / "checkpoint").write_text("x")
     moved = start_over(request_spec(request), run_dir, str(tmp_path))
     assert len(moved) == 1 and moved[0].startswith("run directory") and not run_dir.exists()
+
+
+def test_a_directory_of_the_users_named_as_the_run_directory_is_neither_written_nor_moved(tmp_path: Path) -> None:
+    from launcher.commands import check
+    from launcher.run_lock import refuse_if_not_a_run
+
+    request, run_dir = _run(tmp_path)
+    run_dir.mkdir(parents=True)
+    (run_dir / "spec.json").write_text('{"mine": 1}')
+    (run_dir / "results.csv").write_text("precious")
+    spec = request_spec(request)
+    for attempt in (lambda: refuse_if_not_a_run(str(run_dir)), lambda: start_over(spec, run_dir, str(tmp_path))):
+        with pytest.raises(UsageError, match=r"exists and holds files no launch wrote \(results\.csv\)"):
+            attempt()
+    with pytest.raises(UsageError, match="holds files no launch wrote"):
+        check(spec, None)
+    assert (run_dir / "spec.json").read_text() == '{"mine": 1}' and sorted(p.name for p in tmp_path.iterdir()) == [
+        "runs"
+    ]
+    (run_dir / "launch.lock").write_text("")  # a launch's run directory: used as before
+    refuse_if_not_a_run(str(run_dir))
