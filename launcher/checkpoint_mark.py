@@ -31,6 +31,7 @@ __all__ = [
     "resumable",
     "tensorflow_checkpoints",
     "tensorflow_file",
+    "written_before_any_launch",
     "SPEC_LIMIT",
     "mark_checkpoints",
     "marked_writer",
@@ -114,6 +115,19 @@ def _before_first_launch(mark: dict[str, Any] | None) -> tuple[frozenset[str], f
     if not isinstance(found, list) or not all(isinstance(n, str) for n in found):
         return frozenset(), None
     return frozenset(found), float(at) if isinstance(at, (int, float)) and not isinstance(at, bool) else None
+
+
+def written_before_any_launch(checkpoints: str, latest: str | None, mark: dict[str, Any] | None) -> bool:
+    """Whether the checkpoint TensorFlow would restore (`latest`, as `ckpt-N`) is one no launch wrote:
+    there is no mark, or the mark lists its index among what the directory held before its first
+    launch, unchanged since."""
+    if latest is None:
+        return False
+    if mark is None:
+        return True
+    before, since = _before_first_launch(mark)
+    index = f"{latest}.index"
+    return index in before and not _written_since(os.path.join(checkpoints, index), since)
 
 
 def _written_since(path: str, since: float | None) -> bool:

@@ -85,7 +85,10 @@ def _not_to_move(checkpoints: str, run_dir: str, launcher_cwd: str) -> str | Non
     writer = writer_of(mark)
     if writer is not None and writer != run_dir:
         return f"holds the checkpoints of the run in {printable(writer)}, not this run's"
-    before = [n for n in (mark or {}).get("found") or [] if isinstance(n, str) and n in names]
+    # what was there before: the user's own files (TensorFlow's, restored by this run, are its checkpoints)
+    before = [
+        n for n in (mark or {}).get("found") or [] if isinstance(n, str) and n in names and not tensorflow_file(n)
+    ]
     if before:
         return f"also holds what was there before the run's first launch ({_some(before)})"
     nested = _marked_below(checkpoints)

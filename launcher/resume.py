@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from launcher.checkpoint_mark import (
-    MARKER,
     SPEC_LIMIT,
     latest_checkpoint,
     parsed,
@@ -17,6 +16,7 @@ from launcher.checkpoint_mark import (
     refuse_if_in_use,
     resumable,
     writer_of,
+    written_before_any_launch,
 )
 from launcher.errors import AlreadyTrained, UsageError
 from launcher.masking import printable
@@ -134,10 +134,11 @@ def resume_notice(spec: ClusterSpec, words: ResumeWords = CLI_WORDS) -> Resuming
     if writer is not None and writer != layout.run_dir:
         remarks.append(f"they were written by the run in {printable(writer)}")
     old_argv, new_argv = argv_of(saved), argv_of(now)
-    if marked is None and not os.path.exists(layout.spec_file):
+    latest = latest_checkpoint(checkpoints)
+    if written_before_any_launch(checkpoints, latest, marked):
         remarks.append(
-            f"no launch wrote them (there is no {MARKER} in it): whatever wrote them, the training restores them as "
-            f"they are; give another checkpoint_dir to start from step 0"
+            "no launch wrote them (they were there before this run's first launch): whatever wrote them, the "
+            "training restores them as they are; give another checkpoint_dir to start from step 0"
         )
     elif before is None:
         remarks.append(
@@ -148,7 +149,6 @@ def resume_notice(spec: ClusterSpec, words: ResumeWords = CLI_WORDS) -> Resuming
             f"the command's arguments changed since they were written (was: {shown_training(saved)}; now: "
             f"{shown_training(now)})"
         )
-    latest = latest_checkpoint(checkpoints)
     finished = _finished_at(layout.summary_file, spec, latest)
     steps = getattr(spec.training, "steps", None)
     done = Resuming(checkpoints, (), finished, latest, steps if isinstance(steps, int) else None)

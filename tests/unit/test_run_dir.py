@@ -575,6 +575,7 @@ def test_checkpoints_no_launch_wrote_are_named_and_fresh_moves_them_only_when_th
 ) -> None:
     """Another tool's TensorFlow checkpoints, with no mark: a launch says that no launch wrote them, and
     `--fresh` moves the directory aside only when it holds nothing but TensorFlow's files."""
+    from launcher.checkpoint_mark import mark_checkpoints
     from launcher.errors import UsageError
     from launcher.fresh import start_over
     from launcher.resume import resume_notice
@@ -597,11 +598,16 @@ def test_checkpoints_no_launch_wrote_are_named_and_fresh_moves_them_only_when_th
     )
     resuming = resume_notice(spec)
     assert resuming is not None and resuming.latest == "ckpt-3"
-    assert "no launch wrote them (there is no .tflaunch-training.json in it)" in resuming.would()
+    assert "no launch wrote them (they were there before this run's first launch)" in resuming.would()
     with pytest.raises(UsageError, match=r"holds files that no launch wrote .* \(train\.py\)"):
         start_over(spec, tmp_path / "runs" / "f", str(tmp_path))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["foreign"] and (foreign / "train.py").exists()
-    (foreign / "train.py").unlink()  # TensorFlow's files alone: moved aside
-    moved = start_over(spec, tmp_path / "runs" / "f", str(tmp_path))
+    (foreign / "train.py").unlink()  # TensorFlow's files alone
+    lock = mark_checkpoints(spec, str(tmp_path / "runs" / "f"), str(foreign))  # as a launch that resumed them
+    assert lock is not None
+    lock.release()
+    resuming = resume_notice(spec)
+    assert resuming is not None and "no launch wrote them" in resuming.would(), "still said after a launch"
+    moved = start_over(spec, tmp_path / "runs" / "f", str(tmp_path))  # and still moved aside
     assert len(moved) == 1 and moved[0].startswith(f"checkpoints {foreign} -> {foreign}.old-"), moved
     assert not foreign.exists()
