@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shlex
 import signal
 import sys
 import threading
@@ -271,7 +272,7 @@ def launch(
     logs = os.path.dirname(first_plan.tasks[0].log_path) if first_plan.tasks else first_plan.run_dir
     console.notice(
         f"run {spec.name}: starting {len(first_plan.tasks)} task(s); logs in {logs} "
-        f"(`launch logs {first_plan.run_dir}` shows them)"
+        f"(`launch logs {shlex.quote(first_plan.run_dir)}` shows them)"
     )
     previous = _install_signals(supervisor, RunLayout(first_plan.run_dir))
     try:

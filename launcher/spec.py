@@ -1262,6 +1262,8 @@ def _message(item: Any) -> str:
     if kind == "union_tag_not_found":
         return "training.kind is required: 'builtin', 'fit', 'function' or 'command'"
     if kind == "string_pattern_mismatch" and isinstance(value, str):
+        if name == "user" and ":" in value:  # `bob:password`, as a URL would carry it
+            return f"got {_shown(value.partition(':')[0] + ':' + MASK)}: give the user name alone (logins use keys)"
         return f"got {_shown(value)}, which has characters or a form not allowed here"
     if kind == "value_error":
         return str((item.get("ctx") or {}).get("error", item["msg"]))

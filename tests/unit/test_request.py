@@ -33,6 +33,10 @@ def test_a_login_in_a_host_list_or_hostfile_is_refused_without_its_password(tmp_
     assert "hunter2x" not in str(caught.value) and "never a password" in str(caught.value)
     with pytest.raises(UsageError, match="'bob@node1' in -H: a host list takes no user"):
         parse_host_list("bob@node1")
+    with pytest.raises(UsageError) as caught:
+        parse_host_list("node0,bob:pw1,ss99@node1")  # a comma in the password: no part of it is quoted
+    assert "a host list takes no user" in str(caught.value)
+    assert "ss99" not in str(caught.value) and "pw1" not in str(caught.value)
     path = tmp_path / "hosts"
     path.write_text("bob:hunter2x@node1 slots=2\n")
     with pytest.raises(UsageError, match=r"hosts:1: got 'bob:\*\*\*\*@node1 slots=2'"):

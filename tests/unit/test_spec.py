@@ -590,3 +590,11 @@ def test_a_target_named_after_the_runtimes_own_packages_is_refused(training: dic
     assert f"$.training.{field}:" in str(caught.value) and "is a package of this project's" in str(caught.value)
     fine = {**training, field: "workers:" + training[field].partition(":")[2]}
     parse_spec({"name": "t", "hosts": [{"address": "localhost", "workers": 1}], "training": fine})
+
+
+def test_an_ssh_user_with_a_password_in_it_is_refused_without_it() -> None:
+    host = {"address": "h1", "workers": 1, "ssh": {"user": "bob:hunter2x"}}
+    with pytest.raises(SpecError) as caught:
+        parse_spec({"name": "u", "hosts": [host]})
+    assert '$.hosts[0].ssh.user: got "bob:****": give the user name alone' in str(caught.value)
+    assert "hunter2x" not in str(caught.value)
