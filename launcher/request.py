@@ -71,7 +71,7 @@ def _bare_ipv6(text: str) -> bool:
 
 def parse_host_list(text: str, flag: str = "-H") -> tuple[tuple[str, int], ...]:
     """`a:2,b:2,c` -> (("a", 2), ("b", 2), ("c", 1)); a clear error naming the bad entry."""
-    if "@" in text and "," in text.rpartition("@")[0]:  # a password may hold a comma: quote no part of it
+    if "@" in text and "," in text:  # which comma parts hosts and which a password is not ours to guess: quote none
         raise UsageError(
             f"{flag} holds a user@host: a host list takes no user; give the hosts alone and the user in a spec's "
             "ssh.user (logins use keys, never a password)."

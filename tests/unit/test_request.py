@@ -28,7 +28,7 @@ def test_a_bad_host_list_names_the_entry(text: str) -> None:
 
 def test_a_login_in_a_host_list_or_hostfile_is_refused_without_its_password(tmp_path: Path) -> None:
     with pytest.raises(UsageError) as caught:
-        parse_host_list("node0:2,bob:hunter2x@node1:2")
+        parse_host_list("bob:hunter2x@node1:2")
     assert "'bob:****@node1:2' in -H: a host list takes no user; give the host alone ('node1:2')" in str(caught.value)
     assert "hunter2x" not in str(caught.value) and "never a password" in str(caught.value)
     with pytest.raises(UsageError, match="'bob@node1' in -H: a host list takes no user"):
