@@ -32,7 +32,8 @@ class _ArgumentParser(argparse.ArgumentParser):
     def error(self, message: str) -> Any:  # argparse would exit 2 with usage; keep one path
         head, _, words = message.partition(": ")
         if self.takes_command and head == "unrecognized arguments" and not words.startswith("-"):
-            message += f" (a command for every task goes after --: {self.prog} ... -- {words})"
+            python = "python3 " if words.split()[0].endswith(".py") else ""  # a script is run by a python
+            message += f" (a command for every task goes after --: {self.prog} ... -- {python}{words})"
         try:  # the usage first and the mistake last, where a terminal keeps it in sight (as argparse does)
             self.print_usage(sys.stderr)
         except (OSError, ValueError):  # a closed or full stream: the exit code still says it

@@ -568,6 +568,8 @@ def test_a_command_given_without_the_double_dash_is_told_where_it_goes(tmp_path:
     assert proc.returncode == 2, proc.stderr
     said = "unrecognized arguments: python train.py (a command for every task goes after --: launch ... -- python"
     assert said in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    script = run_launch(["--local", "2", "train.py", "--lr", "1"], tmp_path)  # the python forgotten too
+    assert "goes after --: launch ... -- python3 train.py --lr 1)" in script.stderr, script.stderr
     other = run_launch(["status", "runs/x", "extra"], tmp_path)
     assert other.returncode == 2 and "goes after --" not in other.stderr, other.stderr
 
