@@ -373,7 +373,8 @@ def _describe_summary(run_dir: str, summary: dict[str, Any], path: str) -> list[
             if not isinstance(task, dict):
                 continue
             result: dict[str, Any] = task["result"] if isinstance(task.get("result"), dict) else {}
-            extra = f" step {result['step']}" if _is_int(result.get("step")) else ""
+            step = result.get("step") if _is_int(result.get("step")) else task.get("step")  # the last it reported
+            extra = f" step {step}" if _is_int(step) else ""
             extra += f" weights {result['fingerprint']}" if result.get("fingerprint") else ""
             lines.append(
                 f"    {str(task.get('name')):<12} on {str(task.get('host')):<16} {task.get('exit', '')}{extra}"

@@ -133,6 +133,14 @@ def test_a_run_that_failed_before_any_step_says_so_and_never_none(tmp_path: Path
     assert "None" not in shown.text
 
 
+def test_a_task_that_failed_shows_the_last_step_it_reported(tmp_path: Path) -> None:
+    layout = _layout(tmp_path)
+    attempts = _one_task(True, "killed by SIGKILL")
+    attempts[0]["tasks"][0]["step"] = 10  # type: ignore[index]
+    _write(layout.summary_file, _summary(layout, "failed", final_step=10, attempts=attempts))
+    assert "    worker:0     on localhost        killed by SIGKILL step 10" in describe_run(layout.run_dir).text
+
+
 def test_a_script_that_never_reported_a_step_is_not_said_to_have_stopped_before_one(tmp_path: Path) -> None:
     """A command that never calls `report`: it may have trained for hours; only its steps are unknown."""
     layout = _layout(tmp_path)
