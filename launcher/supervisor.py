@@ -37,7 +37,17 @@ from launcher.transport.base import (
     UnreachedTask,
     WorkerReport,
 )
-from worker.contract import CONTINUED, JOINED, PROGRESS_EVENTS, RECORD, RESTORED, START_MILESTONES, STOPPED, WARM
+from worker.contract import (
+    CONTINUED,
+    FAULT_VAR,
+    JOINED,
+    PROGRESS_EVENTS,
+    RECORD,
+    RESTORED,
+    START_MILESTONES,
+    STOPPED,
+    WARM,
+)
 
 log = logging.getLogger(__name__)
 
@@ -252,7 +262,7 @@ class Supervisor:
                 task.last_progress = self._clock()
             self._on_report(task.launch, event.data)
         elif isinstance(event, TaskExited):
-            task.exit = event.exit
+            task.exit = _as_injected(task.launch, event.exit)
             task.error = _error_of(task.launch.error_path)
             if task.error is None and self._exited_on_its_own(task, event.exit):
                 task.error = _exception_in_log(task.launch.log_path)  # a script of the user's: no error file
@@ -595,6 +605,19 @@ class Supervisor:
         self._transport.close()
         if self._records is not None:
             self._records.close()
+
+
+_FAULT_ENDS = {"kill": signal.SIGKILL, "term": signal.SIGTERM}
+
+
+def _as_injected(launch: TaskLaunch, exit: ExitStatus) -> ExitStatus:
+    """`exit`, said to be the `launch --inject` fault the task was given when it ended as that fault ends it."""
+    try:
+        kind, step, code = launch.env.get(FAULT_VAR, "").split(":")
+    except ValueError:  # no fault for this task
+        return exit
+    fired = exit.signal == _FAULT_ENDS[kind] if kind in _FAULT_ENDS else kind == "exit" and str(exit.code) == code
+    return replace(exit, injected=f"{kind} at step {step}") if fired and exit.lost is None else exit
 
 
 def _names(tasks: list[_Task]) -> str:

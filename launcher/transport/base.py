@@ -29,6 +29,7 @@ class ExitStatus:
     time: float = field(default_factory=time.time)
     lost: str | None = None  # set when the connection to the task's host was lost: why
     oom_kills: int | None = None  # killed by SIGKILL: how many the host's OOM killer made meanwhile (0: not it)
+    injected: str | None = None  # the `launch --inject` fault this end is (`kill at step 10`)
 
     @property
     def ok(self) -> bool:
@@ -44,6 +45,8 @@ class ExitStatus:
                 text = f"killed by {_signal.Signals(self.signal).name}"
             except ValueError:
                 return f"killed by signal {self.signal}"
+            if self.injected is not None:
+                return f"{text} (the injected fault: {self.injected})"
             if self.oom_kills == 0:
                 return f"{text} (not out of memory: the kernel's OOM killer ended nothing on that host while it ran)"
             if self.oom_kills:
@@ -52,7 +55,7 @@ class ExitStatus:
                     "on that host while it ran)"
                 )
             return text
-        return f"exit code {self.code}"
+        return f"exit code {self.code}" + (f" (the injected fault: {self.injected})" if self.injected else "")
 
 
 def exit_from_report(report: dict[str, Any] | None) -> ExitStatus | None:

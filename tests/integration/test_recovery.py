@@ -64,6 +64,7 @@ def test_sigkill_restarts_the_gang_and_finishes_identically(work: Path, referenc
     run = summary(work, "kill")
     assert len(run["attempts"]) == 2 and run["restarts"] == 1
     assert run["attempts"][0]["cause"] == victim and "SIGKILL" in run["attempts"][0]["reason"]
+    assert f"killed by SIGKILL (the injected fault: kill at step {kill_at})" in run["attempts"][0]["reason"]
     assert run["final_step"] == STEPS
     found = results(work / "runs" / "kill", 1)
     assert_agree(found, 2, STEPS)

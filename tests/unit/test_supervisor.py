@@ -536,3 +536,18 @@ def test_a_stop_during_a_backoff_leaves_the_restart_it_said_uncounted(tmp_path: 
     (attempt,) = sup.result.attempts
     assert attempt.reason.endswith("restart 1 of 2 (not made: stopped before it)"), attempt.reason
     assert sup.restarts == 0 and len(transport.started) == 1
+
+
+def test_an_end_that_is_the_injected_fault_is_said_to_be_it() -> None:
+    from launcher.supervisor import _as_injected
+    from launcher.transport.base import ExitStatus
+
+    class Launch:
+        env = {"TFLAUNCH_FAULT": "kill:10:1"}
+
+    killed = _as_injected(Launch(), ExitStatus(None, signal.SIGKILL, oom_kills=0))  # type: ignore[arg-type]
+    assert killed.describe() == "killed by SIGKILL (the injected fault: kill at step 10)"
+    other = _as_injected(Launch(), ExitStatus(3, None))  # type: ignore[arg-type]
+    assert other.describe() == "exit code 3", "an end of another kind is the task's own"
+    Launch.env = {"TFLAUNCH_FAULT": "exit:5:7"}
+    assert _as_injected(Launch(), ExitStatus(7, None)).describe() == "exit code 7 (the injected fault: exit at step 5)"  # type: ignore[arg-type]
