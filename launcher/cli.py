@@ -139,11 +139,24 @@ def _run(own: list[str], command: list[str]) -> int:
     if args.dry_run:
         from launcher.run import make_planner
 
-        return commands.dry_run(make_planner(spec, faults)(0), args.json, "ssh" if allocation is None else "srun")
+        remote = "ssh" if allocation is None else "srun"
+        return commands.dry_run(make_planner(spec, faults)(0), args.json, remote, None if args.json else _would(spec))
     if args.check:
         return commands.check(spec, allocation)
     options = commands.ConsoleOptions(quiet=args.quiet, plain=args.plain, verbose=args.verbose, show=show)
     return commands.run(spec, options, faults, allocation, fresh=args.fresh)
+
+
+def _would(spec: ClusterSpec) -> str | None:
+    """What a launch of `spec` would do with the run's earlier checkpoints, as `--check` says it; or why
+    it would be refused before it starts (another training's checkpoints, a run still going)."""
+    from launcher.resume import resume_notice
+
+    try:
+        resuming = resume_notice(spec)
+    except UsageError as error:
+        return f"the launch would be refused: {error}"
+    return resuming.would() if resuming is not None else None
 
 
 def _run_dir_named(value: str, run_root: str | None = None) -> str:

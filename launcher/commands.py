@@ -61,8 +61,9 @@ def raise_fd_limit() -> None:
             log.info("could not raise the open-file limit from %d", soft)
 
 
-def dry_run(plan: LaunchPlan, as_json: bool, remote: str = "ssh") -> int:
-    """Print every task's TF_CONFIG, environment and command; `remote`: how a remote host is reached."""
+def dry_run(plan: LaunchPlan, as_json: bool, remote: str = "ssh", would: str | None = None) -> int:
+    """Print every task's TF_CONFIG, environment and command; `remote`: how a remote host is reached;
+    `would`: what the launch would do with the run's earlier checkpoints."""
     if as_json:
         print(json.dumps(redacted(plan.to_json()), indent=2))
         return exit_codes.SUCCEEDED
@@ -79,6 +80,8 @@ def dry_run(plan: LaunchPlan, as_json: bool, remote: str = "ssh") -> int:
         argv = task.command
         print(f"  command: {' '.join(shown(arg) for arg in argv)}")
         print(f"  log: {shown(task.log_path)}")
+    if would is not None:
+        print(f"\n{shown(would)}")
     print(
         "\ndry run: nothing was started. A port the spec does not set is picked again at each launch; each task "
         "also inherits the environment of the agent on its host (the launcher's, on this machine)."

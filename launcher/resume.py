@@ -95,7 +95,12 @@ class Resuming:
         return "; ".join((line, *self.remarks))
 
     def would(self) -> str:
-        """As `--check` says it, of a launch not made."""
+        """As `--check` and `--dry-run` say it, of a launch not made."""
+        if self.finished is not None:
+            return (
+                f"the launch would start nothing: the run {self.trained()} (its checkpoints are in {self._where()}); "
+                "raise training.steps to train further, or give --fresh to start over"
+            )
         return "; ".join((f"the launch would resume from the checkpoints in {self._where()}", *self.remarks))
 
 
@@ -152,11 +157,6 @@ def resume_notice(spec: ClusterSpec, words: ResumeWords = CLI_WORDS) -> Resuming
     finished = _finished_at(layout.summary_file, spec, latest)
     steps = getattr(spec.training, "steps", None)
     done = Resuming(checkpoints, (), finished, latest, steps if isinstance(steps, int) else None)
-    if finished is not None:
-        remarks.append(
-            f"the run {done.trained()}, so nothing is left to train and the launch would start nothing (raise "
-            "training.steps to train further)"
-        )
     return Resuming(checkpoints, tuple(remarks), finished, latest, done.steps)
 
 

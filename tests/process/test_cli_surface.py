@@ -266,7 +266,9 @@ def test_a_rerun_of_a_finished_run_says_nothing_is_left_to_train(work: Path) -> 
         checked = run_launch(["--cluster", str(spec), "--check"], work)
         assert checked.returncode == 0, checked.stderr
         said[steps] = checked.stdout
-    assert "the run already trained all its training.steps=20, so nothing is left to train" in said[20], said[20]
+    assert "the launch would start nothing: the run already trained all its training.steps=20" in said[20], said[20]
+    dry = run_launch(["--cluster", str(work / "cluster.json"), "--dry-run"], work)  # the last spec written: 40 steps
+    assert "the launch would resume from the checkpoints in" in dry.stdout, dry.stdout
     assert "already trained" not in said[40] and "would resume from the checkpoints" in said[40], said[40]
     training = {"kind": "builtin", "steps": 20}
     hosts = [{"address": "localhost", "workers": 1}]
@@ -276,6 +278,8 @@ def test_a_rerun_of_a_finished_run_says_nothing_is_left_to_train(work: Path) -> 
     assert "run done already trained all its training.steps=20" in again.stderr, again.stderr
     assert "nothing was started" in again.stderr and "starting" not in again.stderr
     assert sorted(p.name for p in run_dir.iterdir()) == ["checkpoints", "summary.json"]  # no attempt, no new files
+    finished_dry = run_launch(["--cluster", str(spec), "--dry-run"], work)
+    assert "the launch would start nothing: the run already trained all its" in finished_dry.stdout, finished_dry.stdout
     # the summary alone does not say it: a checkpoint rolled back to step 10 has steps left to train
     (run_dir / "checkpoints" / "ckpt-20.index").rename(run_dir / "checkpoints" / "ckpt-10.index")
     (run_dir / "checkpoints" / "checkpoint").write_text('model_checkpoint_path: "ckpt-10"\n')
