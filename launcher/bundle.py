@@ -152,7 +152,7 @@ def _selected(run_dir: str) -> tuple[list[str], list[str]]:
             name in _TOP_LEVEL or name in _SPEC_COPIES or any(fnmatch(name, p) for p in _SLURM)
         ):
             chosen.append(name)
-        else:
+        elif name != os.path.basename(RunLayout(run_dir).lock_file):  # the launch's lock: nothing in it to see
             left_out.append(name + ("/" if stat.S_ISDIR(info.st_mode) else ""))
     return chosen, left_out
 
