@@ -75,8 +75,8 @@ _VALUE_PATTERNS = re.compile(
             r"(?<=SharedAccessKey=)[^;\s\"']+",
             # a bearer token with a digit in it (a word after "bearer" in a sentence has none)
             r"(?<=(?i:bearer) )(?=[A-Za-z_\-.~+/=]*\d)[A-Za-z0-9_\-.~+/]{12,}=*",
-            # basic credentials: base64 with an upper-case letter and a digit or padding (not "basic training")
-            r"(?<=(?i:basic) )(?=[A-Za-z+/]*[0-9=])(?=[a-z0-9+/]*[A-Z])[A-Za-z0-9+/]{12,}={0,2}",
+            # basic credentials outside a header: padded base64 (not "basic training", "basic Conv2DTranspose")
+            r"(?<=(?i:basic) )[A-Za-z0-9+/]{8,}={1,2}(?![A-Za-z0-9+/=])",
             r"(?<=SharedAccessSignature=)[^;\s\"']+",
             r"https://hooks\.slack\.com/services/[A-Za-z0-9/_\-]+",
         )
@@ -140,13 +140,25 @@ _known_name_secret = functools.lru_cache(maxsize=1024)(_secret_by_its_words)
 # secrets themselves (`--max-tokens 2048`, `--tokenizer bert`, `sort_key=loss`, `--password-file p`),
 # whose values would otherwise be masked in every line the run prints.
 _SECRET_HEADS = frozenset(
-    "SECRET TOKEN PASSWORD PASSWD PASS PWD PW PASSPHRASE CREDENTIAL CREDENTIALS CREDS AUTH APIKEY ACCESSKEY "
-    "SECRETKEY PRIVATEKEY JWT PAT COOKIE SESSIONID DSN CONNECTIONSTRING WEBHOOK".split()
+    "SECRET TOKEN PASSWORD PASSWD PASS PWD PW PASSPHRASE CREDENTIAL CREDENTIALS CREDS APIKEY ACCESSKEY "
+    "SECRETKEY PRIVATEKEY JWT PAT COOKIE SESSIONID DSN CONNECTIONSTRING WEBHOOK KEY".split()
 )
-_KEY_KINDS = frozenset("API ACCESS SECRET PRIVATE SIGNING ENCRYPTION LICENSE MASTER ACCOUNT AUTH CLIENT HMAC".split())
+# ...unless what comes before says it names something else: a sort or dictionary key, a tokenizer's token.
+_NOT_SECRET_KINDS = {
+    "KEY": frozenset(
+        "SORT PRIMARY FOREIGN UNIQUE CACHE GROUP PARTITION SHARD HASH DICT MAP INDEX ROW COLUMN JOIN LOOKUP "
+        "RANDOM RNG PRNG SEED BATCH DATA FEATURE FEATURES LABEL TARGET INPUT OUTPUT METRIC MONITOR CHECKPOINT "
+        "NAME QUERY VALUE ATTENTION MODEL CONFIG IMAGE TEXT AUDIO RESULT".split()
+    ),
+    "TOKEN": frozenset("PAD EOS BOS UNK SEP CLS MASK SPECIAL START END STOP NEWLINE SPACE EOT BOT DECODER".split()),
+}
 _HEAD_ENDINGS = ("PASSWORD", "PASSWD", "PASSPHRASE", "SECRET", "TOKEN", "APIKEY")  # run together: HFTOKEN
-# Values no secret has: a switch or a number (`--use_auth_token True`, `USE_TOKEN=1`, `MAX_TOKENS=2048`).
-_NO_SECRET_VALUE = re.compile(r"(?i:true|false|yes|no|on|off|none|null)|[-+]?\d+(?:\.\d*)?(?:e[-+]?\d+)?")
+# Values no secret has: a switch, a number, or a way to authenticate (`--use_auth_token True`,
+# `MAX_TOKENS=2048`, `--auth-type basic`).
+_NO_SECRET_VALUE = re.compile(
+    r"(?i:true|false|yes|no|on|off|none|null|basic|bearer|digest|oauth2?|kerberos|ntlm|anonymous)"
+    r"|[-+]?\d+(?:\.\d*)?(?:e[-+]?\d+)?"
+)
 
 
 def _argument_names_secret(name: str) -> bool:
@@ -156,8 +168,8 @@ def _argument_names_secret(name: str) -> bool:
     if not words:
         return False
     head = words[-1]
-    if head == "KEY":
-        return len(words) == 1 or words[-2] in _KEY_KINDS
+    if head in _NOT_SECRET_KINDS and len(words) > 1 and words[-2] in _NOT_SECRET_KINDS[head]:
+        return False
     return head in _SECRET_HEADS or (len(head) > 5 and head.endswith(_HEAD_ENDINGS))
 
 
@@ -223,11 +235,34 @@ def secret_arguments(argv: Sequence[str], declared: Iterable[str] = (), _depth: 
                 found.append(assignment[2])
         elif looks_secret(arg):
             found.append(arg)
+        if arg.lstrip().startswith("{"):  # --config '{"password": "..."}'
+            found.extend(_secrets_in_json(arg, declared))
         if match and match[2] and not _names_secret_argument(match[1], declared) and _ASSIGNMENT.match(match[2]):
             found.extend(secret_arguments([match[2]], declared))  # --env=HF_TOKEN=X, --set=db.password=X
         if _depth == 0 and any(space in arg for space in " \t\n"):  # `bash -c '... --token=X'`, "--opts PASS=X"
             found.extend(secret_arguments(arg.split(), declared, _depth=1))
     return list(dict.fromkeys(found))
+
+
+def _secrets_in_json(text: str, declared: Iterable[str]) -> list[str]:
+    """The string values of secret names in a JSON object given as one argument (nested too)."""
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        return []
+    found: list[str] = []
+    stack = [data]
+    while stack and len(found) < 1000:
+        item = stack.pop()
+        if isinstance(item, dict):
+            for key, value in item.items():
+                if isinstance(value, str) and _names_secret_argument(str(key), declared) and could_be_secret(value):
+                    found.append(value)
+                elif isinstance(value, (dict, list)):
+                    stack.append(value)
+        elif isinstance(item, list):
+            stack.extend(v for v in item if isinstance(v, (dict, list)))
+    return found
 
 
 def _names_secret_argument(name: str, declared: Iterable[str]) -> bool:

@@ -236,9 +236,10 @@ def _check_info(hosts: list[_Host], plan: LaunchPlan, need_worker: bool, report:
                 else "give its full path, install it there, or set PATH in the spec's env"
             )
             if "#!" in why:  # it is there, and exec would refuse it
-                fix = f"or run it with its interpreter: -- sh {program} ..."
+                first = "add one" if "no #! line" in why else "fix it"
+                fix = f"{first}, or run it with its interpreter (-- sh {program} ...)"
             if program.endswith(".py"):
-                fix = f"a Python script is run by a python: -- {host.python} {program} ...; or {fix}"
+                fix = f"a Python script is run by a python: -- {host.python} {program} ..."
             report.problems.append(f"{host.address}: the tasks' command {program!r} cannot run there ({why}); {fix}")
         if info.get("startup_env_fails"):
             names = ", ".join(sorted(_startup_env(host)))

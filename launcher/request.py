@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from launcher.errors import UsageError
 from launcher.masking import Redactor, redact, secret_arguments, set_secrets, without_password
+from launcher.python_script import split_python_command
 from launcher.spec_limits import MAX_HOSTS, MAX_WORKERS_PER_HOST
 
 if TYPE_CHECKING:  # pydantic: imported by the paths that validate
@@ -270,11 +271,13 @@ def _refuse_visible_secrets(spec: ClusterSpec, source: str) -> None:
 
     problems: list[SpecProblem] = []
     argv = getattr(spec.training, "argv", None) or []
-    if argv and not (os.path.basename(argv[0]).startswith("python") and argv[1:2] != ["-c"]):
+    python = bool(argv) and os.path.basename(argv[0]).startswith("python")
+    code = python and split_python_command(argv)[1][:1] == ["-c"]  # `python3 -u -c CODE` too
+    if argv and (not python or code):
         why = (
             "holds a secret, and a `python -c` command's arguments cannot be kept off the process list (a script's "
             "can: python script.py --token=...)"
-            if argv[1:2] == ["-c"] and os.path.basename(argv[0]).startswith("python")
+            if code
             else "holds a secret, and only a python command's arguments can be kept off the process list"
         )
         problems += [

@@ -418,10 +418,22 @@ def _unexecutable(path: str) -> str | None:
         return None
     if not head.startswith(b"#!"):
         return "it has no #! line, so the kernel cannot run it (Exec format error): begin it with #!/bin/sh"
-    words = head[2:].split(b"\n", 1)[0].split()
-    interpreter = os.fsdecode(words[0]) if words else ""
+    words = [os.fsdecode(word) for word in head[2:].split(b"\n", 1)[0].split()]
+    interpreter = words[0] if words else ""
     if not (os.path.isabs(interpreter) and os.path.isfile(interpreter) and os.access(interpreter, os.X_OK)):
         return f"its #! line names {interpreter or 'nothing'!r}, which is not an executable file there"
+    named = [word for word in words[1:] if not word.startswith("-")][:1]  # `#!/usr/bin/env python3`
+    if os.path.basename(interpreter) == "env" and named and "=" not in named[0]:
+        if _on_path(named[0]) is None:
+            return f"its #! line runs {named[0]!r} through env, and there is no {named[0]} on PATH there"
+    return None
+
+
+def _on_path(program: str) -> str | None:
+    for folder in os.environ.get("PATH", os.defpath).split(os.pathsep):
+        path = os.path.join(folder or ".", program)
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
     return None
 
 

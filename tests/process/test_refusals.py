@@ -281,6 +281,7 @@ def test_a_misspelt_function_in_a_module_that_is_there_is_refused_with_the_names
         (["python3", "-m"], "-m is given nothing after it: python would refuse it"),
         (["python3", "-m", "pkg"], "runs python -m pkg, and 'pkg' is a package without a __main__.py"),
         (["./plain.sh"], "'./plain.sh' cannot run there (it has no #! line, so the kernel cannot run it"),
+        (["./env.sh"], "its #! line runs 'no-such-interpreter' through env, and there is no no-such-interpreter"),
     ],
 )
 def test_a_command_that_could_only_fail_or_do_nothing_is_refused_before_anything_starts(
@@ -291,6 +292,8 @@ def test_a_command_that_could_only_fail_or_do_nothing_is_refused_before_anything
     (work / "pkg" / "__init__.py").write_text("")
     (work / "plain.sh").write_text("echo trained\n")
     (work / "plain.sh").chmod(0o755)
+    (work / "env.sh").write_text("#!/usr/bin/env no-such-interpreter\necho trained\n")
+    (work / "env.sh").chmod(0o755)
     spec = write_spec(work, good(work))
     before = snapshot(work)
     proc = run_launch(["--cluster", str(spec), "--", *command], work, timeout=90)

@@ -103,9 +103,10 @@ def test_a_secret_in_a_non_python_command_is_refused(tmp_path: Path) -> None:
     assert proc.returncode == 2 and "$.training.argv[2]: holds a secret" in proc.stderr
     assert "only a python command's arguments can be kept off" in proc.stderr and "python -c" not in proc.stderr
     assert ARG_SECRET not in proc.stderr
-    code = run_launch(["--local", "1", "--", "python3", "-c", "print(1)", f"--token={ARG_SECRET}"], tmp_path)
-    assert code.returncode == 2 and "a `python -c` command's arguments cannot be kept off" in code.stderr
-    assert ARG_SECRET not in code.stderr
+    for python in (["python3"], ["python3", "-u"]):  # its own options first too
+        code = run_launch(["--local", "1", "--", *python, "-c", "print(1)", f"--token={ARG_SECRET}"], tmp_path)
+        assert code.returncode == 2 and "a `python -c` command's arguments cannot be kept off" in code.stderr
+        assert ARG_SECRET not in code.stderr
 
 
 def test_a_secret_too_short_to_mask_is_named_when_the_spec_is_read(tmp_path: Path) -> None:

@@ -228,3 +228,18 @@ def test_words_after_basic_or_bearer_in_a_sentence_are_not_credentials() -> None
     assert redact(prose) == prose
     assert redact("Authorization: Basic abc:def") == f"Authorization: Basic {MASK}"
     assert redact('{"authorization": "Bearer opaquetoken"}') == '{"authorization": "Bearer ' + MASK + '"}'
+
+
+def test_a_key_flag_is_a_secret_unless_it_names_another_kind_of_key_or_token() -> None:
+    argv = ["t.py", "--wandb-key", "wk_abc123", "--openai-key=sk9x", "--key", "abcd1234"]
+    argv += ["--config", '{"db": {"password": "hunter2xyz"}, "lr": 1}']
+    assert secret_arguments(argv) == ["wk_abc123", "sk9x", "abcd1234", "hunter2xyz"]
+    settings = ["t.py", "--pad_token", "</s>", "--eos-token", "</s>", "--auth", "basic", "--monitor-key", "val_loss"]
+    assert secret_arguments([*settings, "--auth-type", "bearer", "sort_key=loss"]) == []
+
+
+def test_keras_names_after_basic_are_no_credentials() -> None:
+    from launcher.masking import redact
+
+    prose = "using basic Conv2DTranspose layers and a basic EfficientNetB0 model"
+    assert redact(prose) == prose
