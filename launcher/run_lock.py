@@ -52,6 +52,13 @@ def _launch_wrote(name: str) -> bool:
     )
 
 
+def _only_a_launch_writes(name: str) -> bool:
+    """A name no project of the user's would have by chance: a launch's summary, status or attempt."""
+    return name in ("summary.json", "status.json", "preflight.json", "stop-request.json", "submit.sbatch") or (
+        RunLayout.attempt_of(name) is not None or (name.startswith("slurm-") and name.endswith(".out"))
+    )
+
+
 def refuse_if_not_a_run(run_dir: str) -> None:
     """Refuse a run directory that exists and holds files a launch does not write (a directory of the
     user's own named by --name or --run-root), unless a launch has locked it before: a launch would
@@ -62,9 +69,12 @@ def refuse_if_not_a_run(run_dir: str) -> None:
             names = sorted(entry.name for entry in entries)
     except OSError:  # missing, or not a directory: check_run_dir and the launch say so
         return
-    foreign = [name for name in names if not _launch_wrote(name)]
-    if not foreign or any(name in names for name in _MADE_BY_A_LAUNCH):
+    if not names or any(name in names for name in _MADE_BY_A_LAUNCH):
         return
+    foreign = [name for name in names if not _launch_wrote(name)]
+    if not foreign and any(_only_a_launch_writes(name) for name in names):
+        return  # an older launch's (before its lock), or one copied back whole
+    foreign = foreign or names  # `model/`, `checkpoints/` and `metrics.jsonl` alone are anybody's names
     shown = ", ".join(printable(n) for n in foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
     raise UsageError(
         f"{printable(run_dir)} exists and holds files no launch wrote ({shown}): a launch writes its spec.json, "

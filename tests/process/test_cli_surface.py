@@ -238,6 +238,7 @@ def test_a_rerun_says_it_resumes_and_fresh_starts_over(work: Path) -> None:
     )
     run_dir = work / "runs" / "f"
     (run_dir / "checkpoints").mkdir(parents=True)
+    (run_dir / "launch.lock").write_text("")  # an earlier launch's, as every launch leaves it
     (run_dir / "checkpoints" / "ckpt-1.index").write_text("old")
     (run_dir / "checkpoints" / "checkpoint").write_text(
         'model_checkpoint_path: "ckpt-1"\n'

@@ -272,3 +272,11 @@ def test_a_directory_of_the_users_named_as_the_run_directory_is_neither_written_
     ]
     (run_dir / "launch.lock").write_text("")  # a launch's run directory: used as before
     refuse_if_not_a_run(str(run_dir))
+    mine = tmp_path / "mine"  # names a launch writes too, and nothing only a launch writes: the user's
+    (mine / "model").mkdir(parents=True)
+    (mine / "checkpoints").mkdir()
+    (mine / "metrics.jsonl").write_text("")
+    with pytest.raises(UsageError, match="holds files no launch wrote"):
+        refuse_if_not_a_run(str(mine))
+    (mine / "summary.json").write_text("{}")  # an older launch's, before its lock
+    refuse_if_not_a_run(str(mine))
