@@ -151,8 +151,11 @@ def _would(spec: ClusterSpec) -> str | None:
     """What a launch of `spec` would do with the run's earlier checkpoints, as `--check` says it; or why
     it would be refused before it starts (another training's checkpoints, a run still going)."""
     from launcher.resume import resume_notice
+    from launcher.run import run_dir_of
+    from launcher.run_lock import refuse_if_not_a_run
 
     try:
+        refuse_if_not_a_run(str(run_dir_of(spec)))
         resuming = resume_notice(spec)
     except UsageError as error:
         return f"the launch would be refused: {error}"

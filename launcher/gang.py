@@ -118,13 +118,15 @@ class TaskResult:
     error: dict[str, Any] | None = None
     result: dict[str, Any] | None = None
     oom_kills: int | None = None  # killed by SIGKILL: the host's OOM kills while it ran (0: not out of memory)
+    injected: str | None = None  # its end was the `launch --inject` fault it was given (`kill at step 10`)
 
     @property
     def describe_exit(self) -> str:
         if self.exit_code is None and self.signal is None and self.lost is None:
             return "did not exit"
         oom_kills = None if self.killed_by_launcher else self.oom_kills
-        text = ExitStatus(self.exit_code, self.signal, lost=self.lost, oom_kills=oom_kills).describe()
+        ended = ExitStatus(self.exit_code, self.signal, lost=self.lost, oom_kills=oom_kills, injected=self.injected)
+        text = ended.describe()
         # "killed by SIGKILL" alone reads as the kernel's out-of-memory killer: say whose signal it was
         return f"{text} (stopped by the launcher)" if self.killed_by_launcher and self.lost is None else text
 

@@ -532,6 +532,7 @@ class Supervisor:
                     error=_read_json(launch.error_path),
                     result=_read_json(launch.result_path),
                     oom_kills=task.exit.oom_kills if task.exit else None,
+                    injected=task.exit.injected if task.exit else None,
                 )
             )
         attempt = AttemptResult(
