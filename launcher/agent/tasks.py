@@ -156,6 +156,9 @@ class Standby:
     """A spare interpreter for one task of the next attempt (module docstring). Used once, or closed."""
 
     forked = False  # one that imports; a ForkedSpare was forked by its task
+    error: str | None
+    proc: Any  # a Popen, or an Adopted for a forked spare once it said its pid
+    env: dict[str, str]
 
     def __init__(
         self,
@@ -166,21 +169,7 @@ class Standby:
         send: Send,
         keeper: Keeper | None = None,
     ) -> None:
-        self.ident = ident
-        self._keeper = keeper
-        self.python = str(order["python"])
-        self.error: str | None = None
-        self.ready = False
-        self.took = threading.Event()
-        self._send = send
-        self._told = False
-        self._lock = threading.Lock()
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.out_fd, out_w = os.pipe()
-        self.ev_fd, ev_w = os.pipe()
-        orders_r, self._orders = os.pipe()
-        ready_r, ready_w = os.pipe()
-        self.env = {**env, EVENT_FD_VAR: str(ev_w)}  # the spare keeps the event pipe at this number
+        out_w, ev_w, orders_r, ready_r, ready_w = self._pipes(ident, str(order["python"]), env, send, keeper)
         try:
             self.proc = start_task(
                 [self.python, "-c", order["bootstrap"], str(orders_r), str(ready_w)],
@@ -199,6 +188,29 @@ class Standby:
             if not self._write(first):
                 self.error = "the spare exited at once"
         threading.Thread(target=self._listen, args=(ready_r,), daemon=True, name=f"spare-{ident}").start()
+
+    def _pipes(
+        self, ident: int, python: str, env: dict[str, str], send: Send, keeper: Keeper | None
+    ) -> tuple[int, int, int, int, int]:
+        """The state every spare starts with, and its pipes: sets the ends the agent keeps (output,
+        events, orders) and returns (output's write end, events' write end, orders' read end, ready's
+        read end, ready's write end). The spare keeps the event pipe at its write end's number."""
+        self.ident = ident
+        self._keeper = keeper
+        self.python = python
+        self.error = None
+        self.ready = False
+        self.took = threading.Event()
+        self._send = send
+        self._told = False
+        self._lock = threading.Lock()
+        self.proc = None
+        self.out_fd, out_w = os.pipe()
+        self.ev_fd, ev_w = os.pipe()
+        orders_r, self._orders = os.pipe()
+        ready_r, ready_w = os.pipe()
+        self.env = {**env, EVENT_FD_VAR: str(ev_w)}
+        return out_w, ev_w, orders_r, ready_r, ready_w
 
     def _write(self, text: str) -> bool:
         try:
@@ -284,21 +296,10 @@ class ForkedSpare(Standby):
     _READY = {"ready": True, "import_s": 0.0, "failed": [], "forked": True}
 
     def __init__(self, python: str, env: dict[str, str], keeper: Keeper | None) -> None:
-        self.ident = 0  # until a standby adopts it
-        self._keeper = keeper
-        self.python = python
-        self.error: str | None = None
-        self.ready = False
-        self.took = threading.Event()
-        self._send = _unsent  # until a standby adopts it: nothing is said
-        self._told = False
-        self._lock = threading.Lock()
-        self.proc: Any = None  # an Adopted, once the spare said its pid
-        self.out_fd, self._out_w = os.pipe()
-        self.ev_fd, self._ev_w = os.pipe()
-        self._orders_r, self._orders = os.pipe()
-        self._ready_r, self._ready_w = os.pipe()
-        self.env = {**env, EVENT_FD_VAR: str(self._ev_w)}  # the numbers the task (and so the spare) has them at
+        # ident 0 and nothing said until a standby adopts it; the task (and so the spare) takes the ends
+        self._out_w, self._ev_w, self._orders_r, self._ready_r, self._ready_w = self._pipes(
+            0, python, env, _unsent, keeper
+        )
         self._said_ready = threading.Event()
         self._closed = False  # closed (not taken): a spare that says ready after that is killed
 
