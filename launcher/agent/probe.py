@@ -26,6 +26,7 @@ from typing import Any
 
 from launcher.agent.module_names import top_level_names
 from launcher.agent.safe_paths import unsafe_ancestry
+from launcher.agent.spawn import exec_path, exec_refusal, read_head, shebang
 
 _listeners: list[socket.socket] = []
 _wakes: list[int] = []  # write ends of the pipes that end each `bind`'s accepting thread
@@ -394,46 +395,22 @@ def _locate(name: str, first: list[str]) -> tuple[bool, str | None]:
 def not_runnable(program: str, path: str, cwd: str) -> str | None:
     """Why a task could not exec `program` from `cwd` with `path` as its PATH, as execvp looks it
     up (a name with a slash is a path, else each PATH entry in turn); None when it can."""
-    if "/" in program:
-        candidate = os.path.join(cwd, program)
-        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
-            return _unexecutable(candidate)
-        return "not an executable file" if os.path.exists(candidate) else "no such file"
-    for entry in path.split(os.pathsep):
-        candidate = os.path.join(cwd, entry or ".", program)
-        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
-            return _unexecutable(candidate)
-    return f"not on PATH={path}"
-
-
-def _unexecutable(path: str) -> str | None:
-    """Why the kernel would refuse to exec the executable file `path` (Exec format error: no ELF
-    header and no `#!` line, or a `#!` naming no executable file); None when it would run it."""
-    try:
-        with open(path, "rb") as file:
-            head = file.read(256)
-    except OSError:  # executable but unreadable: exec may still run a binary
+    found = exec_path(program, path, cwd)
+    if found is None:
+        if "/" not in program:
+            return f"not on PATH={path}"
+        return "not an executable file" if os.path.exists(os.path.join(cwd, program)) else "no such file"
+    head = read_head(found)
+    if head is None:  # executable but unreadable: exec may still run a binary
         return None
-    if head.startswith(b"\x7fELF"):
-        return None
-    if not head.startswith(b"#!"):
-        return "it has no #! line, so the kernel cannot run it (Exec format error): begin it with #!/bin/sh"
-    words = [os.fsdecode(word) for word in head[2:].split(b"\n", 1)[0].split()]
-    interpreter = words[0] if words else ""
-    if not (os.path.isabs(interpreter) and os.path.isfile(interpreter) and os.access(interpreter, os.X_OK)):
-        return f"its #! line names {interpreter or 'nothing'!r}, which is not an executable file there"
-    named = [word for word in words[1:] if not word.startswith("-")][:1]  # `#!/usr/bin/env python3`
+    refused = exec_refusal(head)
+    if refused is not None:
+        return refused
+    interpreter, *rest = shebang(head) or [""]
+    named = [word for word in rest if not word.startswith("-")][:1]  # `#!/usr/bin/env python3`
     if os.path.basename(interpreter) == "env" and named and "=" not in named[0]:
-        if _on_path(named[0]) is None:
+        if exec_path(named[0], path, cwd) is None:
             return f"its #! line runs {named[0]!r} through env, and there is no {named[0]} on PATH there"
-    return None
-
-
-def _on_path(program: str) -> str | None:
-    for folder in os.environ.get("PATH", os.defpath).split(os.pathsep):
-        path = os.path.join(folder or ".", program)
-        if os.path.isfile(path) and os.access(path, os.X_OK):
-            return path
     return None
 
 

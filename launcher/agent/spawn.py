@@ -108,30 +108,55 @@ def _working_setpriv() -> str | None:
     return None
 
 
-def _found(program: str, env: dict[str, str], cwd: str | None) -> str | None:
-    """Where exec finds `program` as execvp does (PATH of the task's environment, relative to its
-    working directory), or None."""
+def exec_path(program: str, path: str, cwd: str | None) -> str | None:
+    """Where exec finds `program` as execvp does (each folder of `path`, a PATH, relative to the
+    working directory `cwd`; a name with a slash as it is), or None."""
     here = cwd or os.getcwd()
     if "/" in program:
         candidates = [os.path.join(here, program)]
     else:
-        candidates = [os.path.join(here, folder, program) for folder in env.get("PATH", os.defpath).split(os.pathsep)]
-    return next((path for path in candidates if os.path.isfile(path) and os.access(path, os.X_OK)), None)
+        candidates = [os.path.join(here, folder, program) for folder in path.split(os.pathsep)]
+    return next((found for found in candidates if os.path.isfile(found) and os.access(found, os.X_OK)), None)
+
+
+def _found(program: str, env: dict[str, str], cwd: str | None) -> str | None:
+    """Where exec finds `program` with the task's environment's PATH, or None."""
+    return exec_path(program, env.get("PATH", os.defpath), cwd)
+
+
+def read_head(path: str) -> bytes | None:
+    """The first bytes of a file, where exec reads what it is (None: it cannot be read)."""
+    try:
+        with open(path, "rb") as file:
+            return file.read(256)
+    except OSError:
+        return None
+
+
+def shebang(head: bytes) -> list[str]:
+    """The words of a `#!` line (the interpreter first), or none."""
+    return [os.fsdecode(word) for word in head[2:].split(b"\n", 1)[0].split()] if head.startswith(b"#!") else []
+
+
+def exec_refusal(head: bytes) -> str | None:
+    """Why the kernel would refuse to run a file beginning with `head` (Exec format error: no ELF
+    header and no `#!` line, or a `#!` naming no executable file); None when it runs it itself."""
+    if head.startswith(b"\x7fELF"):
+        return None
+    if not head.startswith(b"#!"):
+        return "it has no #! line, so the kernel cannot run it (Exec format error): begin it with #!/bin/sh"
+    words = shebang(head)
+    interpreter = words[0] if words else ""
+    if not (os.path.isabs(interpreter) and os.path.isfile(interpreter) and os.access(interpreter, os.X_OK)):
+        return f"its #! line names {interpreter or 'nothing'!r}, which is not an executable file there"
+    return None
 
 
 def _runs_as_is(path: str) -> bool:
     """An ELF binary, or a script whose `#!` names an executable file: what the kernel runs itself.
     setpriv's execvp would hand anything else (a script without `#!`, an empty file) to /bin/sh."""
-    try:
-        with open(path, "rb") as file:
-            head = file.read(256)
-    except OSError:
-        return False
-    if head.startswith(b"\x7fELF"):
-        return True
-    words = head[2:].split(b"\n", 1)[0].split() if head.startswith(b"#!") else []
-    interpreter = os.fsdecode(words[0]) if words else ""
-    return os.path.isabs(interpreter) and os.path.isfile(interpreter) and os.access(interpreter, os.X_OK)
+    head = read_head(path)
+    return head is not None and exec_refusal(head) is None
 
 
 def _startable(program: str, env: dict[str, str], cwd: str | None) -> bool:
