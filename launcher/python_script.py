@@ -26,29 +26,14 @@ def program_of(argv: list[str]) -> list[str]:
     whole: which of its words name its program is not ours to guess (`env`, `mpirun`, `sh -x`)."""
     if not argv or not is_python(argv[0]):
         return list(argv)
-    rest = argv[1:]
-    index = 0
-    while index < len(rest):
-        arg = rest[index]
-        index += 1
-        if arg == "--":  # what follows is the script
-            return [os.path.normpath(rest[index])] if index < len(rest) else ["python"]
-        if arg == "-" or not arg.startswith("-"):  # the script (or standard input)
-            return [arg if arg == "-" else os.path.normpath(arg)]
-        if arg.startswith("--"):  # --check-hash-based-pycs MODE: python's one long option with a value
-            index += arg == "--check-hash-based-pycs"
-            continue
-        for position, flag in enumerate(arg[1:], start=2):  # combined flags: `-um x` is `-u -m x`
-            attached = arg[position:]
-            if flag in "mc" or flag in _PYTHON_FLAGS_WITH_VALUE:
-                value = attached or (rest[index] if index < len(rest) else "")
-                index += not attached
-                if flag == "c":
-                    return ["-c", value]
-                if flag == "m":
-                    return ["-m", value, *_leading_words(rest[index:])]
-                break  # -W ignore, -Xdev: a value of python's own
-    return ["python"]
+    program = split_python_command(argv)[1]
+    if not program:
+        return ["python"]
+    if program[0] == "-c":
+        return ["-c", program[1] if len(program) > 1 else ""]
+    if program[0] == "-m":
+        return ["-m", program[1] if len(program) > 1 else "", *_leading_words(program[2:])]
+    return [program[0] if program[0] == "-" else os.path.normpath(program[0])]
 
 
 def _leading_words(words: list[str]) -> list[str]:

@@ -240,11 +240,9 @@ def _secrets_too_short(spec: ClusterSpec) -> list[str]:
         }
     )
     argv = getattr(spec.training, "argv", None) or []
+    too_short = [value for value in secret_arguments(argv[1:], spec.secrets) if len(value) < MIN_MASKED]
     short += [
-        f"training.argv[{index}]"
-        for index, arg in enumerate(argv)
-        if index
-        and any(arg.endswith(value) for value in secret_arguments(argv[1:], spec.secrets) if len(value) < MIN_MASKED)
+        f"training.argv[{index}]" for index, arg in enumerate(argv) if index and any(map(arg.endswith, too_short))
     ]
     if not short:
         return []

@@ -299,11 +299,12 @@ def test_the_ports_of_one_bind_are_served_by_one_thread_until_release() -> None:
     import socket
     import threading
 
-    free = []
-    for _ in range(20):
-        with socket.socket() as sock:
-            sock.bind(("", 0))
-            free.append(sock.getsockname()[1])
+    held = [socket.socket() for _ in range(20)]
+    for sock in held:  # all held while chosen: a port let go may be handed out again at once
+        sock.bind(("", 0))
+    free = [sock.getsockname()[1] for sock in held]
+    for sock in held:
+        sock.close()
     before = set(threading.enumerate())
     answer = probe.handle({"op": "bind", "ports": free})
     try:
