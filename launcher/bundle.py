@@ -27,6 +27,7 @@ from launcher.errors import UsageError
 from launcher.log_reading import read_end
 from launcher.masking import Redactor, redact, redacted
 from launcher.request import redactor_of
+from launcher.run_lock import is_run_dir
 from launcher.run_status import not_a_run_dir
 from worker.contract import RunLayout
 from worker.files import new_temporary, write_atomic
@@ -43,7 +44,6 @@ _SLURM = ("submit.sbatch", "slurm-*.out")
 _SPEC_COPIES = ("spec.json", "submitted-spec.json")  # specs written by launch: masked again on the way in
 MAX_PACKED_BYTES = 8 * 2**20  # per file: a bundle is for reading, and the end of a log holds the failure
 _SMALL_FILE = 16 * 2**20  # a spec or preflight.json the launcher wrote is far smaller
-_RUN_MARKERS = ("summary.json", "status.json", "submit.sbatch")
 
 
 class BundleError(UsageError):
@@ -85,15 +85,6 @@ def write_launch_record(spec: ClusterSpec, report: PreflightReport, run_dir: str
     _write_json(layout.spec_file, recorded_spec(spec))
     found = {"time": time.time(), "passed": report.ok, "lines": report.lines, "problems": report.problems}
     _write_json(layout.preflight_file, {**found, "hosts": report.hosts})
-
-
-def is_run_dir(path: str) -> bool:
-    """Whether `path` holds what a launch leaves: a summary, a status file, a Slurm script or an attempt."""
-    try:
-        names = os.listdir(path)
-    except OSError:
-        return False
-    return any(n in _RUN_MARKERS for n in names) or any(RunLayout.attempt_of(n) is not None for n in names)
 
 
 def _versions(run_dir: str) -> dict[str, Any]:

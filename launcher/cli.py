@@ -166,6 +166,7 @@ def _run_dir_named(value: str, run_root: str | None = None) -> str:
     """RUN_DIR as given, or, for a bare name, that run under `run_root` (`launch status example
     --run-root /data/runs`); without one, under the default run_root (`launch status example` for
     runs/example) when it is a run there and `value` is no run directory here."""
+    from launcher.run_lock import is_run_dir
     from worker.contract import DEFAULT_RUN_ROOT
 
     if os.sep in value:
@@ -173,14 +174,9 @@ def _run_dir_named(value: str, run_root: str | None = None) -> str:
     if run_root is not None:
         return os.path.join(os.path.expanduser(run_root), value)
     default = os.path.join(DEFAULT_RUN_ROOT, value)
-    if _is_run_dir(value) or not _is_run_dir(default):
+    if is_run_dir(value) or not is_run_dir(default):
         return value
     return default
-
-
-def _is_run_dir(path: str) -> bool:
-    """Whether `path` holds what a launch leaves in its run directory."""
-    return any(os.path.exists(os.path.join(path, name)) for name in ("summary.json", "status.json", "attempt-0"))
 
 
 def _subcommand(name: str, own: list[str], command: list[str]) -> int:

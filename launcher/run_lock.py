@@ -13,13 +13,22 @@ import errno
 import fcntl
 import os
 import stat
+from fnmatch import fnmatch
 
 from launcher.agent.safe_paths import unsafe_ancestry
 from launcher.errors import RunDirError, UsageError
 from launcher.masking import printable
 from worker.contract import RunLayout
 
-__all__ = ["RunLock", "check_run_dir", "holder_of", "lock_run", "refuse_if_not_a_run", "refuse_if_running"]
+__all__ = [
+    "RunLock",
+    "check_run_dir",
+    "holder_of",
+    "is_run_dir",
+    "lock_run",
+    "refuse_if_not_a_run",
+    "refuse_if_running",
+]
 
 
 def refuse_unsafe_ancestry(run_dir: str) -> None:
@@ -34,29 +43,39 @@ def refuse_unsafe_ancestry(run_dir: str) -> None:
         )
 
 
-_MADE_BY_A_LAUNCH = ("launch.lock", "submitted-spec.json")  # every launch's lock; a Slurm submission's spec
-# What a launch (of this version or an older one) leaves in its run directory, besides attempt-N/,
-# slurm-JOBID.out and its temporary files.
-_RUN_LAYOUT = frozenset(
-    "launch.lock spec.json summary.json status.json stop-request.json metrics.jsonl eval.jsonl preflight.json "
-    "checkpoints model tensorboard submitted-spec.json submit.sbatch".split()
+_LAYOUT = RunLayout("")  # its paths are then the bare names a launch gives its files
+_MADE_BY_A_LAUNCH = (_LAYOUT.lock_file, "submitted-spec.json")  # every launch's lock; a Slurm submission's spec
+# Only a launch (of this version or an older one) writes these: no project of the user's has them by chance.
+_ONLY_A_LAUNCH = frozenset(
+    (_LAYOUT.summary_file, _LAYOUT.status_file, _LAYOUT.preflight_file, _LAYOUT.stop_request_file, "submit.sbatch")
 )
-
-
-def _launch_wrote(name: str) -> bool:
-    return (
-        name in _RUN_LAYOUT
-        or RunLayout.attempt_of(name) is not None
-        or (name.startswith("slurm-") and name.endswith(".out"))
-        or (name.startswith(".") and name.endswith(".tmp"))
-    )
+# Everything a launch leaves in its run directory, besides attempt-N/, slurm-JOBID.out and its temporary files.
+_RUN_LAYOUT = _ONLY_A_LAUNCH | {
+    *_MADE_BY_A_LAUNCH,
+    _LAYOUT.spec_file,
+    _LAYOUT.metrics_file,
+    _LAYOUT.eval_file,
+    _LAYOUT.default_checkpoint_dir,
+    _LAYOUT.export_dir,
+    _LAYOUT.tensorboard_dir,
+}
 
 
 def _only_a_launch_writes(name: str) -> bool:
-    """A name no project of the user's would have by chance: a launch's summary, status or attempt."""
-    return name in ("summary.json", "status.json", "preflight.json", "stop-request.json", "submit.sbatch") or (
-        RunLayout.attempt_of(name) is not None or (name.startswith("slurm-") and name.endswith(".out"))
-    )
+    """A launch's summary, status, preflight findings or stop request, an attempt, a Slurm script or its output."""
+    return name in _ONLY_A_LAUNCH or RunLayout.attempt_of(name) is not None or fnmatch(name, "slurm-*.out")
+
+
+def _launch_wrote(name: str) -> bool:
+    return name in _RUN_LAYOUT or _only_a_launch_writes(name) or (name.startswith(".") and name.endswith(".tmp"))
+
+
+def is_run_dir(path: str) -> bool:
+    """Whether `path` holds what only a launch leaves (a summary, a status file, a Slurm script, an attempt)."""
+    try:
+        return any(_only_a_launch_writes(name) for name in os.listdir(path))
+    except OSError:
+        return False
 
 
 def refuse_if_not_a_run(run_dir: str) -> None:
@@ -72,7 +91,7 @@ def refuse_if_not_a_run(run_dir: str) -> None:
     if not names or any(name in names for name in _MADE_BY_A_LAUNCH):
         return
     foreign = [name for name in names if not _launch_wrote(name)]
-    if not foreign and any(_only_a_launch_writes(name) for name in names):
+    if not foreign and any(map(_only_a_launch_writes, names)):
         return  # an older launch's (before its lock), or one copied back whole
     foreign = foreign or names  # `model/`, `checkpoints/` and `metrics.jsonl` alone are anybody's names
     shown = ", ".join(printable(n) for n in foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
