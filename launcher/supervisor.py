@@ -37,6 +37,7 @@ from launcher.transport.base import (
     UnreachedTask,
     WorkerReport,
 )
+from tflaunch.faults import FaultInjector
 from worker.contract import (
     CONTINUED,
     FAULT_VAR,
@@ -608,17 +609,12 @@ class Supervisor:
             self._records.close()
 
 
-_FAULT_ENDS = {"kill": signal.SIGKILL, "term": signal.SIGTERM}
-
-
 def _as_injected(launch: TaskLaunch, exit: ExitStatus) -> ExitStatus:
     """`exit`, said to be the `launch --inject` fault the task was given when it ended as that fault ends it."""
-    try:
-        kind, step, code = launch.env.get(FAULT_VAR, "").split(":")
-    except ValueError:  # no fault for this task
+    fault = FaultInjector(launch.env.get(FAULT_VAR, ""))  # "": none (never this process's own environment)
+    if fault.kind is None or exit.lost is not None or not fault.ends(exit.code, exit.signal):
         return exit
-    fired = exit.signal == _FAULT_ENDS[kind] if kind in _FAULT_ENDS else kind == "exit" and str(exit.code) == code
-    return replace(exit, injected=f"{kind} at step {step}") if fired and exit.lost is None else exit
+    return replace(exit, injected=f"{fault.kind} at step {fault.step}")
 
 
 def _names(tasks: list[_Task]) -> str:

@@ -30,6 +30,12 @@ class FaultInjector:
         except ValueError:  # not set, or not the launcher's: rehearsal only, never a crash
             pass
 
+    def ends(self, code: int | None, signum: int | None) -> bool:
+        """Whether a task that ended with exit code `code` or signal `signum` ended as this fault ends it."""
+        if self.kind == "exit":
+            return code == self.code
+        return self.kind is not None and signum == _SIGNALS[self.kind]
+
     def at_step(self, step: int) -> None:
         if self.kind is None or step < self.step:
             return
