@@ -28,8 +28,7 @@ def load_target(target: str) -> Callable[..., Any]:
     _user_modules_importable()
     module_name, _, attr = target.partition(":")
     try:
-        module = importlib.import_module(module_name)
-        function = getattr(module, attr)
+        function = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as error:
         raise WorkerUsageError(f"cannot load {target!r}: {error}{_shadowed(module_name)}") from error
     if not callable(function):
