@@ -135,7 +135,10 @@ def read_head(path: str) -> bytes | None:
 
 def shebang(head: bytes) -> list[str]:
     """The words of a `#!` line (the interpreter first), or none."""
-    return [os.fsdecode(word) for word in head[2:].split(b"\n", 1)[0].split()] if head.startswith(b"#!") else []
+    if not head.startswith(b"#!"):
+        return []
+    line = head[2:].split(b"\n", 1)[0]  # split as the kernel does: on spaces and tabs (a \r stays in a name)
+    return [os.fsdecode(word) for word in line.replace(b"\t", b" ").split(b" ") if word]
 
 
 def exec_refusal(head: bytes) -> str | None:

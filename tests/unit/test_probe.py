@@ -322,3 +322,12 @@ def test_the_ports_of_one_bind_are_served_by_one_thread_until_release() -> None:
         with socket.socket() as sock:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind(("", port))  # released
+
+
+def test_a_shebang_written_with_windows_line_endings_is_refused_as_the_kernel_refuses_it(tmp_path: Path) -> None:
+    script = tmp_path / "w.sh"
+    script.write_bytes(b"#!/bin/sh\r\necho hi\r\n")
+    script.chmod(0o755)
+    assert "its #! line names '/bin/sh\\r'" in (probe.not_runnable("./w.sh", "/usr/bin:/bin", str(tmp_path)) or "")
+    script.write_bytes(b"#!/bin/sh\necho hi\n")
+    assert probe.not_runnable("./w.sh", "/usr/bin:/bin", str(tmp_path)) is None
