@@ -141,7 +141,7 @@ _known_name_secret = functools.lru_cache(maxsize=1024)(_secret_by_its_words)
 # whose values would otherwise be masked in every line the run prints.
 _SECRET_HEADS = frozenset(
     "SECRET TOKEN PASSWORD PASSWD PASS PWD PW PASSPHRASE CREDENTIAL CREDENTIALS CREDS APIKEY ACCESSKEY "
-    "SECRETKEY PRIVATEKEY JWT PAT COOKIE SESSIONID DSN CONNECTIONSTRING WEBHOOK KEY".split()
+    "SECRETKEY PRIVATEKEY JWT PAT COOKIE SESSIONID DSN CONNECTIONSTRING WEBHOOK KEY BEARER".split()
 )
 # ...unless what comes before says it names something else: a sort or dictionary key, a tokenizer's token.
 _NOT_SECRET_KINDS = {
@@ -180,7 +180,39 @@ def could_be_secret(value: str) -> bool:
 
 def looks_secret(value: str) -> bool:
     """Whether a value is a secret by its form, whatever it is called."""
+    return _looks_secret_whole(value) or bool(_query_secrets(value))
+
+
+def _looks_secret_whole(value: str) -> bool:
     return bool(_VALUE_PATTERNS.search(value) or _URL_PASSWORD.search(value))
+
+
+# A secret in a URL's query string, by its parameter's name as a flag's: `?access_token=X`, `&api_key=X`,
+# `&sig=X` (an Azure SAS), `&X-Amz-Signature=X` (a presigned URL).
+_QUERY_PARAMETER = re.compile(r"([?&])([A-Za-z][A-Za-z0-9_.\-]{0,63})=([^&\s#\"'<>]{1,4096})")
+_QUERY_HEADS = frozenset({"SIG", "SIGNATURE"})
+
+
+def _query_names_secret(name: str) -> bool:
+    words = _words(name)
+    return _argument_names_secret(name) or bool(words) and words[-1] in _QUERY_HEADS
+
+
+def _query_secrets(text: str) -> list[str]:
+    """The secret values in the query strings of the URLs in `text`."""
+    if "=" not in text:
+        return []
+    return [
+        found[3]
+        for found in _QUERY_PARAMETER.finditer(text)
+        if _query_names_secret(found[2]) and could_be_secret(found[3])
+    ]
+
+
+def _masked_query(found: re.Match[str]) -> str:
+    if _query_names_secret(found[2]) and could_be_secret(found[3]):
+        return f"{found[1]}{found[2]}={MASK}"
+    return found[0]
 
 
 # scheme://user:PASSWORD@host, the password up to the last @ of the word (it may hold / or @). A
@@ -205,6 +237,8 @@ _AUTHORIZATION = re.compile(
 
 def _patterns(text: str) -> str:
     text = _AUTHORIZATION.sub(rf"\g<1>{MASK}", _VALUE_PATTERNS.sub(MASK, text))
+    if "=" in text:
+        text = _QUERY_PARAMETER.sub(_masked_query, text)
     return _URL_PASSWORD.sub(rf"\g<1>{MASK}@", text)
 
 
@@ -233,8 +267,10 @@ def secret_arguments(argv: Sequence[str], declared: Iterable[str] = (), _depth: 
         elif assignment and _names_secret_argument(assignment[1], declared):
             if is_declared(assignment[1], declared) or could_be_secret(assignment[2]):
                 found.append(assignment[2])
-        elif looks_secret(arg):
+        elif _looks_secret_whole(arg):
             found.append(arg)
+        else:
+            found.extend(_query_secrets(arg))  # https://h/api?access_token=X: the value, not the whole URL
         if arg.lstrip().startswith("{"):  # --config '{"password": "..."}'
             found.extend(_secrets_in_json(arg, declared))
         if match and match[2] and not _names_secret_argument(match[1], declared) and _ASSIGNMENT.match(match[2]):

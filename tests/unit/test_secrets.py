@@ -243,3 +243,27 @@ def test_keras_names_after_basic_are_no_credentials() -> None:
 
     prose = "using basic Conv2DTranspose layers and a basic EfficientNetB0 model"
     assert redact(prose) == prose
+
+
+def test_secrets_in_a_urls_query_string_are_masked_and_kept_off_the_command_line() -> None:
+    from launcher.masking import redact
+
+    url = "https://h/api?access_token=abcd1234&page=2&sig=Zm9v%2Bbar&X-Amz-Signature=deadbeef00"
+    assert (
+        redact(f"GET {url} done")
+        == f"GET https://h/api?access_token={MASK}&page=2&sig={MASK}&X-Amz-Signature={MASK} done"
+    )
+    settings = "https://h/x?sort_key=loss&max_tokens=2048&token=true&page_size=10"
+    assert redact(settings) == settings and not looks_secret(settings)
+    assert secret_arguments(["t.py", "--data", url]) == ["abcd1234", "Zm9v%2Bbar", "deadbeef00"]  # not the whole URL
+    shown = Redactor.for_values([], [["t.py", "--data", url]]).argv(["t.py", "--data", url])
+    assert shown[2].startswith("https://h/api?access_token=****&page=2") and "deadbeef00" not in shown[2]
+
+
+def test_a_bearer_flag_is_a_secret_flag() -> None:
+    assert secret_arguments(
+        ["t.py", "--bearer", "opaquetok123", "--auth-bearer=xyz98765", "--auth-type", "bearer"]
+    ) == [
+        "opaquetok123",
+        "xyz98765",
+    ]
