@@ -35,9 +35,10 @@ _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://\S+")
 
 
 def creatable(path: str) -> bool:
-    """Whether `path` is a writable directory, or could be made as one (nothing is created)."""
+    """Whether `path` is a writable directory, or could be made as one (nothing is created). A
+    symbolic link to nothing cannot be made as one: makedirs finds it there."""
     path = os.path.abspath(os.path.expanduser(path))
-    while not os.path.exists(path):
+    while not os.path.lexists(path):
         parent = os.path.dirname(path)
         if parent == path:
             return False

@@ -331,3 +331,12 @@ def test_a_shebang_written_with_windows_line_endings_is_refused_as_the_kernel_re
     assert "its #! line names '/bin/sh\\r'" in (probe.not_runnable("./w.sh", "/usr/bin:/bin", str(tmp_path)) or "")
     script.write_bytes(b"#!/bin/sh\necho hi\n")
     assert probe.not_runnable("./w.sh", "/usr/bin:/bin", str(tmp_path)) is None
+
+
+def test_a_checkpoint_dir_that_is_a_link_to_nothing_cannot_be_made(tmp_path: Path) -> None:
+    """makedirs would find the link there ("File exists"): the preflight refuses it, not the launch."""
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    assert not probe.creatable(str(tmp_path / "dangling")) and not probe.creatable(str(tmp_path / "dangling" / "sub"))
+    assert probe.creatable(str(tmp_path / "new" / "sub"))
+    (tmp_path / "nowhere").mkdir()
+    assert probe.creatable(str(tmp_path / "dangling" / "sub"))
