@@ -140,16 +140,19 @@ def _run(own: list[str], command: list[str]) -> int:
         from launcher.run import make_planner
 
         remote = "ssh" if allocation is None else "srun"
-        return commands.dry_run(make_planner(spec, faults)(0), args.json, remote, None if args.json else _would(spec))
+        would, refused = _would(spec)
+        shown = commands.dry_run(make_planner(spec, faults)(0), args.json, remote, would)
+        return exit_codes.USAGE if refused else shown  # as the launch itself would exit
     if args.check:
         return commands.check(spec, allocation)
     options = commands.ConsoleOptions(quiet=args.quiet, plain=args.plain, verbose=args.verbose, show=show)
     return commands.run(spec, options, faults, allocation, fresh=args.fresh)
 
 
-def _would(spec: ClusterSpec) -> str | None:
-    """What a launch of `spec` would do with the run's earlier checkpoints, as `--check` says it; or why
-    it would be refused before it starts (another training's checkpoints, a run still going)."""
+def _would(spec: ClusterSpec) -> tuple[str | None, bool]:
+    """What a launch of `spec` would do with the run's earlier checkpoints, as `--check` says it, or why
+    it would be refused before it starts (another training's checkpoints, a run still going); and
+    whether it would be refused."""
     from launcher.resume import resume_notice
     from launcher.run import run_dir_of
     from launcher.run_lock import refuse_if_not_a_run
@@ -158,8 +161,8 @@ def _would(spec: ClusterSpec) -> str | None:
         refuse_if_not_a_run(str(run_dir_of(spec)))
         resuming = resume_notice(spec)
     except UsageError as error:
-        return f"the launch would be refused: {error}"
-    return resuming.would() if resuming is not None else None
+        return f"the launch would be refused: {error}", True
+    return (resuming.would() if resuming is not None else None), False
 
 
 def _run_dir_named(value: str, run_root: str | None = None) -> str:

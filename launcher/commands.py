@@ -63,9 +63,10 @@ def raise_fd_limit() -> None:
 
 def dry_run(plan: LaunchPlan, as_json: bool, remote: str = "ssh", would: str | None = None) -> int:
     """Print every task's TF_CONFIG, environment and command; `remote`: how a remote host is reached;
-    `would`: what the launch would do with the run's earlier checkpoints."""
+    `would`: what the launch would do with the run's earlier checkpoints (the JSON's `would`, null when
+    it would start a new run)."""
     if as_json:
-        print(json.dumps(redacted(plan.to_json()), indent=2))
+        print(json.dumps(redacted({**plan.to_json(), "would": would}), indent=2))
         return exit_codes.SUCCEEDED
     shown = redact
     where = f"run dir {plan.run_dir}, checkpoints {plan.checkpoint_dir}"

@@ -17,7 +17,11 @@ TABLE: tuple[tuple[int, str], ...] = (
         "and nothing was started); a subcommand did its work",
     ),
     (FAILED, "the run failed: a task failed and the restart budget ran out, or it exited with a fatal code"),
-    (USAGE, "usage, spec, host or preflight error: nothing was started (launch stop: no run to stop)"),
+    (
+        USAGE,
+        "usage, spec, host or preflight error: nothing was started (launch stop: no run to stop; "
+        "--dry-run: the launch would be refused)",
+    ),
     (RUNNING, "launch status: the run is still running (launch stop: still running when its wait ran out)"),
     (PREEMPTED, "the run was preempted and not requeued: launch it again to resume"),
     (STOPPED, "launch status: the run's launcher was killed and wrote no summary"),

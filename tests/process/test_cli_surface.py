@@ -281,6 +281,9 @@ def test_a_rerun_of_a_finished_run_says_nothing_is_left_to_train(work: Path) -> 
     assert sorted(p.name for p in run_dir.iterdir()) == ["checkpoints", "summary.json"]  # no attempt, no new files
     finished_dry = run_launch(["--cluster", str(spec), "--dry-run"], work)
     assert "the launch would start nothing: the run already trained all its" in finished_dry.stdout, finished_dry.stdout
+    finished_json = run_launch(["--cluster", str(spec), "--dry-run", "--json"], work)
+    assert finished_json.returncode == 0, finished_json.stderr
+    assert json.loads(finished_json.stdout)["would"].startswith("the launch would start nothing"), finished_json.stdout
     # the summary alone does not say it: a checkpoint rolled back to step 10 has steps left to train
     (run_dir / "checkpoints" / "ckpt-20.index").rename(run_dir / "checkpoints" / "ckpt-10.index")
     (run_dir / "checkpoints" / "checkpoint").write_text('model_checkpoint_path: "ckpt-10"\n')
@@ -602,3 +605,20 @@ def test_a_command_after_the_double_dash_says_it_replaces_the_specs_own_training
     assert "replaces the spec's training (its own command)" in said["other command"]
     assert "hunter2" not in said["other command"]
     assert "replaces" not in said["same command"] + said["none"]
+
+
+def test_a_dry_run_of_a_launch_that_would_be_refused_exits_as_the_launch_would(work: Path) -> None:
+    """A run directory holding the user's own files: the launch exits 2, and so does its dry run (text and JSON)."""
+    (work / "runs" / "mine").mkdir(parents=True)
+    (work / "runs" / "mine" / "notes.txt").write_text("mine")
+    hosts = [{"address": "localhost", "workers": 1}]
+    spec = write_spec(work, {"name": "mine", "run_root": str(work / "runs"), "hosts": hosts})
+    dry = run_launch(["--cluster", str(spec), "--dry-run", "--", "true"], work)
+    assert dry.returncode == 2 and "the launch would be refused:" in dry.stdout, (dry.returncode, dry.stdout)
+    as_json = run_launch(["--cluster", str(spec), "--dry-run", "--json", "--", "true"], work)
+    assert as_json.returncode == 2, as_json.stderr
+    assert json.loads(as_json.stdout)["would"].startswith("the launch would be refused:"), as_json.stdout
+    new = write_spec(work, {"name": "new", "run_root": str(work / "runs"), "hosts": hosts})
+    fresh = run_launch(["--cluster", str(new), "--dry-run", "--json", "--", "true"], work)
+    assert fresh.returncode == 0 and json.loads(fresh.stdout)["would"] is None, fresh.stdout
+    assert sorted(p.name for p in (work / "runs").iterdir()) == ["mine"]  # nothing was made
