@@ -131,3 +131,19 @@ def test_a_script_beside_its_own_worker_and_launcher_modules_reports_through_tfl
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert "own modules: worker launcher" in ran.stdout
     assert '"final_step": 5' in (work / "runs" / "local" / "summary.json").read_text()
+
+
+def test_python_m_launcher_from_a_directory_with_its_own_worker_module_uses_the_projects(work: Path) -> None:
+    """`python -m` puts the working directory first on sys.path; a user's `worker.py` there is not the runtime."""
+    for name in ("worker", "tflaunch"):
+        (work / f"{name}.py").write_text(f"open({str(work / ('imported-' + name))!r}, 'w').close()\n")
+    ran = subprocess.run(
+        [sys.executable, "-m", "launcher", "--local", "1", "--plain", "--run-root", str(work / "runs"), "--"]
+        + ["python3", "-c", "print('ran')"],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert ran.returncode == 0 and "ran" in ran.stdout, ran.stdout + ran.stderr
+    assert not list(work.glob("imported-*"))
