@@ -627,7 +627,8 @@ class RestartSpec(StrictModel):
         le=86400,
         description="Make the spares this many seconds after every task's first step of an attempt: a job that ends "
         "sooner gains nothing from them, and their import would compete with its training. A failure before then "
-        "restarts cold.",
+        "restarts cold, except in the built-in runtime, whose tasks fork their spares at their start and use them "
+        "at any restart.",
     )
 
     @field_validator("preemption_exit_code")

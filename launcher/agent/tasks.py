@@ -358,6 +358,11 @@ class ForkedSpare(Standby):
         elif self.ready:
             self._tell(self._READY)
 
+    def serve(self, ident: int, send: Send) -> None:
+        """Serve the task `ident` itself, no standby having been asked for: it says only whether it took it."""
+        with self._lock:
+            self.ident, self._send, self._told = ident, send, True
+
     def _tell(self, info: dict[str, Any]) -> None:
         if self._send is _unsent:  # no standby asked for it yet: said when one does (adopt)
             return
@@ -410,9 +415,9 @@ class Tasks:
         mirrors = {}
         for key in (RESULT_FILE_VAR, ERROR_FILE_VAR):
             mirrors[key] = env[key] = os.path.join(self._scratch, f"{ident}.{key.lower()}")
-        spare = self._standbys.pop(standby, None) if standby is not None else None
+        spare = self._standbys.pop(standby, None) if standby is not None else self._own_spare(ident, name, fork)
         task = None
-        if spare is not None and spare.proc is not None and spare.take(argv, env, cwd):
+        if spare is not None and spare.take(argv, env, cwd):  # a forked one not yet ready is waited for
             task = Running(ident, name, spare.proc, spare.out_fd, spare.ev_fd)
         if fork and self._adopts is None:
             self._adopts = become_subreaper()  # else its forked spare would be init's child, not ours
@@ -425,6 +430,20 @@ class Tasks:
         with self._lock:
             self._running[ident] = task
         self._queue(lambda: self._watch(task))
+
+    def _own_spare(self, ident: int, name: str, fork: bool) -> Standby | None:
+        """The spare the task's last attempt forked, when the launcher asked for no standby (the attempt
+        ended before it asked): it costs nothing more to use than to close."""
+        if not fork:
+            return None
+        with self._lock:
+            forked = self._forked.pop(name, None)
+        if forked is not None and forked.error is None:
+            forked.serve(ident, self._send)
+            return forked
+        if forked is not None:
+            forked.close()
+        return None
 
     def _start_cold(
         self, ident: int, name: str, argv: list[str], env: dict[str, str], cwd: str | None, fork: bool = False

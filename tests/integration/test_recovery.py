@@ -54,12 +54,17 @@ def summary(work: Path, name: str) -> dict[str, Any]:
     return json.loads((work / "runs" / name / "summary.json").read_text())
 
 
-@pytest.mark.parametrize("victim", ["worker:1", "worker:0"], ids=["non-chief", "chief"])
-def test_sigkill_restarts_the_gang_and_finishes_identically(work: Path, reference: str, victim: str) -> None:
+@pytest.mark.parametrize(
+    ("victim", "spares_after_s"), [("worker:1", 0), ("worker:0", 60)], ids=["non-chief", "chief-before-spares-asked"]
+)
+def test_sigkill_restarts_the_gang_and_finishes_identically(
+    work: Path, reference: str, victim: str, spares_after_s: float
+) -> None:
+    """Warm either way: in the standbys the launcher asked for, or (a fault before it asked) in the spares
+    each task forked after its import."""
     kill_at = 70
-    proc = run_launch(
-        ["--cluster", str(recovery_spec(work, "kill")), "--inject", f"kill:{victim}@step={kill_at}"], work
-    )
+    spec = recovery_spec(work, "kill", warm_spares_after_s=spares_after_s)
+    proc = run_launch(["--cluster", str(spec), "--inject", f"kill:{victim}@step={kill_at}"], work)
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = summary(work, "kill")
     assert len(run["attempts"]) == 2 and run["restarts"] == 1
