@@ -8,9 +8,10 @@ error joins its output, so a python that cannot start says why in the same place
 
 from __future__ import annotations
 
+import fcntl
 import subprocess
 import sys
-from typing import Any
+from typing import IO, Any
 
 from launcher.agent.bootstrap import agent_argv
 from launcher.errors import HostError
@@ -100,8 +101,21 @@ def _spawn(address: str, python: str, first_line: bytes) -> tuple[subprocess.Pop
     except OSError as error:
         raise HostError(address, f"cannot run {python!r}: {error.strerror}; set python for this host") from None
     channel = pipe_channel(proc)
+    _hold(proc.stdin, len(first_line))
     try:
         channel.write(first_line)
     except OSError:  # it died at once; the session reads why
         pass
     return proc, channel
+
+
+def _hold(stream: IO[bytes] | None, size: int) -> None:
+    """Let the pipe hold `size` bytes, so that the agent's first line (its code, about 450 KiB) is
+    written at once and the launcher goes on while the agent's interpreter starts; a pipe of the
+    default 64 KiB held it until the agent had read the rest (about 20 ms). Where the pipe cannot
+    grow (the user's pipe budget is spent), the line is written as the agent reads it."""
+    try:
+        if stream is not None and hasattr(fcntl, "F_SETPIPE_SZ"):
+            fcntl.fcntl(stream.fileno(), fcntl.F_SETPIPE_SZ, size)
+    except OSError:
+        pass
