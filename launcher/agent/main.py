@@ -228,9 +228,7 @@ class Agent:
             if self.keeper is not None:
                 self.keeper.release()
         finally:
-            import shutil  # only at the end: an agent's start-up is paid on every host of a fleet
-
-            shutil.rmtree(self.scratch, ignore_errors=True)
+            scratch.remove_tree(self.scratch)
             os._exit(0)
 
 

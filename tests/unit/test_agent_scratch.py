@@ -129,3 +129,19 @@ def test_a_scratch_with_something_mounted_inside_is_left_alone(tmp_path: Path) -
         subprocess.run(["umount", str(point)], check=True)
     assert scratch.sweep(mine) == [str(dead)]  # once unmounted, it goes
     assert (source / "data").read_text() == "precious"
+
+
+def test_remove_tree_removes_everything_and_follows_no_link(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    (outside / "kept").mkdir(parents=True)
+    (outside / "kept" / "file").write_text("theirs")
+    tree = tmp_path / "tree"
+    (tree / "a" / "b").mkdir(parents=True)
+    (tree / "a" / "b" / "deep").write_text("x")
+    (tree / "top").write_text("y")
+    (tree / "a" / "to-dir").symlink_to(outside / "kept")
+    (tree / "to-file").symlink_to(outside / "kept" / "file")
+    (tree / "dangling").symlink_to(tmp_path / "nowhere")
+    assert scratch.remove_tree(str(tree)) and not tree.exists()
+    assert (outside / "kept" / "file").read_text() == "theirs"
+    assert not scratch.remove_tree(str(tmp_path / "missing"))
