@@ -12,6 +12,7 @@ line is only hidden when it is exactly one of these messages.
 
 from __future__ import annotations
 
+import functools
 import re
 
 __all__ = ["is_benign", "benign_lines", "opens_stragglers"]
@@ -44,31 +45,38 @@ _JOINING = (  # a healthy join, as every task of every run prints it; only at IN
     _INFO + r"coordination_service\.cc:\d+\] Barrier\(WaitForAllTasks::[\d:]+\) has passed with status: OK$",
     _INFO + r"generator_dataset_op\.cc:\d+\] Memory patch applied: M_TRIM_THRESHOLD=\d+ kb was set\.$",
 )
-_BENIGN = re.compile("|".join(f"(?:{p})" for p in (*_PATTERNS, *_JOINING)))
+
+
+@functools.cache
+def _compiled() -> tuple[re.Pattern[str], re.Pattern[str], re.Pattern[str]]:
+    """(benign, stragglers, task name), compiled at the first line a task prints, not at every launch's start."""
+    return (
+        re.compile("|".join(f"(?:{p})" for p in (*_PATTERNS, *_JOINING))),
+        re.compile(_INFO + r"coordination_service\.cc:\d+\] Example stragglers:$"),
+        re.compile(r"^/job:\w+/replica:\d+/task:\d+$"),
+    )
 
 
 def is_benign(line: str) -> bool:
     """True for a known-harmless TensorFlow start-up line (trailing whitespace ignored)."""
-    return _BENIGN.match(line.rstrip()) is not None
-
-
-_STRAGGLERS = re.compile(_INFO + r"coordination_service\.cc:\d+\] Example stragglers:$")
-_TASK_NAME = re.compile(r"^/job:\w+/replica:\d+/task:\d+$")
+    return _compiled()[0].match(line.rstrip()) is not None
 
 
 def opens_stragglers(line: str, listing: bool = False) -> bool:
     """Whether the task names that may follow `line` belong to a healthy join's "Example stragglers:"
     list (`listing`: the lines before it did): bare `/job:.../task:N` lines are hidden only there. The
     same names after a barrier's timeout ("Some timed out task names:") are what that failure needs."""
+    _, stragglers, task_name = _compiled()
     stripped = line.rstrip()
-    return _STRAGGLERS.match(stripped) is not None or (listing and _TASK_NAME.match(stripped) is not None)
+    return stragglers.match(stripped) is not None or (listing and task_name.match(stripped) is not None)
 
 
 def benign_lines(lines: list[str]) -> list[bool]:
     """For each line of a log, whether it is known-harmless (is_benign, or a name in a stragglers list)."""
+    task_name = _compiled()[2]
     flags: list[bool] = []
     listing = False
     for line in lines:
-        flags.append(is_benign(line) or (listing and _TASK_NAME.match(line.rstrip()) is not None))
+        flags.append(is_benign(line) or (listing and task_name.match(line.rstrip()) is not None))
         listing = opens_stragglers(line, listing)
     return flags

@@ -28,7 +28,6 @@ from launcher.log_reading import read_end
 from launcher.masking import Redactor, redact, redacted
 from launcher.request import redactor_of
 from launcher.run_lock import is_run_dir
-from launcher.run_status import not_a_run_dir
 from worker.contract import RunLayout
 from worker.files import new_temporary, write_atomic
 
@@ -165,6 +164,8 @@ def default_output(run_dir: str) -> str:
 
 def make_bundle(run_dir: str, output: str | None = None) -> BundleResult:
     """Pack the run's post-mortem files into one tar.gz (never checkpoints or models); see the module docstring."""
+    from launcher.run_status import not_a_run_dir
+
     if not os.path.isdir(run_dir):
         raise BundleError(not_a_run_dir(run_dir))
     if not is_run_dir(run_dir):

@@ -39,7 +39,6 @@ from launcher.run_lock import (
     refuse_if_running,
     refuse_unsafe_ancestry,
 )
-from launcher.slurm.allocation import Allocation
 from launcher.spec import BuiltinTraining, ClusterSpec, FunctionTraining, is_url
 from launcher.supervisor import Supervisor
 from launcher.transport.base import Transport
@@ -48,6 +47,7 @@ from worker.contract import RunLayout
 
 if TYPE_CHECKING:
     from launcher.preflight import PreflightReport
+    from launcher.slurm.allocation import Allocation
 
 log = logging.getLogger(__name__)
 Planner = Callable[[int], LaunchPlan]
