@@ -180,11 +180,16 @@ def could_be_secret(value: str) -> bool:
 
 def looks_secret(value: str) -> bool:
     """Whether a value is a secret by its form, whatever it is called."""
-    return _looks_secret_whole(value) or bool(_query_secrets(value))
+    return bool(_VALUE_PATTERNS.search(value) or _URL_PASSWORD.search(value)) or bool(_query_secrets(value))
 
 
-def _looks_secret_whole(value: str) -> bool:
-    return bool(_VALUE_PATTERNS.search(value) or _URL_PASSWORD.search(value))
+def _secret_parts(value: str) -> list[str]:
+    """The secrets in `value` by their form, each alone: `--msg "push with ghp_..."` hides the token,
+    not the words around it."""
+    found = [match.group() for match in _VALUE_PATTERNS.finditer(value)]
+    found += [match[2] for match in _AUTHORIZATION.finditer(value)]
+    found += [match[2] for match in _URL_PASSWORD.finditer(value)]
+    return found + _query_secrets(value)
 
 
 # A secret in a URL's query string, by its parameter's name as a flag's: `?access_token=X`, `&api_key=X`,
@@ -231,7 +236,7 @@ def without_password(address: str) -> str:
 
 # An Authorization header's credentials, whatever they look like: `Authorization: Basic dXNlcjpwYXNz`.
 _AUTHORIZATION = re.compile(
-    r"((?i:authorization)[\"']?\s{0,4}[:=]\s{0,4}[\"']?(?i:basic|bearer|token)\s{1,4})[^\s\"',;]{4,}"
+    r"((?i:authorization)[\"']?\s{0,4}[:=]\s{0,4}[\"']?(?i:basic|bearer|token)\s{1,4})([^\s\"',;]{4,})"
 )
 
 
@@ -267,10 +272,8 @@ def secret_arguments(argv: Sequence[str], declared: Iterable[str] = (), _depth: 
         elif assignment and _names_secret_argument(assignment[1], declared):
             if is_declared(assignment[1], declared) or could_be_secret(assignment[2]):
                 found.append(assignment[2])
-        elif _looks_secret_whole(arg):
-            found.append(arg)
         else:
-            found.extend(_query_secrets(arg))  # https://h/api?access_token=X: the value, not the whole URL
+            found.extend(_secret_parts(arg))  # https://h/api?access_token=X: the value, not the whole URL
         if arg.lstrip().startswith("{"):  # --config '{"password": "..."}'
             found.extend(_secrets_in_json(arg, declared))
         if match and match[2] and not _names_secret_argument(match[1], declared) and _ASSIGNMENT.match(match[2]):

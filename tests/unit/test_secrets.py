@@ -267,3 +267,12 @@ def test_a_bearer_flag_is_a_secret_flag() -> None:
         "opaquetok123",
         "xyz98765",
     ]
+
+
+def test_a_secret_among_other_words_of_an_argument_is_masked_alone() -> None:
+    argv = ["t.py", "--msg", "push with ghp_abcdefghijklmnopqrstuvwxyz12 now", "--db", "postgres://u:pw5678@h/db"]
+    argv += ["-H", "Authorization: Basic dXNlcjpwYXNz"]
+    assert secret_arguments(argv) == ["ghp_abcdefghijklmnopqrstuvwxyz12", "pw5678", "dXNlcjpwYXNz"]
+    shown = Redactor.for_values([], [argv]).argv(argv)
+    assert shown[2] == f"push with {MASK} now" and shown[4] == f"postgres://u:{MASK}@h/db"
+    assert shown[6] == f"Authorization: Basic {MASK}"
