@@ -34,6 +34,7 @@ from launcher.masking import redact
 from launcher.request import LaunchRequest, parse_host_list, read_hostfile, shown_tasks, task_names
 
 if TYPE_CHECKING:
+    from launcher.commands import Would
     from launcher.spec import ClusterSpec
 
 log = logging.getLogger(__name__)
@@ -140,19 +141,20 @@ def _run(own: list[str], command: list[str]) -> int:
         from launcher.run import make_planner
 
         remote = "ssh" if allocation is None else "srun"
-        would, refused = _would(spec)
+        would = _would(spec)
         shown = commands.dry_run(make_planner(spec, faults)(0), args.json, remote, would)
-        return exit_codes.USAGE if refused else shown  # as the launch itself would exit
+        return exit_codes.USAGE if would.do == "refused" else shown  # as the launch itself would exit
     if args.check:
         return commands.check(spec, allocation)
     options = commands.ConsoleOptions(quiet=args.quiet, plain=args.plain, verbose=args.verbose, show=show)
     return commands.run(spec, options, faults, allocation, fresh=args.fresh)
 
 
-def _would(spec: ClusterSpec) -> tuple[str | None, bool]:
+def _would(spec: ClusterSpec) -> Would:
     """What a launch of `spec` would do with the run's earlier checkpoints, as `--check` says it, or why
-    it would be refused before it starts (another training's checkpoints, a run still going); and
-    whether it would be refused."""
+    its run directory or checkpoints would refuse it before it starts (another training's checkpoints,
+    a run still going). The hosts are `--check`'s to judge."""
+    from launcher.commands import Would
     from launcher.resume import resume_notice
     from launcher.run import run_dir_of
     from launcher.run_lock import refuse_if_not_a_run
@@ -161,8 +163,10 @@ def _would(spec: ClusterSpec) -> tuple[str | None, bool]:
         refuse_if_not_a_run(str(run_dir_of(spec)))
         resuming = resume_notice(spec)
     except UsageError as error:
-        return f"the launch would be refused: {error}", True
-    return (resuming.would() if resuming is not None else None), False
+        return Would("refused", f"the launch would be refused: {error}")
+    if resuming is None:
+        return Would("start", None)
+    return Would("nothing" if resuming.finished is not None else "resume", resuming.would())
 
 
 def _run_dir_named(value: str, run_root: str | None = None) -> str:

@@ -12,7 +12,7 @@ import logging
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from launcher import exit_codes
 from launcher.errors import PreflightError, UsageError
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ConsoleOptions", "check", "dry_run", "freeze_start_up", "raise_fd_limit", "run"]
+__all__ = ["ConsoleOptions", "Would", "check", "dry_run", "freeze_start_up", "raise_fd_limit", "run"]
 
 
 @dataclass(frozen=True)
@@ -61,12 +61,20 @@ def raise_fd_limit() -> None:
             log.info("could not raise the open-file limit from %d", soft)
 
 
-def dry_run(plan: LaunchPlan, as_json: bool, remote: str = "ssh", would: str | None = None) -> int:
+class Would(NamedTuple):
+    """What a launch would do with its run: `do` is "start" (a new run), "resume", "nothing" (it has
+    trained all its steps) or "refused"; `says` is the sentence the dry run prints (None for a new run)."""
+
+    do: str
+    says: str | None
+
+
+def dry_run(plan: LaunchPlan, as_json: bool, remote: str = "ssh", would: Would | None = None) -> int:
     """Print every task's TF_CONFIG, environment and command; `remote`: how a remote host is reached;
-    `would`: what the launch would do with the run's earlier checkpoints (the JSON's `would`, null when
-    it would start a new run)."""
+    `would`: what the launch would do with the run's earlier checkpoints (the JSON's `would`)."""
     if as_json:
-        print(json.dumps(redacted({**plan.to_json(), "would": would}), indent=2))
+        said = {"would": {"do": would.do, "says": would.says}} if would is not None else {}
+        print(json.dumps(redacted({**plan.to_json(), **said}), indent=2))
         return exit_codes.SUCCEEDED
     shown = redact
     where = f"run dir {plan.run_dir}, checkpoints {plan.checkpoint_dir}"
@@ -81,8 +89,8 @@ def dry_run(plan: LaunchPlan, as_json: bool, remote: str = "ssh", would: str | N
         argv = task.command
         print(f"  command: {' '.join(shown(arg) for arg in argv)}")
         print(f"  log: {shown(task.log_path)}")
-    if would is not None:
-        print(f"\n{shown(would)}")
+    if would is not None and would.says is not None:
+        print(f"\n{shown(would.says)}")
     print(
         "\ndry run: nothing was started. A port the spec does not set is picked again at each launch; each task "
         "also inherits the environment of the agent on its host (the launcher's, on this machine)."

@@ -20,7 +20,7 @@ TABLE: tuple[tuple[int, str], ...] = (
     (
         USAGE,
         "usage, spec, host or preflight error: nothing was started (launch stop: no run to stop; "
-        "--dry-run: the launch would be refused)",
+        "--dry-run: the run directory or checkpoints would refuse the launch)",
     ),
     (RUNNING, "launch status: the run is still running (launch stop: still running when its wait ran out)"),
     (PREEMPTED, "the run was preempted and not requeued: launch it again to resume"),

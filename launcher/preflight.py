@@ -216,6 +216,13 @@ def _check_info(hosts: list[_Host], plan: LaunchPlan, need_worker: bool, report:
                 f"{host.address}: the built-in worker runtime needs python {'.'.join(map(str, WORKER_PYTHON))} or "
                 f"newer; {info['executable']} is {info.get('python')}: set python for this host"
             )
+        for name, where in (info.get("runtime_shadowed") or {}).items():
+            report.problems.append(
+                f"{host.address}: {where} would be imported as the built-in runtime's own package {name!r} "
+                "(PYTHONPATH names its directory, and comes before the installed packages; an empty entry, as "
+                "`PYTHONPATH=$PYTHONPATH:/x` leaves, names the working directory): rename it, or take its directory "
+                "out of PYTHONPATH"
+            )
         if need_worker and not info.get("worker_ok"):
             report.problems.append(
                 f"{host.address}: the worker runtime (package 'worker') is not importable by {info['executable']}; "
@@ -277,10 +284,17 @@ def _check_info(hosts: list[_Host], plan: LaunchPlan, need_worker: bool, report:
                 f"{host.address}: checkpoint_dir {plan.checkpoint_dir} {info['checkpoint_unsafe']}: a checkpoint "
                 "planted there would be restored; use a directory of your own (chmod o-w, or another checkpoint_dir)"
             )
-        if not info["checkpoint_ok"]:
+        if not info["checkpoint_ok"] and info.get("checkpoint_dangling"):
+            report.problems.append(
+                f"{host.address}: checkpoint_dir {plan.checkpoint_dir} cannot be created there: "
+                f"{info['checkpoint_dangling']} is a symbolic link to nothing; create what it points to, "
+                "or set checkpoint_dir elsewhere"
+            )
+        elif not info["checkpoint_ok"]:
+            shared = "; it must be storage every host shares" if len(hosts) > 1 else ""
             report.problems.append(
                 f"{host.address}: checkpoint_dir {plan.checkpoint_dir} is not a writable directory and "
-                "cannot be created there; it must be storage every host shares"
+                f"cannot be created there{shared}"
             )
     for key, label in (("tensorflow", "tensorflow"), ("python", "python")):
         versions: dict[str, list[str]] = {}

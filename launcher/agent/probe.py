@@ -46,6 +46,19 @@ def creatable(path: str) -> bool:
     return os.path.isdir(path) and os.access(path, os.W_OK | os.X_OK)
 
 
+def dangling_link(path: str) -> str | None:
+    """`path`, or the directory above it, as a symbolic link to nothing: "LINK -> TARGET"; else None."""
+    path = os.path.abspath(os.path.expanduser(path))
+    while not os.path.exists(path):
+        if os.path.islink(path):
+            return f"{path} -> {os.readlink(path)}"
+        parent = os.path.dirname(path)
+        if parent == path:
+            return None
+        path = parent
+    return None
+
+
 def foreign_owner(path: str) -> str | None:
     """Why an existing checkpoint directory is not safe to restore from: another user's, or one
     anybody may write to (a planted checkpoint would be restored); None when it is ours or absent."""
@@ -226,10 +239,16 @@ def _info(request: dict[str, Any]) -> dict[str, Any]:
         # an object store is TensorFlow's to reach; a directory may be made by the run itself
         "checkpoint_url": url,
         "checkpoint_ok": url or creatable(checkpoint_dir),
+        "checkpoint_dangling": None if url else dangling_link(checkpoint_dir),
         "checkpoint_unsafe": None if url else foreign_owner(checkpoint_dir),
     }
+    pythonpath = request.get("pythonpath")  # the spec's, else what the tasks inherit from this agent
+    pythonpath = os.environ.get("PYTHONPATH", "") if pythonpath is None else pythonpath
     if request.get("need_worker"):
         answer["worker_ok"] = worker_fact()
+        shadows = runtime_shadows(pythonpath, workdir)
+        if shadows:
+            answer["runtime_shadowed"] = shadows
     path = request.get("path")
     missing = {
         program: why
@@ -241,8 +260,6 @@ def _info(request: dict[str, Any]) -> dict[str, Any]:
     unrunnable = {s: why for s in request.get("scripts") or [] if (why := _script_problem(os.path.join(workdir, s)))}
     if unrunnable:
         answer["scripts_unrunnable"] = unrunnable
-    pythonpath = request.get("pythonpath")  # the spec's, else what the tasks inherit from this agent
-    pythonpath = os.environ.get("PYTHONPATH", "") if pythonpath is None else pythonpath
     extra = [os.path.join(workdir, p) for p in pythonpath.split(os.pathsep) if p]
     unfound = [m for m in request.get("modules") or [] if not module_found(m, [workdir, *extra])]
     if unfound:
@@ -273,6 +290,33 @@ def _info(request: dict[str, Any]) -> dict[str, Any]:
     if request.get("gpus"):
         answer["gpus"] = _nvidia_smi()
     return answer
+
+
+# The built-in runtime's own packages, each known by files a user's module of the same name lacks.
+_RUNTIME_PACKAGES = {"worker": ("runtime.py", "forked_spare.py"), "tflaunch": ("events.py", "api.py")}
+
+
+def runtime_shadows(pythonpath: str, workdir: str) -> dict[str, str]:
+    """The runtime's packages that a module on the tasks' PYTHONPATH would stand in for: {name: the
+    file python would import}. PYTHONPATH comes before the installed packages, and an empty or
+    relative entry names the working directory (`export PYTHONPATH=$PYTHONPATH:/x` with none set
+    gives one); `-P` keeps only the script's own directory off sys.path. A copy of this project
+    (a checkout on PYTHONPATH) is no stand-in."""
+    found: dict[str, str] = {}
+    for entry in pythonpath.split(os.pathsep) if pythonpath else ():  # set but empty: no entry at all
+        folder = os.path.join(workdir, entry)
+        for name, marks in _RUNTIME_PACKAGES.items():
+            if name in found:
+                continue
+            package = os.path.join(folder, name)
+            if os.path.isfile(os.path.join(package, "__init__.py")):
+                if not all(os.path.isfile(os.path.join(package, mark)) for mark in marks):
+                    found[name] = os.path.normpath(package)
+                else:
+                    found[name] = ""  # ours comes first: nothing later stands in
+            elif os.path.isfile(package + ".py"):
+                found[name] = os.path.normpath(package + ".py")
+    return {name: where for name, where in found.items() if where}
 
 
 STARTUP_CHECK_TIMEOUT_S = 30.0

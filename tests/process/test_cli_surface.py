@@ -283,7 +283,8 @@ def test_a_rerun_of_a_finished_run_says_nothing_is_left_to_train(work: Path) -> 
     assert "the launch would start nothing: the run already trained all its" in finished_dry.stdout, finished_dry.stdout
     finished_json = run_launch(["--cluster", str(spec), "--dry-run", "--json"], work)
     assert finished_json.returncode == 0, finished_json.stderr
-    assert json.loads(finished_json.stdout)["would"].startswith("the launch would start nothing"), finished_json.stdout
+    would = json.loads(finished_json.stdout)["would"]
+    assert would["do"] == "nothing" and would["says"].startswith("the launch would start nothing"), would
     # the summary alone does not say it: a checkpoint rolled back to step 10 has steps left to train
     (run_dir / "checkpoints" / "ckpt-20.index").rename(run_dir / "checkpoints" / "ckpt-10.index")
     (run_dir / "checkpoints" / "checkpoint").write_text('model_checkpoint_path: "ckpt-10"\n')
@@ -617,8 +618,9 @@ def test_a_dry_run_of_a_launch_that_would_be_refused_exits_as_the_launch_would(w
     assert dry.returncode == 2 and "the launch would be refused:" in dry.stdout, (dry.returncode, dry.stdout)
     as_json = run_launch(["--cluster", str(spec), "--dry-run", "--json", "--", "true"], work)
     assert as_json.returncode == 2, as_json.stderr
-    assert json.loads(as_json.stdout)["would"].startswith("the launch would be refused:"), as_json.stdout
+    would = json.loads(as_json.stdout)["would"]
+    assert would["do"] == "refused" and would["says"].startswith("the launch would be refused:"), would
     new = write_spec(work, {"name": "new", "run_root": str(work / "runs"), "hosts": hosts})
     fresh = run_launch(["--cluster", str(new), "--dry-run", "--json", "--", "true"], work)
-    assert fresh.returncode == 0 and json.loads(fresh.stdout)["would"] is None, fresh.stdout
+    assert fresh.returncode == 0 and json.loads(fresh.stdout)["would"] == {"do": "start", "says": None}, fresh.stdout
     assert sorted(p.name for p in (work / "runs").iterdir()) == ["mine"]  # nothing was made

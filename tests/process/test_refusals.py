@@ -52,6 +52,12 @@ REFUSALS: list[tuple[str, Any, list[str], str]] = [
     ("run root a dangling link", lambda w: good(w, run_root=str(w / "unmounted")), [], "which does not exist (a"),
     ("run root under a file", lambda w: good(w, run_root=str(w / "afile" / "runs")), [], "cannot be created"),
     ("checkpoints under a file", lambda w: good(w, checkpoint_dir=str(w / "afile" / "ck")), [], "checkpoint_dir"),
+    (
+        "checkpoints a dangling link",
+        lambda w: good(w, checkpoint_dir=str(w / "unmounted")),
+        [],
+        "unmounted -> ",  # names the link and where it points, not "not writable"
+    ),
     ("empty --name", lambda w: good(w), ["--name", ""], "empty --name"),
     ("empty --run-root", lambda w: good(w), ["--run-root", ""], "empty --run-root"),
     ("newline in argv", lambda w: good(w), ["--", "python", "a\nb"], "$.training.argv[1]"),
@@ -389,3 +395,14 @@ def test_a_script_is_checked_whatever_its_secret_arguments_and_refusals_mask_sec
     fresh = run_launch(["--cluster", str(url), "--fresh", "--", "python3", "-c", "pass"], work, timeout=90)
     assert fresh.returncode == 2 and "s3://bucket/****/ck (an object store)" in fresh.stderr, fresh.stderr
     assert "hunter2" not in fresh.stderr
+
+
+def test_a_worker_py_that_pythonpath_puts_before_the_runtime_is_refused(work: Path) -> None:
+    """`export PYTHONPATH=$PYTHONPATH:/x` with none set leaves an empty entry: the working directory, whose
+    worker.py every built-in task would import as the runtime."""
+    (work / "worker.py").write_text("raise SystemExit('not the runtime')\n")
+    spec = write_spec(work, good(work, env={"PYTHONPATH": f":{work}/lib"}, training={"kind": "builtin", "steps": 5}))
+    proc = run_launch(["--cluster", str(spec)], work, timeout=90)
+    assert proc.returncode == 2, proc.stderr
+    assert f"{work / 'worker.py'} would be imported as the built-in runtime's own package 'worker'" in proc.stderr
+    assert not (work / "runs").exists()

@@ -338,5 +338,27 @@ def test_a_checkpoint_dir_that_is_a_link_to_nothing_cannot_be_made(tmp_path: Pat
     (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
     assert not probe.creatable(str(tmp_path / "dangling")) and not probe.creatable(str(tmp_path / "dangling" / "sub"))
     assert probe.creatable(str(tmp_path / "new" / "sub"))
+    said = f"{tmp_path / 'dangling'} -> {tmp_path / 'nowhere'}"
+    assert probe.dangling_link(str(tmp_path / "dangling" / "sub")) == said
+    assert probe.dangling_link(str(tmp_path / "new" / "sub")) is None
     (tmp_path / "nowhere").mkdir()
     assert probe.creatable(str(tmp_path / "dangling" / "sub"))
+
+
+def test_a_module_on_pythonpath_standing_in_for_the_runtime_is_found(tmp_path: Path) -> None:
+    work, lib, checkout = tmp_path / "work", tmp_path / "lib", tmp_path / "checkout"
+    for folder in (work, lib, checkout / "worker", checkout / "tflaunch"):
+        folder.mkdir(parents=True)
+    (work / "worker.py").write_text("mine")
+    (lib / "tflaunch").mkdir()
+    (lib / "tflaunch" / "__init__.py").write_text("mine")
+    for name in ("__init__.py", "runtime.py", "forked_spare.py"):
+        (checkout / "worker" / name).write_text("")
+    for name in ("__init__.py", "events.py", "api.py"):
+        (checkout / "tflaunch" / name).write_text("")
+    assert probe.runtime_shadows(f":{lib}", str(work)) == {
+        "worker": str(work / "worker.py"),  # the empty entry: the working directory
+        "tflaunch": str(lib / "tflaunch"),
+    }
+    assert probe.runtime_shadows(f"{checkout}:.:{lib}", str(work)) == {}  # a checkout of this project comes first
+    assert probe.runtime_shadows("", str(work)) == {} and probe.runtime_shadows(str(lib / "none"), str(work)) == {}
