@@ -148,9 +148,13 @@ _NOT_SECRET_KINDS = {
     "KEY": frozenset(
         "SORT PRIMARY FOREIGN UNIQUE CACHE GROUP PARTITION SHARD HASH DICT MAP INDEX ROW COLUMN JOIN LOOKUP "
         "RANDOM RNG PRNG SEED BATCH DATA FEATURE FEATURES LABEL TARGET INPUT OUTPUT METRIC MONITOR CHECKPOINT "
-        "NAME QUERY VALUE ATTENTION MODEL CONFIG IMAGE TEXT AUDIO RESULT".split()
+        "NAME QUERY VALUE ATTENTION MODEL CONFIG IMAGE TEXT AUDIO RESULT OBJECT SPLIT BLOB FILE PATH PREFIX "
+        "BUCKET".split()
     ),
-    "TOKEN": frozenset("PAD EOS BOS UNK SEP CLS MASK SPECIAL START END STOP NEWLINE SPACE EOT BOT DECODER".split()),
+    "TOKEN": frozenset(
+        "PAD EOS BOS UNK SEP CLS MASK SPECIAL START END STOP NEWLINE SPACE EOT BOT DECODER "
+        "PAGE NEXT CONTINUATION CURSOR SYNC RESUME RESUMPTION".split()  # and a listing's place: pageToken
+    ),
 }
 _HEAD_ENDINGS = ("PASSWORD", "PASSWD", "PASSPHRASE", "SECRET", "TOKEN", "APIKEY")  # run together: HFTOKEN
 # Values no secret has: a switch, a number, or a way to authenticate (`--use_auth_token True`,
@@ -193,29 +197,41 @@ def _secret_parts(value: str) -> list[str]:
 
 
 # A secret in a URL's query string, by its parameter's name as a flag's: `?access_token=X`, `&api_key=X`,
-# `&sig=X` (an Azure SAS), `&X-Amz-Signature=X` (a presigned URL).
+# `&pwd=X`, `&auth=X`, `&sig=X` (an Azure SAS), `&X-Amz-Signature=X` (a presigned URL).
 _QUERY_PARAMETER = re.compile(r"([?&])([A-Za-z][A-Za-z0-9_.\-]{0,63})=([^&\s#\"'<>]{1,4096})")
-_QUERY_HEADS = frozenset({"SIG", "SIGNATURE"})
+_QUERY_HEADS = frozenset({"AUTH", "SIG", "SIGNATURE"})
+_SIGNED = frozenset({"SIG", "SIGNATURE"})  # a signature's value has digits: `signature=serving_default` has none
+_CREDENTIAL_LIKE = re.compile(r"(?=.{8})(?=.*[^A-Za-z]).*", re.S)  # 8 characters or more, not letters only
 
 
-def _query_names_secret(name: str) -> bool:
+def _query_names_secret(name: str, value: str) -> bool:
     words = _words(name)
-    return _argument_names_secret(name) or bool(words) and words[-1] in _QUERY_HEADS
+    if not words or not could_be_secret(value):
+        return False
+    head = words[-1]
+    if head in _NOT_SECRET_KINDS and len(words) > 1 and words[-2] in _NOT_SECRET_KINDS[head]:
+        return False
+    if head in _SIGNED:
+        return any(char.isdigit() for char in value)
+    return head in _SECRET_HEADS or head in _QUERY_HEADS or (len(head) > 5 and head.endswith(_HEAD_ENDINGS))
 
 
 def _query_secrets(text: str) -> list[str]:
-    """The secret values in the query strings of the URLs in `text`."""
+    """The secret values in the query strings of the URLs in `text` that look like credentials (8
+    characters or more, not letters alone): each is masked wherever it shows, also decoded. A
+    shorter or plainer one (`?pass=train`) is masked in its URL only: "train" must not be masked in
+    every other line."""
     if "=" not in text:
         return []
     return [
         found[3]
         for found in _QUERY_PARAMETER.finditer(text)
-        if _query_names_secret(found[2]) and could_be_secret(found[3])
+        if _query_names_secret(found[2], found[3]) and _CREDENTIAL_LIKE.fullmatch(found[3])
     ]
 
 
 def _masked_query(found: re.Match[str]) -> str:
-    if _query_names_secret(found[2]) and could_be_secret(found[3]):
+    if _query_names_secret(found[2], found[3]):
         return f"{found[1]}{found[2]}={MASK}"
     return found[0]
 
@@ -315,8 +331,14 @@ def _taken_value(value: str) -> bool:
 
 
 def _printed_forms(value: str) -> set[str]:
-    """`value`, and how a script that prints it through repr() or json.dumps() writes it."""
-    return {value, repr(value)[1:-1], json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1]}
+    """`value`, and how a script that prints it through repr() or json.dumps() writes it, or decoded
+    from a URL (`sig=AbC%2Bdef` is printed as `AbC+def` by a script that parsed its URL)."""
+    forms = {value, repr(value)[1:-1], json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1]}
+    if "%" in value or "+" in value:
+        from urllib.parse import unquote, unquote_plus
+
+        forms |= {unquote(value), unquote_plus(value)}
+    return forms
 
 
 class PemLines:
@@ -359,6 +381,8 @@ class Redactor:
                 if is_secret(key, declared) and (is_declared(key, declared) or could_be_secret(value)):
                     literals.append(value)
                     literals.extend(line for line in value.splitlines() if len(line) >= 16)  # PEM bodies
+                else:
+                    literals.extend(_secret_parts(value))  # DATA_URL=https://h/x?access_token=...: printed alone
         for argv in argvs:
             literals.extend(secret_arguments(argv, declared))
         return cls(literals, declared)

@@ -228,7 +228,7 @@ class Agent:
             if self.keeper is not None:
                 self.keeper.release()
         finally:
-            scratch.remove_tree(self.scratch)
+            scratch.remove(self.scratch)  # its lock file last: a later agent retries what is left
             os._exit(0)
 
 

@@ -87,7 +87,7 @@ def _remove_if_left(path: str) -> bool:
             return False  # lock may be this host's alone): only this host's agents are judged here
         if _mounts_under(path):  # a task mounted something there (FUSE, a bind): not ours to empty
             return False
-        _remove(path)
+        remove(path)
         return not os.path.lexists(path)
     finally:
         os.close(fd)
@@ -137,7 +137,7 @@ def _unlink(name: str, fd: int) -> bool:
         return False
 
 
-def _remove(path: str) -> None:
+def remove(path: str) -> None:
     """Everything in `path`, its lock file last: what cannot be removed keeps the lock file, so a
     later sweep tries again. Directories a task made read-only (a Go module cache) are made
     writable first: they are the user's own."""

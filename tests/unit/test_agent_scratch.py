@@ -145,3 +145,17 @@ def test_remove_tree_removes_everything_and_follows_no_link(tmp_path: Path) -> N
     assert scratch.remove_tree(str(tree)) and not tree.exists()
     assert (outside / "kept" / "file").read_text() == "theirs"
     assert not scratch.remove_tree(str(tmp_path / "missing"))
+
+
+def test_an_agent_leaving_removes_a_tasks_read_only_directories_too(tmp_path: Path) -> None:
+    """As a sweep does (its lock file last): a read-only directory a task left (a Go module cache) is made
+    writable and removed with the rest."""
+    own, fd = scratch.make(str(tmp_path))
+    assert fd is not None
+    cache = Path(own) / "tmp" / "gomodcache"
+    cache.mkdir(parents=True)
+    (cache / "mod.go").write_text("x")
+    cache.chmod(0o555)
+    scratch.remove(own)
+    assert not Path(own).exists()
+    os.close(fd)

@@ -276,3 +276,19 @@ def test_a_secret_among_other_words_of_an_argument_is_masked_alone() -> None:
     shown = Redactor.for_values([], [argv]).argv(argv)
     assert shown[2] == f"push with {MASK} now" and shown[4] == f"postgres://u:{MASK}@h/db"
     assert shown[6] == f"Authorization: Basic {MASK}"
+
+
+def test_query_parameters_are_secrets_by_name_and_plain_words_are_masked_in_their_url_only() -> None:
+    from launcher.masking import redact
+
+    for query in ("pwd=zoomPass99", "auth=abcdef123456", "X-Amz-Signature=deadbeef0011", "key=AIzaSyD-123456"):
+        assert redact(f"https://h/x?{query}").endswith("=" + MASK), query
+        assert secret_arguments(["t.py", f"https://h/x?{query}"]) == [query.partition("=")[2]]
+    for query in ("pageToken=CAUQAA12345", "next_token=abc123def", "split_key=train", "signature=serving_default"):
+        assert redact(f"https://h/x?{query}") == f"https://h/x?{query}", query
+    assert redact("https://h/x?pass=train") == f"https://h/x?pass={MASK}"
+    assert secret_arguments(["t.py", "https://h/x?pass=train"]) == []  # "train" stays visible elsewhere
+    redactor = Redactor.for_values(
+        [{"DATA_URL": "https://h/x?access_token=tok12345678"}], [["t.py", "u?sig=AbC%2Bdef9"]]
+    )
+    assert redactor.text("tok12345678 AbC+def9 training") == f"{MASK} {MASK} training"  # alone, and decoded
