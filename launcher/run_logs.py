@@ -47,6 +47,14 @@ def pick_attempt(run_dir: str, attempts: Sequence[int], wanted: int | None) -> i
     """The attempt `wanted` names: the latest when None, counted from the end when negative (-1 is
     the latest). UsageError naming the attempts there are when it names none of them."""
     if not attempts:
+        from launcher.run_lock import is_run_dir
+
+        # a launch on its way has an empty directory, or its lock; files of another kind are no run's
+        if os.listdir(run_dir) and not is_run_dir(run_dir) and not os.path.exists(RunLayout(run_dir).lock_file):
+            raise UsageError(
+                f"{printable(run_dir)}: has no summary.json, status.json or attempt directory; is it a run directory "
+                "(such as runs/example)?"
+            )
         raise UsageError(f"{run_dir}: no attempt has started yet (no attempt-N directory); nothing logged so far.")
     if wanted is None:
         return attempts[-1]

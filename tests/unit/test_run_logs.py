@@ -147,6 +147,9 @@ def test_a_run_without_attempts_is_a_usage_error(tmp_path: Path) -> None:
         show_logs(layout.run_dir, io.StringIO())
     with pytest.raises(UsageError, match="no such directory"):
         show_logs(str(tmp_path / "nowhere"), io.StringIO())
+    (Path(layout.run_dir) / "notes.txt").write_text("mine")
+    with pytest.raises(UsageError, match="is it a run directory"):
+        show_logs(layout.run_dir, io.StringIO())
     (tmp_path / "afile").write_text("")
     for follow in (False, True):
         with pytest.raises(UsageError, match="afile: not a directory"):
