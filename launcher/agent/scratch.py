@@ -5,7 +5,8 @@ A live agent holds an exclusive lock (flock) on `<scratch>/.agent`; the kernel l
 the agent ends, SIGKILL included. An agent, once started, removes every other `tflaunch-agent-*`
 directory of its user beside its own whose lock it can take: that agent is gone, and its tasks with it
 (they get SIGKILL from the kernel when their agent dies). A directory without the lock file (made by
-another version, or an agent that could not lock) is left alone, as is anything not a plain
+another version, or an agent that could not lock) is left alone, unless it is empty and a minute old
+(an agent killed before it made its lock file), as is anything not a plain
 directory of the user's own, and a directory with anything mounted inside (a task's FUSE or bind
 mount outlives its agent: emptying the directory would empty what is mounted). The lock file is
 removed last, so a directory that could not be emptied is tried again by the next agent.
@@ -66,14 +67,19 @@ def _remove_if_left(path: str) -> bool:
     uid = os.geteuid()
     try:
         here = os.lstat(path)
-        if not stat.S_ISDIR(here.st_mode) or here.st_uid != uid:
-            return False
+    except OSError:  # gone meanwhile
+        return False
+    if not stat.S_ISDIR(here.st_mode) or here.st_uid != uid:
+        return False
+    try:
         folder = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
             fd = os.open(HELD, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=folder)
         finally:
             os.close(folder)
-    except OSError:  # gone meanwhile, not ours to open, or no lock file
+    except FileNotFoundError:  # no lock file: an agent killed before it made one, or one that left it empty
+        return _remove_if_empty_and_old(path, here.st_mtime)
+    except OSError:  # gone meanwhile, or not ours to open
         return False
     try:
         held = os.fstat(fd)
@@ -91,6 +97,22 @@ def _remove_if_left(path: str) -> bool:
         return not os.path.lexists(path)
     finally:
         os.close(fd)
+
+
+EMPTY_AGE_S = 60.0  # an agent makes its lock file microseconds after its directory
+
+
+def _remove_if_empty_and_old(path: str, modified: float) -> bool:
+    """An empty directory without a lock file, untouched for a minute: no agent will use it."""
+    import time
+
+    if time.time() - modified < EMPTY_AGE_S:
+        return False
+    try:
+        os.rmdir(path)  # only ever an empty one
+    except OSError:
+        return False
+    return True
 
 
 def _mounts_under(path: str) -> bool:

@@ -7,6 +7,7 @@ import pwd
 import shutil
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -159,3 +160,17 @@ def test_an_agent_leaving_removes_a_tasks_read_only_directories_too(tmp_path: Pa
     scratch.remove(own)
     assert not Path(own).exists()
     os.close(fd)
+
+
+def test_an_empty_scratch_without_a_lock_file_is_removed_once_a_minute_old(tmp_path: Path) -> None:
+    """An agent killed between making its directory and its lock file leaves it empty: nothing will use it."""
+    mine, _ = scratch.make(str(tmp_path))
+    empty_old, empty_new, full_old = (tmp_path / f"{scratch.PREFIX}{name}" for name in ("a", "b", "c"))
+    for folder in (empty_old, empty_new, full_old):
+        folder.mkdir()
+    (full_old / "data").write_text("cannot tell whose")
+    an_hour_ago = time.time() - 3600
+    for folder in (empty_old, full_old):
+        os.utime(folder, (an_hour_ago, an_hour_ago))
+    assert scratch.sweep(mine) == [str(empty_old)]
+    assert empty_new.is_dir() and full_old.is_dir()
