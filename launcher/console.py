@@ -12,7 +12,6 @@ anything.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import sys
@@ -21,7 +20,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from launcher import task_states
+from launcher import json_lines, task_states
 from launcher.benign_lines import is_benign, opens_stragglers
 from launcher.durations import duration_text
 from launcher.gang import GangStatus
@@ -402,6 +401,6 @@ class Console:
             ],
         }
         try:
-            write_atomic(self._status_path, json.dumps(data, indent=2), durable=False)
+            write_atomic(self._status_path, json_lines.dumps(data), durable=False)
         except OSError:  # the run directory vanished; the console output still tells
             pass

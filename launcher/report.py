@@ -9,11 +9,11 @@ terminal control sequences before it is shown.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from launcher import json_lines
 from launcher.benign_lines import benign_lines
 from launcher.gang import RunResult, TaskResult
 from launcher.log_reading import LoggedException, last_exception, read_end, tail_lines
@@ -169,7 +169,7 @@ def summary(result: RunResult) -> dict[str, Any]:
 def write_summary(result: RunResult) -> str:
     path = RunLayout(result.run_dir).summary_file
     os.makedirs(result.run_dir, exist_ok=True)
-    write_atomic(path, json.dumps(redacted(summary(result)), indent=2, default=str))
+    write_atomic(path, json_lines.dumps(redacted(summary(result)), default=str))
     return path
 
 

@@ -1,0 +1,32 @@
+"""status.json and summary.json: the same data as json.dumps, a key or an object per line."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from launcher.json_lines import dumps
+
+SUMMARY = {
+    "state": "succeeded",
+    "attempts": [{"attempt": 0, "tasks": [{"task": f"worker:{i}", "exit": 0, "reason": None} for i in range(3)]}],
+    "outputs": {"model": "runs/x/model"},
+    "empty": [],
+}
+
+
+@pytest.mark.parametrize("data", [SUMMARY, {}, [], [{"a": 1}], "text", 3, None, {"k": [1, {"a": 2}]}])
+def test_it_parses_as_the_same_data(data: Any) -> None:
+    assert json.loads(dumps(data)) == data
+
+
+def test_a_task_is_one_line_and_a_key_another() -> None:
+    lines = dumps(SUMMARY).splitlines()
+    assert '        {"task": "worker:1", "exit": 0, "reason": null},' in lines
+    assert '  "outputs": {"model": "runs/x/model"},' in lines and lines[0] == "{" and lines[-1] == "}"
+
+
+def test_what_json_cannot_write_goes_through_default() -> None:
+    assert json.loads(dumps({"when": object()}, default=lambda value: "obj")) == {"when": "obj"}
