@@ -9,6 +9,7 @@ line by line, and parses as the same data."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 __all__ = ["dumps"]
@@ -16,18 +17,22 @@ __all__ = ["dumps"]
 
 def dumps(data: Any, default: Any = None) -> str:
     """`data` as JSON text: a dict a key per line, a list of objects an object per line."""
-    return _text(data, 0, default, top=True)
+    return _text(data, 0, json.JSONEncoder(default=default).encode, top=True)
 
 
 def _objects(value: Any) -> bool:
     return isinstance(value, list) and bool(value) and all(isinstance(item, dict) for item in value)
 
 
-def _text(value: Any, indent: int, default: Any, top: bool = False) -> str:
+def _text(value: Any, indent: int, encode: Callable[[Any], str], top: bool = False) -> str:
     pad, inner = " " * indent, " " * (indent + 2)
-    if isinstance(value, dict) and value and (top or any(_objects(item) for item in value.values())):
-        lines = [f"{inner}{json.dumps(str(key))}: {_text(item, indent + 2, default)}" for key, item in value.items()]
+    if isinstance(value, dict) and value and (top or any(map(_objects, value.values()))):
+        lines = [f"{inner}{encode(str(key))}: {_text(item, indent + 2, encode)}" for key, item in value.items()]
         return "{\n" + ",\n".join(lines) + f"\n{pad}}}"
     if _objects(value):
-        return "[\n" + ",\n".join(inner + _text(item, indent + 2, default) for item in value) + f"\n{pad}]"
-    return json.dumps(value, default=default)
+        if any(map(_objects, value[0].values())):  # attempts holding tasks: each laid out in turn
+            items = [_text(item, indent + 2, encode) for item in value]
+        else:  # tasks: as the first one goes, each on its line whole
+            items = list(map(encode, value))
+        return "[\n" + ",\n".join(inner + item for item in items) + f"\n{pad}]"
+    return encode(value)
