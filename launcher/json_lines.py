@@ -20,6 +20,11 @@ def dumps(data: Any, default: Any = None) -> str:
     return _text(data, 0, json.JSONEncoder(default=default).encode, top=True)
 
 
+def _key(key: Any) -> str:
+    """As json writes a key: None as "null", True as "true", a number as its digits."""
+    return key if isinstance(key, str) else json.dumps(key)
+
+
 def _objects(value: Any) -> bool:
     return isinstance(value, list) and bool(value) and all(isinstance(item, dict) for item in value)
 
@@ -27,7 +32,7 @@ def _objects(value: Any) -> bool:
 def _text(value: Any, indent: int, encode: Callable[[Any], str], top: bool = False) -> str:
     pad, inner = " " * indent, " " * (indent + 2)
     if isinstance(value, dict) and value and (top or any(map(_objects, value.values()))):
-        lines = [f"{inner}{encode(str(key))}: {_text(item, indent + 2, encode)}" for key, item in value.items()]
+        lines = [f"{inner}{encode(_key(key))}: {_text(item, indent + 2, encode)}" for key, item in value.items()]
         return "{\n" + ",\n".join(lines) + f"\n{pad}}}"
     if _objects(value):
         if any(map(_objects, value[0].values())):  # attempts holding tasks: each laid out in turn

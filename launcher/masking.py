@@ -191,17 +191,30 @@ def _secret_parts(value: str) -> list[str]:
     """The secrets in `value` by their form, each alone: `--msg "push with ghp_..."` hides the token,
     not the words around it."""
     found = [match.group() for match in _VALUE_PATTERNS.finditer(value)]
-    found += [match[2] for match in _AUTHORIZATION.finditer(value)]
-    found += [match[2] for match in _URL_PASSWORD.finditer(value)]
-    return found + _query_secrets(value)
+    by_place = [match[2] for match in _AUTHORIZATION.finditer(value)]
+    by_place += [match[2] for match in _URL_PASSWORD.finditer(value)]
+    return found + [part for part in by_place if _credential_like(part)] + _query_secrets(value)
 
 
 # A secret in a URL's query string, by its parameter's name as a flag's: `?access_token=X`, `&api_key=X`,
 # `&pwd=X`, `&auth=X`, `&sig=X` (an Azure SAS), `&X-Amz-Signature=X` (a presigned URL).
 _QUERY_PARAMETER = re.compile(r"([?&])([A-Za-z][A-Za-z0-9_.\-]{0,63})=([^&\s#\"'<>]{1,4096})")
-_QUERY_HEADS = frozenset({"AUTH", "SIG", "SIGNATURE"})
+_QUERY_HEADS = frozenset({"AUTH", "AUTHKEY", "AUTHORIZATION", "SIG", "SIGNATURE"})
 _SIGNED = frozenset({"SIG", "SIGNATURE"})  # a signature's value has digits: `signature=serving_default` has none
-_CREDENTIAL_LIKE = re.compile(r"(?=.{8})(?=.*[^A-Za-z]).*", re.S)  # 8 characters or more, not letters only
+# What is masked wherever it shows, once found in a URL or a header: 8 characters or more, not letters
+# alone, and neither a path (`data/train-00001.tfrecord`, a file name) nor a lower-case identifier
+# (`aws_sigv4`). Shorter or plainer values are masked in their URL or header only: "test" as a URL's
+# password must not turn "latest" into "la****" in every line.
+_NOT_CREDENTIAL = re.compile(r"[^/]*/.*|.*\.[A-Za-z][A-Za-z0-9]{0,5}|[a-z][a-z0-9]*(?:[_\-][a-z0-9]+)+", re.S)
+
+
+def _credential_like(value: str) -> bool:
+    return (
+        len(value) >= 8
+        and not value.isalpha()
+        and not any(char.isspace() for char in value)
+        and not _NOT_CREDENTIAL.fullmatch(value)
+    )
 
 
 def _query_names_secret(name: str, value: str) -> bool:
@@ -217,16 +230,15 @@ def _query_names_secret(name: str, value: str) -> bool:
 
 
 def _query_secrets(text: str) -> list[str]:
-    """The secret values in the query strings of the URLs in `text` that look like credentials (8
-    characters or more, not letters alone): each is masked wherever it shows, also decoded. A
-    shorter or plainer one (`?pass=train`) is masked in its URL only: "train" must not be masked in
-    every other line."""
+    """The secret values in the query strings of the URLs in `text` that look like credentials
+    (`_credential_like`): each is masked wherever it shows, also decoded. A shorter or plainer one
+    (`?pass=train`) is masked in its URL only: "train" must not be masked in every other line."""
     if "=" not in text:
         return []
     return [
         found[3]
         for found in _QUERY_PARAMETER.finditer(text)
-        if _query_names_secret(found[2], found[3]) and _CREDENTIAL_LIKE.fullmatch(found[3])
+        if _query_names_secret(found[2], found[3]) and _credential_like(found[3])
     ]
 
 

@@ -104,6 +104,7 @@ def run_preflight(spec: ClusterSpec, plan: LaunchPlan, transport: Transport) -> 
                 "workdir": host.workdir,
                 "checkpoint_dir": plan.checkpoint_dir,
                 "need_worker": need_worker,
+                "runtime": not isinstance(spec.training, CommandTraining),  # fit runs it too: its shadows
                 "gpus": bool(host.gpus),
                 "programs": sorted({task.argv[0] for task in host.tasks}),
                 "scripts": sorted({script for task in host.tasks if (script := script_of(task.command))}),

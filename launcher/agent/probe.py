@@ -246,6 +246,7 @@ def _info(request: dict[str, Any]) -> dict[str, Any]:
     pythonpath = os.environ.get("PYTHONPATH", "") if pythonpath is None else pythonpath
     if request.get("need_worker"):
         answer["worker_ok"] = worker_fact()
+    if request.get("runtime", request.get("need_worker")):
         shadows = runtime_shadows(pythonpath, workdir)
         if shadows:
             answer["runtime_shadowed"] = shadows
@@ -293,7 +294,7 @@ def _info(request: dict[str, Any]) -> dict[str, Any]:
 
 
 # The built-in runtime's own packages, each known by files a user's module of the same name lacks.
-_RUNTIME_PACKAGES = {"worker": ("runtime.py", "forked_spare.py"), "tflaunch": ("events.py", "api.py")}
+_RUNTIME_PACKAGES = {"worker": ("runtime.py", "__main__.py"), "tflaunch": ("events.py", "api.py")}
 
 
 def runtime_shadows(pythonpath: str, workdir: str) -> dict[str, str]:
@@ -309,14 +310,36 @@ def runtime_shadows(pythonpath: str, workdir: str) -> dict[str, str]:
             if name in found:
                 continue
             package = os.path.join(folder, name)
-            if os.path.isfile(os.path.join(package, "__init__.py")):
-                if not all(os.path.isfile(os.path.join(package, mark)) for mark in marks):
-                    found[name] = os.path.normpath(package)
-                else:
-                    found[name] = ""  # ours comes first: nothing later stands in
-            elif os.path.isfile(package + ".py"):
-                found[name] = os.path.normpath(package + ".py")
+            if os.path.isdir(package) and all(os.path.isfile(os.path.join(package, mark)) for mark in marks):
+                found[name] = ""  # ours (a checkout) comes first: nothing later stands in
+            elif os.path.isdir(package) and _holds_modules(package):
+                # a package, or a plain directory of modules: a namespace package, which an editable
+                # install's finder (consulted after sys.path) never gets to override
+                found[name] = os.path.normpath(package)
+            elif module := _module_file(folder, name):
+                found[name] = os.path.normpath(module)
     return {name: where for name, where in found.items() if where}
+
+
+def _holds_modules(folder: str) -> bool:
+    try:
+        return any(entry.endswith((".py", ".pyc", ".so")) for entry in os.listdir(folder))
+    except OSError:
+        return False
+
+
+def _module_file(folder: str, name: str) -> str | None:
+    """The file python would import as module `name` from `folder` (source, bytecode or extension)."""
+    for ending in (".py", ".pyc", ".so"):
+        if os.path.isfile(os.path.join(folder, name + ending)):
+            return os.path.join(folder, name + ending)
+    try:
+        return next(
+            (os.path.join(folder, f) for f in os.listdir(folder) if f.startswith(name + ".") and f.endswith(".so")),
+            None,
+        )
+    except OSError:
+        return None
 
 
 STARTUP_CHECK_TIMEOUT_S = 30.0

@@ -5,8 +5,8 @@ A live agent holds an exclusive lock (flock) on `<scratch>/.agent`; the kernel l
 the agent ends, SIGKILL included. An agent, once started, removes every other `tflaunch-agent-*`
 directory of its user beside its own whose lock it can take: that agent is gone, and its tasks with it
 (they get SIGKILL from the kernel when their agent dies). A directory without the lock file (made by
-another version, or an agent that could not lock) is left alone, unless it is empty and a minute old
-(an agent killed before it made its lock file), as is anything not a plain
+another version, or an agent that could not lock) is left alone, unless it is empty (or holds only a
+lock file never named) and ten minutes old: an agent killed before it made its lock file, as is anything not a plain
 directory of the user's own, and a directory with anything mounted inside (a task's FUSE or bind
 mount outlives its agent: emptying the directory would empty what is mounted). The lock file is
 removed last, so a directory that could not be emptied is tried again by the next agent.
@@ -99,16 +99,22 @@ def _remove_if_left(path: str) -> bool:
         os.close(fd)
 
 
-EMPTY_AGE_S = 60.0  # an agent makes its lock file microseconds after its directory
+EMPTY_AGE_S = 600.0  # an agent makes its lock file microseconds after its directory
 
 
 def _remove_if_empty_and_old(path: str, modified: float) -> bool:
-    """An empty directory without a lock file, untouched for a minute: no agent will use it."""
+    """A directory without a lock file, holding nothing or only a lock file never named (its agent
+    was killed in between), untouched for ten minutes: no agent will use it."""
     import time
 
     if time.time() - modified < EMPTY_AGE_S:
         return False
     try:
+        names = os.listdir(path)
+        if any(name != HELD + ".new" for name in names):
+            return False
+        for name in names:
+            os.unlink(os.path.join(path, name))
         os.rmdir(path)  # only ever an empty one
     except OSError:
         return False

@@ -397,11 +397,12 @@ def test_a_script_is_checked_whatever_its_secret_arguments_and_refusals_mask_sec
     assert "hunter2" not in fresh.stderr
 
 
-def test_a_worker_py_that_pythonpath_puts_before_the_runtime_is_refused(work: Path) -> None:
+@pytest.mark.parametrize("kind", ["builtin", "fit"])
+def test_a_worker_py_that_pythonpath_puts_before_the_runtime_is_refused(work: Path, kind: str) -> None:
     """`export PYTHONPATH=$PYTHONPATH:/x` with none set leaves an empty entry: the working directory, whose
-    worker.py every built-in task would import as the runtime."""
+    worker.py every task of the runtime (`fit` too) would import as the runtime."""
     (work / "worker.py").write_text("raise SystemExit('not the runtime')\n")
-    spec = write_spec(work, good(work, env={"PYTHONPATH": f":{work}/lib"}, training={"kind": "builtin", "steps": 5}))
+    spec = write_spec(work, good(work, env={"PYTHONPATH": f":{work}/lib"}, training={"kind": kind, "steps": 5}))
     proc = run_launch(["--cluster", str(spec)], work, timeout=90)
     assert proc.returncode == 2, proc.stderr
     assert f"{work / 'worker.py'} would be imported as the built-in runtime's own package 'worker'" in proc.stderr

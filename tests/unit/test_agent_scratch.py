@@ -162,15 +162,17 @@ def test_an_agent_leaving_removes_a_tasks_read_only_directories_too(tmp_path: Pa
     os.close(fd)
 
 
-def test_an_empty_scratch_without_a_lock_file_is_removed_once_a_minute_old(tmp_path: Path) -> None:
-    """An agent killed between making its directory and its lock file leaves it empty: nothing will use it."""
+def test_an_empty_scratch_without_a_lock_file_is_removed_once_ten_minutes_old(tmp_path: Path) -> None:
+    """An agent killed between making its directory and naming its lock file leaves it empty (or holding the
+    unnamed lock file): nothing will use it."""
     mine, _ = scratch.make(str(tmp_path))
-    empty_old, empty_new, full_old = (tmp_path / f"{scratch.PREFIX}{name}" for name in ("a", "b", "c"))
-    for folder in (empty_old, empty_new, full_old):
+    empty_old, empty_new, full_old, unnamed_old = (tmp_path / f"{scratch.PREFIX}{name}" for name in "abcd")
+    for folder in (empty_old, empty_new, full_old, unnamed_old):
         folder.mkdir()
     (full_old / "data").write_text("cannot tell whose")
+    (unnamed_old / (scratch.HELD + ".new")).write_text("")
     an_hour_ago = time.time() - 3600
-    for folder in (empty_old, full_old):
+    for folder in (empty_old, full_old, unnamed_old):
         os.utime(folder, (an_hour_ago, an_hour_ago))
-    assert scratch.sweep(mine) == [str(empty_old)]
+    assert sorted(scratch.sweep(mine)) == [str(empty_old), str(unnamed_old)]
     assert empty_new.is_dir() and full_old.is_dir()

@@ -28,5 +28,10 @@ def test_a_task_is_one_line_and_a_key_another() -> None:
     assert '  "outputs": {"model": "runs/x/model"},' in lines and lines[0] == "{" and lines[-1] == "}"
 
 
+def test_keys_that_are_not_strings_are_written_as_json_writes_them() -> None:
+    data = {None: 1, True: 2, 3: 4, 1.5: 5}
+    assert json.loads(dumps(data)) == json.loads(json.dumps(data)) == {"null": 1, "true": 2, "3": 4, "1.5": 5}
+
+
 def test_what_json_cannot_write_goes_through_default() -> None:
     assert json.loads(dumps({"when": object()}, default=lambda value: "obj")) == {"when": "obj"}

@@ -352,7 +352,7 @@ def test_a_module_on_pythonpath_standing_in_for_the_runtime_is_found(tmp_path: P
     (work / "worker.py").write_text("mine")
     (lib / "tflaunch").mkdir()
     (lib / "tflaunch" / "__init__.py").write_text("mine")
-    for name in ("__init__.py", "runtime.py", "forked_spare.py"):
+    for name in ("__init__.py", "runtime.py", "__main__.py"):  # files every version of the project has had
         (checkout / "worker" / name).write_text("")
     for name in ("__init__.py", "events.py", "api.py"):
         (checkout / "tflaunch" / name).write_text("")
@@ -362,3 +362,12 @@ def test_a_module_on_pythonpath_standing_in_for_the_runtime_is_found(tmp_path: P
     }
     assert probe.runtime_shadows(f"{checkout}:.:{lib}", str(work)) == {}  # a checkout of this project comes first
     assert probe.runtime_shadows("", str(work)) == {} and probe.runtime_shadows(str(lib / "none"), str(work)) == {}
+    spaces, compiled = tmp_path / "spaces", tmp_path / "compiled"
+    (spaces / "worker").mkdir(parents=True)  # no __init__.py: a namespace package, found before an editable install
+    (spaces / "worker" / "events.py").write_text("")
+    compiled.mkdir()
+    (compiled / "tflaunch.pyc").write_bytes(b"")
+    assert probe.runtime_shadows(f"{spaces}:{compiled}", str(work)) == {
+        "worker": str(spaces / "worker"),
+        "tflaunch": str(compiled / "tflaunch.pyc"),
+    }

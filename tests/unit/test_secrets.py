@@ -270,12 +270,15 @@ def test_a_bearer_flag_is_a_secret_flag() -> None:
 
 
 def test_a_secret_among_other_words_of_an_argument_is_masked_alone() -> None:
-    argv = ["t.py", "--msg", "push with ghp_abcdefghijklmnopqrstuvwxyz12 now", "--db", "postgres://u:pw5678@h/db"]
-    argv += ["-H", "Authorization: Basic dXNlcjpwYXNz"]
-    assert secret_arguments(argv) == ["ghp_abcdefghijklmnopqrstuvwxyz12", "pw5678", "dXNlcjpwYXNz"]
-    shown = Redactor.for_values([], [argv]).argv(argv)
+    argv = ["t.py", "--msg", "push with ghp_abcdefghijklmnopqrstuvwxyz12 now", "--db", "postgres://u:pw5678ab@h/db"]
+    argv += ["-H", "Authorization: Basic dXNlcjpwYXNz", "--cache", "redis://default:test@h:6379"]
+    assert secret_arguments(argv) == ["ghp_abcdefghijklmnopqrstuvwxyz12", "pw5678ab"]  # the header: masked in place
+    redactor = Redactor.for_values([{"REDIS_URL": "redis://default:test@h:6379"}], [argv])
+    shown = redactor.argv(argv)
     assert shown[2] == f"push with {MASK} now" and shown[4] == f"postgres://u:{MASK}@h/db"
-    assert shown[6] == f"Authorization: Basic {MASK}"
+    assert shown[6] == f"Authorization: Basic {MASK}" and shown[8] == f"redis://default:{MASK}@h:6379"
+    # a plain word as a URL's password is masked in its URL only: "latest" and "test" elsewhere stay
+    assert redactor.text("latest test pw5678ab") == f"latest test {MASK}"
 
 
 def test_query_parameters_are_secrets_by_name_and_plain_words_are_masked_in_their_url_only() -> None:
@@ -284,6 +287,7 @@ def test_query_parameters_are_secrets_by_name_and_plain_words_are_masked_in_thei
     for query in ("pwd=zoomPass99", "auth=abcdef123456", "X-Amz-Signature=deadbeef0011", "key=AIzaSyD-123456"):
         assert redact(f"https://h/x?{query}").endswith("=" + MASK), query
         assert secret_arguments(["t.py", f"https://h/x?{query}"]) == [query.partition("=")[2]]
+    assert secret_arguments(["t.py", "https://h/x?key=data/train-00001.tfrecord&auth=aws_sigv4"]) == []
     for query in ("pageToken=CAUQAA12345", "next_token=abc123def", "split_key=train", "signature=serving_default"):
         assert redact(f"https://h/x?{query}") == f"https://h/x?{query}", query
     assert redact("https://h/x?pass=train") == f"https://h/x?pass={MASK}"
