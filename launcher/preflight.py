@@ -13,6 +13,7 @@ under loopback addresses are not checked against each other). Starts no task; le
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import logging
 import os
@@ -22,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
-from launcher.agent.probe import creatable
+from launcher.agent.probe import RUNTIME_MARKS, creatable
 from launcher.errors import HostError
 from launcher.gpus import GpuHost, fleet_problems, inventory
 from launcher.masking import redact, redacted
@@ -104,7 +105,8 @@ def run_preflight(spec: ClusterSpec, plan: LaunchPlan, transport: Transport) -> 
                 "workdir": host.workdir,
                 "checkpoint_dir": plan.checkpoint_dir,
                 "need_worker": need_worker,
-                "runtime": not isinstance(spec.training, CommandTraining),  # fit runs it too: its shadows
+                # the runtime's packages as this launcher has them: fit runs the runtime too
+                "runtime_marks": {} if isinstance(spec.training, CommandTraining) else runtime_marks(),
                 "gpus": bool(host.gpus),
                 "programs": sorted({task.argv[0] for task in host.tasks}),
                 "scripts": sorted({script for task in host.tasks if (script := script_of(task.command))}),
@@ -151,6 +153,21 @@ def run_preflight(spec: ClusterSpec, plan: LaunchPlan, transport: Transport) -> 
     report.problems = [redact(problem) for problem in report.problems]
     report.hosts = [redacted(record) for record in report.hosts]
     return report
+
+
+@functools.cache
+def runtime_marks() -> dict[str, str]:
+    """sha256 of the launcher's own copy of each runtime package's mark file (probe.RUNTIME_MARKS)."""
+    import hashlib
+    import importlib.util
+
+    marks = {}
+    for name, mark in RUNTIME_MARKS.items():
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.submodule_search_locations:
+            with open(os.path.join(next(iter(spec.submodule_search_locations)), mark), "rb") as handle:
+                marks[name] = hashlib.sha256(handle.read()).hexdigest()
+    return marks
 
 
 def _host_record(host: _Host) -> dict[str, Any]:
@@ -219,8 +236,9 @@ def _check_info(hosts: list[_Host], plan: LaunchPlan, need_worker: bool, report:
             )
         for name, where in (info.get("runtime_shadowed") or {}).items():
             report.problems.append(
-                f"{host.address}: {where} would be imported as the built-in runtime's own package {name!r} "
-                "(PYTHONPATH names its directory, and comes before the installed packages; an empty entry, as "
+                f"{host.address}: {where} would be imported as the built-in runtime's own package {name!r}, and it is "
+                "not this launcher's copy of it (PYTHONPATH names its directory, and comes before the installed "
+                "packages; an empty entry, as "
                 "`PYTHONPATH=$PYTHONPATH:/x` leaves, names the working directory): rename it, or take its directory "
                 "out of PYTHONPATH"
             )

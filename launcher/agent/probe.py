@@ -246,8 +246,8 @@ def _info(request: dict[str, Any]) -> dict[str, Any]:
     pythonpath = os.environ.get("PYTHONPATH", "") if pythonpath is None else pythonpath
     if request.get("need_worker"):
         answer["worker_ok"] = worker_fact()
-    if request.get("runtime", request.get("need_worker")):
-        shadows = runtime_shadows(pythonpath, workdir)
+    if request.get("runtime_marks"):
+        shadows = runtime_shadows(pythonpath, workdir, request.get("runtime_marks") or {})
         if shadows:
             answer["runtime_shadowed"] = shadows
     path = request.get("path")
@@ -293,53 +293,38 @@ def _info(request: dict[str, Any]) -> dict[str, Any]:
     return answer
 
 
-# The built-in runtime's own packages, each known by files a user's module of the same name lacks.
-_RUNTIME_PACKAGES = {"worker": ("runtime.py", "__main__.py"), "tflaunch": ("events.py", "api.py")}
+# The built-in runtime's own packages, each known by one of its files: a package of that name whose
+# copy of the file is the launcher's own (a checkout of this version on PYTHONPATH) is no stand-in.
+RUNTIME_MARKS = {"worker": "contract.py", "tflaunch": "api.py"}
 
 
-def runtime_shadows(pythonpath: str, workdir: str) -> dict[str, str]:
+def runtime_shadows(pythonpath: str, workdir: str, marks: dict[str, str]) -> dict[str, str]:
     """The runtime's packages that a module on the tasks' PYTHONPATH would stand in for: {name: the
-    file python would import}. PYTHONPATH comes before the installed packages, and an empty or
+    file or package python would import}. `marks`: {package: sha256 of the launcher's own copy of
+    its RUNTIME_MARKS file}. PYTHONPATH comes before the installed packages, and an empty or
     relative entry names the working directory (`export PYTHONPATH=$PYTHONPATH:/x` with none set
-    gives one); `-P` keeps only the script's own directory off sys.path. A copy of this project
-    (a checkout on PYTHONPATH) is no stand-in."""
+    gives one); `-P` keeps only the script's own directory off sys.path."""
+    import hashlib
+    import importlib.machinery
+
+    endings = (".py", ".pyc", *importlib.machinery.EXTENSION_SUFFIXES)
     found: dict[str, str] = {}
     for entry in pythonpath.split(os.pathsep) if pythonpath else ():  # set but empty: no entry at all
         folder = os.path.join(workdir, entry)
-        for name, marks in _RUNTIME_PACKAGES.items():
-            if name in found:
+        for name, mark in RUNTIME_MARKS.items():
+            if name in found or name not in marks:
                 continue
             package = os.path.join(folder, name)
-            if os.path.isdir(package) and all(os.path.isfile(os.path.join(package, mark)) for mark in marks):
-                found[name] = ""  # ours (a checkout) comes first: nothing later stands in
-            elif os.path.isdir(package) and _holds_modules(package):
-                # a package, or a plain directory of modules: a namespace package, which an editable
-                # install's finder (consulted after sys.path) never gets to override
-                found[name] = os.path.normpath(package)
-            elif module := _module_file(folder, name):
+            if os.path.isfile(os.path.join(package, "__init__.py")):
+                try:
+                    with open(os.path.join(package, mark), "rb") as handle:
+                        ours = hashlib.sha256(handle.read()).hexdigest() == marks[name]
+                except OSError:
+                    ours = False
+                found[name] = "" if ours else os.path.normpath(package)  # ours first: nothing later stands in
+            elif module := next((package + e for e in endings if os.path.isfile(package + e)), None):
                 found[name] = os.path.normpath(module)
     return {name: where for name, where in found.items() if where}
-
-
-def _holds_modules(folder: str) -> bool:
-    try:
-        return any(entry.endswith((".py", ".pyc", ".so")) for entry in os.listdir(folder))
-    except OSError:
-        return False
-
-
-def _module_file(folder: str, name: str) -> str | None:
-    """The file python would import as module `name` from `folder` (source, bytecode or extension)."""
-    for ending in (".py", ".pyc", ".so"):
-        if os.path.isfile(os.path.join(folder, name + ending)):
-            return os.path.join(folder, name + ending)
-    try:
-        return next(
-            (os.path.join(folder, f) for f in os.listdir(folder) if f.startswith(name + ".") and f.endswith(".so")),
-            None,
-        )
-    except OSError:
-        return None
 
 
 STARTUP_CHECK_TIMEOUT_S = 30.0

@@ -14,6 +14,7 @@ from launcher.agent.bootstrap import agent_line
 from launcher.agent.probe import module_found
 from launcher.transport.local import open_local
 from launcher.transport.session import AgentSession
+from tests.conftest import REPO
 
 
 def _install(site_dir: Path, distribution: str, version: str) -> None:
@@ -346,28 +347,35 @@ def test_a_checkpoint_dir_that_is_a_link_to_nothing_cannot_be_made(tmp_path: Pat
 
 
 def test_a_module_on_pythonpath_standing_in_for_the_runtime_is_found(tmp_path: Path) -> None:
-    work, lib, checkout = tmp_path / "work", tmp_path / "lib", tmp_path / "checkout"
-    for folder in (work, lib, checkout / "worker", checkout / "tflaunch"):
+    import hashlib
+
+    from launcher.preflight import runtime_marks
+
+    marks = runtime_marks()
+    assert set(marks) == {"worker", "tflaunch"}
+    work, lib, checkout, stale, compiled = (tmp_path / n for n in ("work", "lib", "checkout", "stale", "compiled"))
+    for folder in (work, lib / "tflaunch", checkout, stale / "worker", compiled):
         folder.mkdir(parents=True)
     (work / "worker.py").write_text("mine")
-    (lib / "tflaunch").mkdir()
     (lib / "tflaunch" / "__init__.py").write_text("mine")
-    for name in ("__init__.py", "runtime.py", "__main__.py"):  # files every version of the project has had
-        (checkout / "worker" / name).write_text("")
-    for name in ("__init__.py", "events.py", "api.py"):
-        (checkout / "tflaunch" / name).write_text("")
-    assert probe.runtime_shadows(f":{lib}", str(work)) == {
+    for name, mark in probe.RUNTIME_MARKS.items():  # a checkout of this very version: the launcher's own files
+        (checkout / name).mkdir()
+        (checkout / name / "__init__.py").write_text("")
+        (checkout / name / mark).write_bytes((REPO / name / mark).read_bytes())
+    assert hashlib.sha256((checkout / "worker" / "contract.py").read_bytes()).hexdigest() == marks["worker"]
+    (stale / "worker" / "__init__.py").write_text("")
+    (stale / "worker" / "contract.py").write_text("# another version")
+    (compiled / "tflaunch.pyc").write_bytes(b"")
+    assert probe.runtime_shadows(f":{lib}", str(work), marks) == {
         "worker": str(work / "worker.py"),  # the empty entry: the working directory
         "tflaunch": str(lib / "tflaunch"),
     }
-    assert probe.runtime_shadows(f"{checkout}:.:{lib}", str(work)) == {}  # a checkout of this project comes first
-    assert probe.runtime_shadows("", str(work)) == {} and probe.runtime_shadows(str(lib / "none"), str(work)) == {}
-    spaces, compiled = tmp_path / "spaces", tmp_path / "compiled"
-    (spaces / "worker").mkdir(parents=True)  # no __init__.py: a namespace package, found before an editable install
-    (spaces / "worker" / "events.py").write_text("")
-    compiled.mkdir()
-    (compiled / "tflaunch.pyc").write_bytes(b"")
-    assert probe.runtime_shadows(f"{spaces}:{compiled}", str(work)) == {
-        "worker": str(spaces / "worker"),
+    assert probe.runtime_shadows(f"{checkout}:.:{lib}", str(work), marks) == {}  # this version's checkout first
+    assert probe.runtime_shadows(f"{stale}:{compiled}", str(work), marks) == {
+        "worker": str(stale / "worker"),  # another version's runtime is no stand-in for this launcher's
         "tflaunch": str(compiled / "tflaunch.pyc"),
     }
+    (tmp_path / "plain" / "worker").mkdir(parents=True)  # a directory of the user's: no package, not imported first
+    (tmp_path / "plain" / "worker" / "notes.csv").write_text("")
+    assert probe.runtime_shadows(str(tmp_path / "plain"), str(work), marks) == {}
+    assert probe.runtime_shadows("", str(work), marks) == {} and probe.runtime_shadows(":", str(work), {}) == {}

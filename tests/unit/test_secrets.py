@@ -287,7 +287,9 @@ def test_query_parameters_are_secrets_by_name_and_plain_words_are_masked_in_thei
     for query in ("pwd=zoomPass99", "auth=abcdef123456", "X-Amz-Signature=deadbeef0011", "key=AIzaSyD-123456"):
         assert redact(f"https://h/x?{query}").endswith("=" + MASK), query
         assert secret_arguments(["t.py", f"https://h/x?{query}"]) == [query.partition("=")[2]]
-    assert secret_arguments(["t.py", "https://h/x?key=data/train-00001.tfrecord&auth=aws_sigv4"]) == []
+    assert secret_arguments(["t.py", "https://h/x?key=data/train-00001.tfrecord&auth=12345678"]) == []  # a path, digits
+    for credential in ("a1b2c3d4-e5f6-7890", "tiger-piano-harbor-57", "db_pass_2024", "S3cure.Pass"):
+        assert secret_arguments(["t.py", f"https://h/x?access_token={credential}"]) == [credential]
     for query in ("pageToken=CAUQAA12345", "next_token=abc123def", "split_key=train", "signature=serving_default"):
         assert redact(f"https://h/x?{query}") == f"https://h/x?{query}", query
     assert redact("https://h/x?pass=train") == f"https://h/x?pass={MASK}"
