@@ -166,15 +166,17 @@ _NO_SECRET_VALUE = re.compile(
 
 
 def _argument_names_secret(name: str) -> bool:
-    if name.upper() in _NOT_SECRET:
-        return False
-    words = _words(name)
+    return name.upper() not in _NOT_SECRET and _head_names_secret(_words(name))
+
+
+def _head_names_secret(words: list[str], more_heads: frozenset[str] = frozenset()) -> bool:
+    """Whether a name of these words holds a secret, by its last word (see _SECRET_HEADS)."""
     if not words:
         return False
     head = words[-1]
     if head in _NOT_SECRET_KINDS and len(words) > 1 and words[-2] in _NOT_SECRET_KINDS[head]:
         return False
-    return head in _SECRET_HEADS or (len(head) > 5 and head.endswith(_HEAD_ENDINGS))
+    return head in _SECRET_HEADS or head in more_heads or (len(head) > 5 and head.endswith(_HEAD_ENDINGS))
 
 
 def could_be_secret(value: str) -> bool:
@@ -219,15 +221,11 @@ def _credential_like(value: str) -> bool:
 
 
 def _query_names_secret(name: str, value: str) -> bool:
+    """As a flag's name, without its exceptions for shell variables (`pwd=` is a password here)."""
     words = _words(name)
-    if not words or not could_be_secret(value):
+    if not could_be_secret(value) or not _head_names_secret(words, _QUERY_HEADS):
         return False
-    head = words[-1]
-    if head in _NOT_SECRET_KINDS and len(words) > 1 and words[-2] in _NOT_SECRET_KINDS[head]:
-        return False
-    if head in _SIGNED:
-        return any(char.isdigit() for char in value)
-    return head in _SECRET_HEADS or head in _QUERY_HEADS or (len(head) > 5 and head.endswith(_HEAD_ENDINGS))
+    return words[-1] not in _SIGNED or any(char.isdigit() for char in value)
 
 
 def _query_secrets(text: str) -> list[str]:

@@ -246,8 +246,9 @@ def _info(request: dict[str, Any]) -> dict[str, Any]:
     pythonpath = os.environ.get("PYTHONPATH", "") if pythonpath is None else pythonpath
     if request.get("need_worker"):
         answer["worker_ok"] = worker_fact()
-    if request.get("runtime_marks"):
-        shadows = runtime_shadows(pythonpath, workdir, request.get("runtime_marks") or {})
+    marks = request.get("runtime_marks")
+    if marks:
+        shadows = runtime_shadows(pythonpath, workdir, marks)
         if shadows:
             answer["runtime_shadowed"] = shadows
     path = request.get("path")
