@@ -163,7 +163,8 @@ def _would(spec: ClusterSpec) -> Would:
         refuse_if_not_a_run(str(run_dir_of(spec)))
         resuming = resume_notice(spec)
     except UsageError as error:
-        return Would("refused", f"the launch would be refused: {error}")
+        said = str(error).removesuffix(" Nothing was started.")  # a dry run starts nothing anyway: it says so last
+        return Would("refused", f"the launch would be refused: {said}")
     if resuming is None:
         return Would("start", None)
     return Would("nothing" if resuming.finished is not None else "resume", resuming.would())

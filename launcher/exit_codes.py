@@ -16,7 +16,11 @@ TABLE: tuple[tuple[int, str], ...] = (
         "the run succeeded (or, under Slurm, was preempted and requeued; or had trained all its steps already, "
         "and nothing was started); a subcommand did its work",
     ),
-    (FAILED, "the run failed: a task failed and the restart budget ran out, or it exited with a fatal code"),
+    (
+        FAILED,
+        "the run failed: a task failed and the restart budget ran out, the same failure came twice, or a task "
+        "exited with a fatal code",
+    ),
     (
         USAGE,
         "usage, spec, host or preflight error: nothing was started (launch stop: no run to stop; "
