@@ -76,15 +76,18 @@ def dry_run(plan: LaunchPlan, as_json: bool, remote: str = "ssh", would: Would |
         said = {"would": {"do": would.do, "says": would.says}} if would is not None else {}
         print(json.dumps(redacted({**plan.to_json(), **said}), indent=2))
         return exit_codes.SUCCEEDED
-    shown = redact
+
+    def shown(text: str) -> str:  # what the spec and the flags say, as the screen may show it
+        return printable(redact(text))
+
     where = f"run dir {plan.run_dir}, checkpoints {plan.checkpoint_dir}"
     print(shown(f"run {plan.run_name}: {len(plan.tasks)} task(s), {where}"))
     for task in plan.tasks:
-        print(f"\n[{task.label}] on {task.host} ({'local' if task.is_local else remote}), port {task.port}")
+        print("\n" + shown(f"[{task.label}] on {task.host} ({'local' if task.is_local else remote}), port {task.port}"))
         print(f"  TF_CONFIG={json.dumps(task.tf_config, sort_keys=True)}")
         for key, value in sorted(redacted(task.env).items()):
             if key != TF_CONFIG:
-                print(f"  {key}={value}")
+                print(shown(f"  {key}={value}"))
         print(f"  cwd: {shown(task.cwd)}")
         argv = task.command
         print(f"  command: {' '.join(shown(arg) for arg in argv)}")

@@ -301,8 +301,9 @@ def secret_arguments(argv: Sequence[str], declared: Iterable[str] = (), _depth: 
                 found.append(assignment[2])
         else:
             found.extend(_secret_parts(arg))  # https://h/api?access_token=X: the value, not the whole URL
-        if arg.lstrip().startswith("{"):  # --config '{"password": "..."}'
-            found.extend(_secrets_in_json(arg, declared))
+        value = match[2] if match and match[2] else assignment[2] if assignment else arg
+        if value.lstrip().startswith("{"):  # --config '{"password": ...}', --cfg={...}, cfg={...}
+            found.extend(_secrets_in_json(value, declared))
         if match and match[2] and not _names_secret_argument(match[1], declared) and _ASSIGNMENT.match(match[2]):
             found.extend(secret_arguments([match[2]], declared))  # --env=HF_TOKEN=X, --set=db.password=X
         if _depth == 0 and any(space in arg for space in " \t\n"):  # `bash -c '... --token=X'`, "--opts PASS=X"

@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
-from launcher.agent.probe import RUNTIME_MARKS, creatable
+from launcher.agent.probe import RUNTIME_PACKAGES, creatable, package_digest
 from launcher.errors import HostError
 from launcher.gpus import GpuHost, fleet_problems, inventory
 from launcher.masking import redact, redacted
@@ -157,16 +157,14 @@ def run_preflight(spec: ClusterSpec, plan: LaunchPlan, transport: Transport) -> 
 
 @functools.cache
 def runtime_marks() -> dict[str, str]:
-    """sha256 of the launcher's own copy of each runtime package's mark file (probe.RUNTIME_MARKS)."""
-    import hashlib
+    """probe.package_digest of the launcher's own copy of each runtime package."""
     import importlib.util
 
     marks = {}
-    for name, mark in RUNTIME_MARKS.items():
+    for name in RUNTIME_PACKAGES:
         spec = importlib.util.find_spec(name)
         if spec is not None and spec.submodule_search_locations:
-            with open(os.path.join(next(iter(spec.submodule_search_locations)), mark), "rb") as handle:
-                marks[name] = hashlib.sha256(handle.read()).hexdigest()
+            marks[name] = package_digest(next(iter(spec.submodule_search_locations)))
     return marks
 
 

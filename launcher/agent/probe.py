@@ -294,34 +294,48 @@ def _info(request: dict[str, Any]) -> dict[str, Any]:
     return answer
 
 
-# The built-in runtime's own packages, each known by one of its files: a package of that name whose
-# copy of the file is the launcher's own (a checkout of this version on PYTHONPATH) is no stand-in.
-RUNTIME_MARKS = {"worker": "contract.py", "tflaunch": "api.py"}
+# The built-in runtime's own packages: one of that name on PYTHONPATH whose python files are all the
+# launcher's own (a checkout of this very version) is no stand-in.
+RUNTIME_PACKAGES = ("worker", "tflaunch")
+
+
+def package_digest(folder: str) -> str:
+    """sha256 over every python file of the package at `folder` (relative path and content, sorted)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    found = []
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        found += [os.path.join(root, f) for f in files if f.endswith(".py")]
+    for path in sorted(found):
+        digest.update(os.path.relpath(path, folder).encode() + b"\0")
+        try:
+            with open(path, "rb") as handle:
+                digest.update(handle.read())
+        except OSError:
+            digest.update(b"\0unreadable")
+    return digest.hexdigest()
 
 
 def runtime_shadows(pythonpath: str, workdir: str, marks: dict[str, str]) -> dict[str, str]:
     """The runtime's packages that a module on the tasks' PYTHONPATH would stand in for: {name: the
-    file or package python would import}. `marks`: {package: sha256 of the launcher's own copy of
-    its RUNTIME_MARKS file}. PYTHONPATH comes before the installed packages, and an empty or
-    relative entry names the working directory (`export PYTHONPATH=$PYTHONPATH:/x` with none set
-    gives one); `-P` keeps only the script's own directory off sys.path."""
-    import hashlib
+    file or package python would import}. `marks`: {package: package_digest of the launcher's own}.
+    PYTHONPATH comes before the installed packages, and an empty or relative entry names the working
+    directory (`export PYTHONPATH=$PYTHONPATH:/x` with none set gives one); `-P` keeps only the
+    script's own directory off sys.path."""
     import importlib.machinery
 
     endings = (".py", ".pyc", *importlib.machinery.EXTENSION_SUFFIXES)
     found: dict[str, str] = {}
     for entry in pythonpath.split(os.pathsep) if pythonpath else ():  # set but empty: no entry at all
         folder = os.path.join(workdir, entry)
-        for name, mark in RUNTIME_MARKS.items():
+        for name in RUNTIME_PACKAGES:
             if name in found or name not in marks:
                 continue
             package = os.path.join(folder, name)
             if os.path.isfile(os.path.join(package, "__init__.py")):
-                try:
-                    with open(os.path.join(package, mark), "rb") as handle:
-                        ours = hashlib.sha256(handle.read()).hexdigest() == marks[name]
-                except OSError:
-                    ours = False
+                ours = package_digest(package) == marks[name]
                 found[name] = "" if ours else os.path.normpath(package)  # ours first: nothing later stands in
             elif module := next((package + e for e in endings if os.path.isfile(package + e)), None):
                 found[name] = os.path.normpath(module)

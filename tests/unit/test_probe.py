@@ -347,24 +347,22 @@ def test_a_checkpoint_dir_that_is_a_link_to_nothing_cannot_be_made(tmp_path: Pat
 
 
 def test_a_module_on_pythonpath_standing_in_for_the_runtime_is_found(tmp_path: Path) -> None:
-    import hashlib
+    import shutil
 
     from launcher.preflight import runtime_marks
 
     marks = runtime_marks()
     assert set(marks) == {"worker", "tflaunch"}
     work, lib, checkout, stale, compiled = (tmp_path / n for n in ("work", "lib", "checkout", "stale", "compiled"))
-    for folder in (work, lib / "tflaunch", checkout, stale / "worker", compiled):
+    for folder in (work, lib / "tflaunch", stale, compiled):
         folder.mkdir(parents=True)
     (work / "worker.py").write_text("mine")
     (lib / "tflaunch" / "__init__.py").write_text("mine")
-    for name, mark in probe.RUNTIME_MARKS.items():  # a checkout of this very version: the launcher's own files
-        (checkout / name).mkdir()
-        (checkout / name / "__init__.py").write_text("")
-        (checkout / name / mark).write_bytes((REPO / name / mark).read_bytes())
-    assert hashlib.sha256((checkout / "worker" / "contract.py").read_bytes()).hexdigest() == marks["worker"]
-    (stale / "worker" / "__init__.py").write_text("")
-    (stale / "worker" / "contract.py").write_text("# another version")
+    for name in probe.RUNTIME_PACKAGES:  # a checkout of this very version: the launcher's own files
+        shutil.copytree(REPO / name, checkout / name, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO / "worker", stale / "worker", ignore=shutil.ignore_patterns("__pycache__"))
+    with open(stale / "worker" / "__init__.py", "a") as tampered:  # one line more in any file: not ours
+        tampered.write("print('not the runtime')\n")
     (compiled / "tflaunch.pyc").write_bytes(b"")
     assert probe.runtime_shadows(f":{lib}", str(work), marks) == {
         "worker": str(work / "worker.py"),  # the empty entry: the working directory

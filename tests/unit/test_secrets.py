@@ -298,3 +298,8 @@ def test_query_parameters_are_secrets_by_name_and_plain_words_are_masked_in_thei
         [{"DATA_URL": "https://h/x?access_token=tok12345678"}], [["t.py", "u?sig=AbC%2Bdef9"]]
     )
     assert redactor.text("tok12345678 AbC+def9 training") == f"{MASK} {MASK} training"  # alone, and decoded
+
+
+def test_json_in_a_flags_value_or_an_override_is_read_for_secrets() -> None:
+    argv = ["t.py", '--cfg={"db": {"password": "Qw3rty-Zx9v"}}', 'opts={"api_key": "k-7781xyz"}']
+    assert secret_arguments(argv) == ["Qw3rty-Zx9v", "k-7781xyz"]
