@@ -420,7 +420,7 @@ def _check_ports_and_mesh(hosts: list[_Host], report: PreflightReport) -> None:
         for host, outcome in bound:
             results = outcome.get("results", {}) if isinstance(outcome, dict) else {}
             for task in host.tasks:
-                status = results.get(str(task.port), str(outcome))
+                status = results.get(str(task.port)) or str(outcome)
                 if status != "ok":
                     report.problems.append(
                         f"{host.address}: port {task.port} for {task.name} is not free ({status}); "

@@ -86,13 +86,17 @@ def next_attempt(run_dir: Path) -> int:
 
 
 def make_planner(spec: ClusterSpec, faults: list[Fault] | None = None, ports: dict[str, int] | None = None) -> Planner:
-    """Plans for attempt 0, 1, ... of this launch; ports chosen once (unless given) and kept while they stay free."""
+    """Plans for attempt 0, 1, ... of this launch; ports chosen once (unless given) and kept while they stay free.
+    Attempt 0's plan is made once: the launch checks it (and the preflight its ports) before it starts it."""
     run_dir = run_dir_of(spec)
     first = next_attempt(run_dir)
     ports = choose_free_ports(spec) if ports is None else ports
     rehearsed = {fault.task: fault.to_env() for fault in faults or []}
+    made: list[LaunchPlan] = []
 
     def plan(attempt: int) -> LaunchPlan:
+        if attempt == 0 and made:
+            return made[0]
         if attempt > 0:  # same ports if still free; a port-0 task whose port was taken gets another
             for name, port in list(ports.items()):
                 if not port_is_free(port):
@@ -107,6 +111,8 @@ def make_planner(spec: ClusterSpec, faults: list[Fault] | None = None, ports: di
         )
         result = build_plan(spec, inputs)
         check_local_ports(result)
+        if attempt == 0:
+            made.append(result)
         return result
 
     return plan

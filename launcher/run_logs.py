@@ -1,7 +1,7 @@
 """`launch logs RUN [-f] [--task T] [--attempt N]`: print the task logs a run directory keeps.
 
-Every attempt keeps one log file per task (`RunLayout.log_file`); this prints one attempt's (the
-latest unless told), each line prefixed with its task as the launcher's plain output does
+Every attempt keeps one log file per task that printed (`RunLayout.log_file`); this prints one
+attempt's (the latest unless told), each line prefixed with its task as the launcher's plain output does
 (`[worker:1] ...`) and stripped of terminal control sequences. With `follow` it keeps polling the
 files, moves on into the next attempt when a restart creates its directory, and returns once the
 run has ended: summary.json was (re)written after following began, or the launcher that writes

@@ -18,7 +18,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from pathlib import Path
 from typing import IO, Any
 
 from launcher.agent import frames
@@ -89,27 +88,42 @@ def write_mirrored(launch: TaskLaunch, files: dict[str, Any]) -> None:
 
 class RedactedLog:
     """A task's log file, written line by line through the launch's redaction (its secrets never
-    reach the disk); a line longer than MAX_LINE_BYTES is written in pieces as it comes."""
+    reach the disk); a line longer than MAX_LINE_BYTES is written in pieces as it comes. The file is
+    made at the first write: a task that prints nothing has none (a thousand empty files cost a
+    launch of a thousand silent tasks a third of the launcher's CPU)."""
 
-    def __init__(self, handle: IO[bytes]) -> None:
-        self._handle = handle
+    def __init__(self, opener: Callable[[], IO[bytes]]) -> None:
+        self._opener = opener
+        self._handle: IO[bytes] | None = None
+        self._closed = False
         self._partial = b""
         self._pem = PemLines()
         self.failed: str | None = None  # why the file could not be written (a full disk): nothing more is
+
+    def _open(self) -> IO[bytes] | None:
+        if self._handle is None and not self._closed and self.failed is None:
+            try:
+                self._handle = self._opener()
+            except OSError as error:
+                self.failed = error.strerror or str(error)
+        return self._handle
 
     def write(self, data: bytes) -> str | None:
         """Write what is whole of `data`; returns why, the one time the file fails (then writes no more)."""
         if self.failed is not None:
             return None
+        handle = self._open()
+        if handle is None:
+            return self.failed
         *lines, self._partial = (self._partial + data).split(b"\n")
         try:
             if len(self._partial) > MAX_LINE_BYTES:
                 lines.append(self._partial)
                 self._partial = b""
-                self._handle.write(self._redacted(lines, last_is_whole=False))
+                handle.write(self._redacted(lines, last_is_whole=False))
             elif lines:
-                self._handle.write(self._redacted(lines, last_is_whole=True))
-            self._handle.flush()
+                handle.write(self._redacted(lines, last_is_whole=True))
+            handle.flush()
         except OSError as error:  # ENOSPC, EDQUOT, EIO: the task runs on, its lines still reach the console
             self.failed = error.strerror or str(error)
             self._partial = b""
@@ -121,17 +135,25 @@ class RedactedLog:
         return (redact(text) + ("\n" if last_is_whole else "")).encode("utf-8", "surrogateescape")
 
     def close(self) -> None:
+        handle, self._handle, self._closed = self._handle, None, True
+        if handle is None:
+            return
         try:
             if self._partial and self.failed is None:
-                self._handle.write(self._redacted([self._partial], last_is_whole=False))
+                handle.write(self._redacted([self._partial], last_is_whole=False))
             self._partial = b""
-            self._handle.close()
+            handle.close()
         except OSError as error:  # the last piece, or the buffered flush at close, met the full disk
             self.failed = self.failed or error.strerror or str(error)
             try:
-                self._handle.close()
+                handle.close()
             except OSError:  # closed already; what it held is lost
                 pass
+
+
+def _open_log(path: str) -> IO[bytes]:
+    make_private_dir(os.path.dirname(path))
+    return open_private(path, "ab")
 
 
 class AgentTask:
@@ -147,8 +169,7 @@ class AgentTask:
         self._sink = sink
         self._exited = False
         self._ending = threading.Lock()
-        make_private_dir(Path(launch.log_path).parent)
-        self._log = RedactedLog(open_private(launch.log_path, "ab"))
+        self._log = RedactedLog(functools.partial(_open_log, launch.log_path))
         pem = PemLines()  # the console's own: it sees the same lines as the log, cut differently
         self._lines = Lines(lambda line: sink(OutputLine(launch.name, redact(pem.line(line)))))
 

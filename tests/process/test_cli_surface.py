@@ -624,3 +624,17 @@ def test_a_dry_run_of_a_launch_that_would_be_refused_exits_as_the_launch_would(w
     fresh = run_launch(["--cluster", str(new), "--dry-run", "--json", "--", "true"], work)
     assert fresh.returncode == 0 and json.loads(fresh.stdout)["would"] == {"do": "start", "says": None}, fresh.stdout
     assert sorted(p.name for p in (work / "runs").iterdir()) == ["mine"]  # nothing was made
+
+
+def test_a_task_that_printed_nothing_has_no_log_file_and_logs_still_knows_it(work: Path) -> None:
+    """A log file is made at a task's first line: a thousand silent tasks cost no thousand empty files."""
+    code = "import json, os; print('from zero') if json.loads(os.environ['TF_CONFIG'])['task']['index'] == 0 else None"
+    done = run_launch(["--local", "2", "--run-root", str(work / "runs"), "--plain", "--", "python3", "-c", code], work)
+    assert done.returncode == 0, done.stderr
+    attempt = work / "runs" / "local" / "attempt-0"
+    assert (attempt / "worker-0.log").read_text() == "from zero\n"
+    assert not (attempt / "worker-1.log").exists()
+    shown = run_launch(["logs", str(work / "runs" / "local")], work)
+    assert shown.returncode == 0 and shown.stdout == "[worker:0] from zero\n", shown
+    quiet = run_launch(["logs", str(work / "runs" / "local"), "--task", "worker:1"], work)
+    assert quiet.returncode == 0 and quiet.stdout == "", quiet

@@ -90,7 +90,7 @@ def test_running_out_of_free_ports_is_not_called_a_port_in_use() -> None:
 def test_a_task_log_on_a_full_disk_says_so_once_and_writes_no_more() -> None:
     from launcher.transport.session import RedactedLog
 
-    log = RedactedLog(open("/dev/full", "wb"))  # every write: ENOSPC, as a full disk answers
+    log = RedactedLog(lambda: open("/dev/full", "wb"))  # every write: ENOSPC, as a full disk answers
     assert log.write(b"a line\n") == "No space left on device"
     assert log.write(b"another\n") is None and log.failed == "No space left on device"
     log.write(b"an unfinished piece")

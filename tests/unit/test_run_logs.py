@@ -7,9 +7,10 @@ import json
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import BinaryIO
 
 import psutil
 import pytest
@@ -278,3 +279,25 @@ def test_a_line_longer_than_the_consoles_limit_is_shown_cut_and_reading_stays_li
     lines = screen.text().splitlines()
     assert lines[0] == "[worker:0] first" and lines[-1] == "[worker:0] next", lines[-1][:80]
     assert lines[1].endswith(CUT_MARKER) and len(lines) == 3
+
+
+def test_a_task_log_is_made_at_its_first_write_and_never_for_a_task_that_wrote_nothing(tmp_path: Path) -> None:
+    from launcher.transport.session import RedactedLog
+
+    made: list[Path] = []
+
+    def opener(path: Path) -> Callable[[], BinaryIO]:
+        def make() -> BinaryIO:
+            made.append(path)
+            return open(path, "ab")
+
+        return make
+
+    silent = RedactedLog(opener(tmp_path / "worker-1.log"))
+    silent.close()
+    speaking = RedactedLog(opener(tmp_path / "worker-0.log"))
+    assert speaking.write(b"one\n") is None and speaking.write(b"two\n") is None
+    speaking.close()
+    assert made == [tmp_path / "worker-0.log"]  # made once, at the first write
+    assert (tmp_path / "worker-0.log").read_text() == "one\ntwo\n" and not (tmp_path / "worker-1.log").exists()
+    assert speaking.write(b"late\n") is None and made == [tmp_path / "worker-0.log"]  # closed: not made again

@@ -128,7 +128,7 @@ def test_a_private_key_printed_line_by_line_is_masked_in_the_log_and_on_the_cons
         "-----END RSA PRIVATE KEY-----",
     ]
     path = tmp_path / "worker-0.log"
-    log = RedactedLog(open(path, "wb"))
+    log = RedactedLog(lambda: open(path, "wb"))
     for line in ["before", *key, "after"]:
         log.write((line + "\n").encode())  # one line per write, as a script printing with flush does
     log.close()
