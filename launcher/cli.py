@@ -94,13 +94,14 @@ def _quiet_libraries(verbose: bool) -> None:
         logging.getLogger("paramiko").setLevel(logging.CRITICAL + 1)
 
 
-def _start_agent_early(args: argparse.Namespace) -> None:
+def _start_agents_early(args: argparse.Namespace) -> None:
     from launcher.agent.bootstrap import agent_line
-    from launcher.request import runs_here
+    from launcher.request import local_hosts_here
     from launcher.transport.local import LOCAL_BEAT_S, start_early
 
-    if runs_here(args.cluster, args.local, args.hosts):
-        start_early(sys.executable, agent_line(LOCAL_BEAT_S, False, False, False))
+    count = local_hosts_here(args.cluster, args.local, args.hosts)
+    if count:
+        start_early(sys.executable, agent_line(LOCAL_BEAT_S, False, False, False), count)
 
 
 def _run(own: list[str], command: list[str]) -> int:
@@ -127,7 +128,7 @@ def _run(own: list[str], command: list[str]) -> int:
         allocation = read_allocation()
     request = _request(args, command)
     if not args.dry_run and allocation is None:
-        _start_agent_early(args)
+        _start_agents_early(args)
     from launcher.request import request_spec
 
     notes: list[str] = []

@@ -327,20 +327,20 @@ def redactor_of(spec: ClusterSpec) -> Redactor:
 _THIS_MACHINE = ("localhost", "127.0.0.1", "::1")
 
 
-def runs_here(cluster: str | None, local: int | None, hosts: str | None) -> bool:
-    """A cheap guess, before the spec is validated, that a host of this launch is this machine and
-    runs the launcher's own python (wrong guesses only cost an agent that is closed unused)."""
+def local_hosts_here(cluster: str | None, local: int | None, hosts: str | None) -> int:
+    """A cheap guess, before the spec is validated, of how many hosts of this launch are this machine
+    and run the launcher's own python (wrong guesses only cost agents that are closed unused)."""
     if local is not None:
-        return True
+        return 1
     if hosts is not None:
-        return any(host in _THIS_MACHINE for host in re.split(r"[,:\s]+", hosts))
+        return sum(host in _THIS_MACHINE for host in re.split(r"[,:\s]+", hosts))
     try:
         data = json.loads(Path(cluster).read_text(encoding="utf-8")) if cluster else None
     except (OSError, ValueError, RecursionError):  # the real reading reports it
-        return False
+        return 0
     if not isinstance(data, dict) or data.get("python") or not isinstance(data.get("hosts"), list):
-        return False
-    return any(
+        return 0
+    return sum(
         isinstance(h, dict)
         and not h.get("python")
         and (h.get("transport") == "local" or h.get("address") in _THIS_MACHINE)

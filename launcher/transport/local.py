@@ -9,6 +9,7 @@ error joins its output, so a python that cannot start says why in the same place
 from __future__ import annotations
 
 import fcntl
+import os
 import subprocess
 import sys
 from typing import IO, Any
@@ -61,32 +62,42 @@ def pipe_channel(proc: subprocess.Popen[bytes]) -> Channel:
     return Channel(write, proc.stdout, close, ended)
 
 
-_early: dict[tuple[str, bytes], tuple[subprocess.Popen[bytes], Channel]] = {}
+# Agents started ahead share the cores with the launcher's own start-up: on two cores, two ahead
+# brought the first task on earliest (four slowed the validation they were meant to overlap).
+EARLY_AGENTS_MOST = max(2, len(os.sched_getaffinity(0)) // 2)
+_early: dict[tuple[str, bytes], list[tuple[subprocess.Popen[bytes], Channel]]] = {}
 
 
-def start_early(python: str, first_line: bytes) -> None:
-    """Start a local agent ahead, while the launcher still imports and validates: its own start-up
-    (an interpreter, the agent's code) then overlaps the launcher's on another core. `open_local`
-    takes it for the first local host run by the same python with the same first line; one not
-    taken is closed with the transport, or ends by itself when this process does."""
-    try:
-        _early[(python, first_line)] = _spawn("localhost", python, first_line)
-    except HostError:  # the usual start will say why
-        pass
+def start_early(python: str, first_line: bytes, count: int = 1) -> None:
+    """Start local agents ahead (`count`, at most EARLY_AGENTS_MOST), while the launcher still imports
+    and validates: their own start-up (an interpreter, the agent's code) then overlaps the
+    launcher's on another core. `open_local` takes one for each local host run by the same python
+    with the same first line; those not taken are closed with the transport, or end by themselves
+    when this process does."""
+    started = _early.setdefault((python, first_line), [])
+    for _ in range(min(count, EARLY_AGENTS_MOST)):
+        try:
+            started.append(_spawn("localhost", python, first_line))
+        except HostError:  # the usual start will say why
+            return
 
 
 def close_early() -> None:
     while _early:
-        _early.popitem()[1][1].close()
+        for _, channel in _early.popitem()[1]:
+            channel.close()
 
 
 def open_local(address: str, python: str, first_line: bytes) -> Channel:
-    early = _early.pop((python, first_line), None)
-    if early is not None and early[0].poll() is None:
-        return early[1]
-    if early is not None:
-        early[1].close()
-    return _spawn(address, python, first_line)[1]
+    waiting = _early.get((python, first_line), [])
+    while True:
+        try:
+            proc, channel = waiting.pop(0)  # hosts are opened side by side: one pop each, under the GIL
+        except IndexError:
+            return _spawn(address, python, first_line)[1]
+        if proc.poll() is None:
+            return channel
+        channel.close()
 
 
 def _spawn(address: str, python: str, first_line: bytes) -> tuple[subprocess.Popen[bytes], Channel]:

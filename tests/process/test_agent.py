@@ -244,3 +244,26 @@ def test_a_python_wrapper_that_prints_first_still_starts_the_agent(work: Path, a
     transport.start_all([(launch, events.put)])
     exited = wait_for(events, TaskExited)
     assert isinstance(exited, TaskExited) and exited.exit.code == 0
+
+
+def test_agents_started_early_serve_one_local_host_each_and_the_rest_are_closed() -> None:
+    """A spec of several local hosts gets its agents started while the launcher validates (at most
+    EARLY_AGENTS_MOST); each host takes one, and those no host took leave with the transport."""
+    from launcher.agent.bootstrap import agent_line
+    from launcher.transport import local
+
+    line = agent_line(local.LOCAL_BEAT_S, False, False, False)
+    local.start_early(sys.executable, line, 9)
+    early = list(local._early[(sys.executable, line)])
+    assert len(early) == local.EARLY_AGENTS_MOST
+    taken = [local.open_local(address, sys.executable, line) for address in ("127.0.0.2", "127.0.0.3")]
+    try:
+        assert taken == [channel for _, channel in early[:2]]  # no host started an agent of its own
+    finally:
+        for channel in taken:
+            channel.close()
+        local.close_early()
+    procs = [proc for proc, _ in early]
+    for proc in procs:
+        proc.wait(timeout=20)
+    assert all(proc.poll() is not None for proc in procs) and not local._early

@@ -280,3 +280,20 @@ def test_a_directory_of_the_users_named_as_the_run_directory_is_neither_written_
         refuse_if_not_a_run(str(mine))
     (mine / "summary.json").write_text("{}")  # an older launch's, before its lock
     refuse_if_not_a_run(str(mine))
+
+
+def test_the_guess_of_local_hosts_counts_those_an_early_agent_can_serve(tmp_path: Path) -> None:
+    from launcher.request import local_hosts_here
+
+    spec = tmp_path / "c.json"
+    hosts = [
+        {"address": "localhost"},
+        {"address": "127.0.0.2", "transport": "local"},
+        {"address": "127.0.0.3", "transport": "local", "python": "/opt/py/bin/python"},  # another python
+        {"address": "gpu-1"},
+    ]
+    spec.write_text(json.dumps({"hosts": hosts}))
+    assert local_hosts_here(str(spec), None, None) == 2
+    assert local_hosts_here(None, 2, None) == 1 and local_hosts_here(None, None, "localhost:2,gpu-1,127.0.0.1") == 2
+    spec.write_text("{not json")
+    assert local_hosts_here(str(spec), None, None) == 0
