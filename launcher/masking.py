@@ -271,7 +271,7 @@ def _patterns(text: str) -> str:
     text = _AUTHORIZATION.sub(rf"\g<1>{MASK}", _VALUE_PATTERNS.sub(MASK, text))
     if "=" in text:
         text = _QUERY_PARAMETER.sub(_masked_query, text)
-    return _URL_PASSWORD.sub(rf"\g<1>{MASK}@", text)
+    return _URL_PASSWORD.sub(rf"\g<1>{MASK}@", text) if "://" in text else text
 
 
 def mask_value(name: str, value: str, declared: Iterable[str] = ()) -> str:

@@ -17,7 +17,6 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 from launcher.errors import HostError, InterruptedLaunchError
@@ -80,15 +79,15 @@ class _Task:
     milestone: str | None = None
     stopped_since: float | None = None
     error: tuple[str, str] | None = None
+    error_file: dict[str, Any] | None = None  # what its error file held when it exited (mirrored with the exit)
     times: dict[str, float] = field(default_factory=dict)  # milestone -> wall time the launcher got it
     warm: dict[str, Any] | None = None  # the agent's `warm` report: ran in a spare, or why not
     snapshot: TaskStatus | None = None  # the last TaskStatus made of it; None once anything in it changed
     muted: int | None = None  # stopped because another task failed: lines not echoed since (logged)
 
 
-def _error_of(path: str) -> tuple[str, str] | None:
+def _error_of(data: dict[str, Any] | None) -> tuple[str, str] | None:
     """(exception type, message) from a task's error file, if it wrote one."""
-    data = _read_json(path)
     if data is None:
         return None
     return str(data.get("type", "")), str(data.get("message", ""))
@@ -107,7 +106,8 @@ def _exception_in_log(path: str) -> tuple[str, str] | None:
 
 def _read_json(path: str) -> dict[str, Any] | None:
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
     except (OSError, ValueError):  # not written (the task died first) or cut short
         return None
     return data if isinstance(data, dict) else None
@@ -264,7 +264,8 @@ class Supervisor:
             self._on_report(task.launch, event.data)
         elif isinstance(event, TaskExited):
             task.exit = _as_injected(task.launch, event.exit)
-            task.error = _error_of(task.launch.error_path)
+            task.error_file = _read_json(task.launch.error_path)
+            task.error = _error_of(task.error_file)
             if task.error is None and self._exited_on_its_own(task, event.exit):
                 task.error = _exception_in_log(task.launch.log_path)  # a script of the user's: no error file
             log.debug("%s exited: %s", event.task, event.exit.describe())
@@ -530,7 +531,7 @@ class Supervisor:
                     lost=task.exit.lost if task.exit else None,
                     preempted=task.exit is not None
                     and self._policy.classify(self._task_status(task)) is FailureKind.PREEMPTED,
-                    error=_read_json(launch.error_path),
+                    error=task.error_file,
                     result=_read_json(launch.result_path),
                     oom_kills=task.exit.oom_kills if task.exit else None,
                     injected=task.exit.injected if task.exit else None,
