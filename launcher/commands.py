@@ -92,8 +92,10 @@ def dry_run(plan: LaunchPlan, as_json: bool, remote: str = "ssh", would: Would |
         argv = task.command
         print(f"  command: {' '.join(shown(arg) for arg in argv)}")
         print(f"  log: {shown(task.log_path)}")
-    if would is not None and would.says is not None:
-        print(f"\n{shown(would.says)}")
+    if would is not None:
+        from launcher.resume import new_run_would
+
+        print(f"\n{shown(would.says if would.says is not None else new_run_would(plan.checkpoint_dir))}")
     print(
         "\ndry run: nothing was started. A port the spec does not set is picked again at each launch; each task "
         "also inherits the environment of the agent on its host (the launcher's, on this machine)."
@@ -104,7 +106,7 @@ def dry_run(plan: LaunchPlan, as_json: bool, remote: str = "ssh", would: Would |
 def check(spec: ClusterSpec, allocation: Allocation | None) -> int:
     """The preflight, and what the launch would refuse in its run directory (another user's, a run
     still going, another training's checkpoints), without starting anything."""
-    from launcher.resume import resume_notice
+    from launcher.resume import new_run_would, resume_notice
     from launcher.run import make_planner, make_transport, preflight, run_dir_of
     from launcher.run_lock import check_run_dir, refuse_if_not_a_run, refuse_if_running
 
@@ -124,8 +126,7 @@ def check(spec: ClusterSpec, allocation: Allocation | None) -> int:
     if not report.ok:
         raise PreflightError(report.problems)
     resuming = resume_notice(spec)  # another training's checkpoints: refused once the preflight passed, as launch does
-    if resuming is not None:
-        print(f"  {resuming.would()}")
+    print(f"  {resuming.would() if resuming is not None else new_run_would(plan.checkpoint_dir)}")
     print(f"preflight passed: {len(spec.hosts)} host(s), {len(plan.tasks)} task(s)")
     return exit_codes.SUCCEEDED
 

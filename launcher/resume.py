@@ -104,6 +104,18 @@ class Resuming:
         return "; ".join((f"the launch would resume from the checkpoints in {self._where()}", *self.remarks))
 
 
+def new_run_would(checkpoint_dir: str) -> str:
+    """What `--check` and `--dry-run` say of a launch that finds no checkpoint to resume from."""
+    from launcher.spec import is_url
+
+    if is_url(checkpoint_dir):
+        return (
+            f"the launch would start the run; its tasks resume from {checkpoint_dir} if it holds checkpoints "
+            "(the launcher does not read that storage itself)"
+        )
+    return f"the launch would start a new run: no checkpoints in {checkpoint_dir} to resume from"
+
+
 def resume_notice(spec: ClusterSpec, words: ResumeWords = CLI_WORDS) -> Resuming | None:
     """Whether a launch will resume from earlier checkpoints of the same run; UsageError when the run
     directory or the checkpoint directory is not safe to use, its run is still going, or its

@@ -638,3 +638,16 @@ def test_a_task_that_printed_nothing_has_no_log_file_and_logs_still_knows_it(wor
     assert shown.returncode == 0 and shown.stdout == "[worker:0] from zero\n", shown
     quiet = run_launch(["logs", str(work / "runs" / "local"), "--task", "worker:1"], work)
     assert quiet.returncode == 0 and quiet.stdout == "", quiet
+
+
+def test_check_and_dry_run_say_a_new_run_would_start_from_nothing(work: Path) -> None:
+    args = ["--local", "1", "--run-root", str(work / "runs")]
+    checkpoints = work / "runs" / "local" / "checkpoints"
+    said = f"the launch would start a new run: no checkpoints in {checkpoints} to resume from"
+    checked = run_launch([*args, "--check", "--", "python3", "-c", "pass"], work)
+    assert checked.returncode == 0 and f"  {said}\n" in checked.stdout, checked
+    dry = run_launch([*args, "--dry-run", "--", "python3", "-c", "pass"], work)
+    assert dry.returncode == 0 and f"\n{said}\n" in dry.stdout, dry
+    as_json = run_launch([*args, "--dry-run", "--json", "--", "python3", "-c", "pass"], work)
+    assert json.loads(as_json.stdout)["would"] == {"do": "start", "says": None}
+    assert not (work / "runs" / "local").exists()  # neither made the run
