@@ -797,7 +797,7 @@ class ClusterSpec(StrictModel):
     """A whole training job: where its tasks run and what they run."""
 
     name: str = Field(
-        pattern=_NAME_PATTERN, description="Run name: letters, digits, '.', '_', '-'; names the run directory."
+        pattern=_NAME_PATTERN, description="Run name: ASCII letters, digits, '.', '_', '-'; names the run directory."
     )
     hosts: list[HostSpec] = Field(
         default_factory=list,
