@@ -203,7 +203,9 @@ def _subcommand(name: str, own: list[str], command: list[str]) -> int:
     if name == "logs":
         from launcher.run_logs import show_logs
 
-        return show_logs(args.run_dir, sys.stdout, follow=args.follow, tasks=args.task, attempt=args.attempt)
+        return show_logs(
+            args.run_dir, sys.stdout, follow=args.follow, tasks=args.task, attempt=args.attempt, notes=sys.stderr
+        )
     if name == "stop":
         from launcher.run_stop import stop_run
 

@@ -91,7 +91,7 @@ def dry_run(plan: LaunchPlan, as_json: bool, remote: str = "ssh", would: Would |
         print(f"  cwd: {shown(task.cwd)}")
         argv = task.command
         print(f"  command: {' '.join(shown(arg) for arg in argv)}")
-        print(f"  log: {shown(task.log_path)}")
+        print(f"  log: {shown(task.log_path)} (made at its first line)")
     if would is not None:
         from launcher.resume import new_run_would
 

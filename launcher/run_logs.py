@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import stat
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import BinaryIO, TextIO
@@ -218,10 +218,12 @@ def show_logs(
     attempt: int | None = None,
     poll_s: float = POLL_S,
     stop: threading.Event | None = None,
+    notes: TextIO | None = None,
 ) -> int:
     """Print one attempt's task logs to `out`, `[task] line` by line; with `follow`, keep printing
     what is written, into later attempts, until the run ends (or `stop` is set). Returns the exit code.
-    UsageError when the run has no such attempt or task (the message lists those it has)."""
+    UsageError when the run has no such attempt or task (the message lists those it has). `notes` is
+    told which of the tasks shown printed nothing (they have no log file)."""
     layout = RunLayout(run_dir)
     attempts = attempts_of(layout)  # first: it says what is wrong with a run directory that is not one
     summary_at_start = _summary_mark(layout)
@@ -232,18 +234,13 @@ def show_logs(
                 return exit_codes.SUCCEEDED
             attempts = attempts_of(layout)
     current = pick_attempt(run_dir, attempts, attempt)
-    known = set(task_logs(layout, current))
-    try:
-        status = read_run(run_dir).status
-    except RunStatusError:  # a status.json cut short by a crash: the logs are still worth showing
-        status = None
-    if status is not None and status.attempt == current:  # tasks that have not written a line yet
-        known.update(str(entry["task"]).partition("@")[0] for entry in status.tasks)
+    known = set(task_logs(layout, current)) | _tasks_of_attempt(layout, current)
     only = pick_tasks(run_dir, current, sorted(known), tasks)
     with ExitStack() as stack:
         printer = _Printer(out, layout, only, stack)
         if not follow:
             printer.read(current, final=True)
+            _say_silent(notes, layout, current, only or known)
             return exit_codes.SUCCEEDED
         while True:
             ended = _run_ended(layout, summary_at_start)  # before reading: lines written before the end are read
@@ -254,5 +251,37 @@ def show_logs(
                 current = later[0]
                 out.write(f"[launch] attempt {current}\n")
                 continue
-            if ended or wake.wait(poll_s):
+            if ended:
+                _say_silent(notes, layout, current, only or _tasks_of_attempt(layout, current))
                 return exit_codes.SUCCEEDED
+            if wake.wait(poll_s):
+                return exit_codes.SUCCEEDED
+
+
+def _tasks_of_attempt(layout: RunLayout, attempt: int) -> set[str]:
+    """The tasks of `attempt` that status.json (the attempt running) or summary.json (one that ended)
+    names: a task has no log file until it prints its first line."""
+    known: set[str] = set()
+    try:
+        run = read_run(layout.run_dir)
+    except RunStatusError:  # a file cut short by a crash: the logs are still worth showing
+        return known
+    if run.status is not None and run.status.attempt == attempt:
+        known.update(str(entry["task"]).partition("@")[0] for entry in run.status.tasks)
+    attempts = run.summary.get("attempts") if isinstance(run.summary, dict) else None
+    for entry in attempts if isinstance(attempts, list) else []:
+        if isinstance(entry, dict) and entry.get("attempt") == attempt and isinstance(entry.get("tasks"), list):
+            names = (task.get("name") for task in entry["tasks"] if isinstance(task, dict))
+            known.update(name for name in names if isinstance(name, str) and _task_of(task_stem(name)) == name)
+    return known
+
+
+def _say_silent(notes: TextIO | None, layout: RunLayout, attempt: int, chosen: Collection[str]) -> None:
+    """Name the chosen tasks that printed no line in `attempt` (they have no log file), in one line."""
+    logged = task_logs(layout, attempt)
+    silent = sorted((task for task in chosen if task not in logged), key=_task_order)
+    if notes is None or not silent:
+        return
+    more = f" and {len(silent) - 3} more" if len(silent) > 3 else ""
+    verb = "has" if len(silent) == 1 else "have"
+    notes.write(f"[launch] {', '.join(silent[:3])}{more} {verb} printed nothing in attempt {attempt}\n")

@@ -636,8 +636,10 @@ def test_a_task_that_printed_nothing_has_no_log_file_and_logs_still_knows_it(wor
     assert not (attempt / "worker-1.log").exists()
     shown = run_launch(["logs", str(work / "runs" / "local")], work)
     assert shown.returncode == 0 and shown.stdout == "[worker:0] from zero\n", shown
-    quiet = run_launch(["logs", str(work / "runs" / "local"), "--task", "worker:1"], work)
+    assert "[launch] worker:1 has printed nothing in attempt 0" in shown.stderr, shown
+    quiet = run_launch(["logs", str(work / "runs" / "local"), "--task", "worker:1", "--attempt", "0"], work)
     assert quiet.returncode == 0 and quiet.stdout == "", quiet
+    assert quiet.stderr == "[launch] worker:1 has printed nothing in attempt 0\n", quiet
 
 
 def test_check_and_dry_run_say_a_new_run_would_start_from_nothing(work: Path) -> None:

@@ -301,3 +301,24 @@ def test_a_task_log_is_made_at_its_first_write_and_never_for_a_task_that_wrote_n
     assert made == [tmp_path / "worker-0.log"]  # made once, at the first write
     assert (tmp_path / "worker-0.log").read_text() == "one\ntwo\n" and not (tmp_path / "worker-1.log").exists()
     assert speaking.write(b"late\n") is None and made == [tmp_path / "worker-0.log"]  # closed: not made again
+
+
+def test_a_task_of_an_ended_attempt_that_printed_nothing_is_known_from_the_summary(tmp_path: Path) -> None:
+    layout = RunLayout(str(tmp_path))
+    for attempt in (0, 1):
+        os.makedirs(layout.attempt_dir(attempt))
+        with open(layout.log_file(attempt, task_stem("worker:0")), "w") as log:
+            log.write(f"attempt {attempt}\n")
+    tasks = [{"name": "worker:0"}, {"name": "worker:1"}, {"name": "../evil"}, {"name": 7}]
+    summary = {"attempts": [{"attempt": n, "tasks": tasks} for n in (0, 1)]}
+    with open(layout.summary_file, "w") as file:
+        json.dump(summary, file)
+    out, notes = io.StringIO(), io.StringIO()
+    assert show_logs(str(tmp_path), out, tasks=["worker:1"], attempt=0, notes=notes) == exit_codes.SUCCEEDED
+    assert out.getvalue() == "" and notes.getvalue() == "[launch] worker:1 has printed nothing in attempt 0\n"
+    out, notes = io.StringIO(), io.StringIO()
+    assert show_logs(str(tmp_path), out, notes=notes) == exit_codes.SUCCEEDED
+    assert out.getvalue() == "[worker:0] attempt 1\n"
+    assert "worker:1 has printed nothing in attempt 1" in notes.getvalue()
+    with pytest.raises(UsageError, match="its tasks: worker:0, worker:1"):
+        show_logs(str(tmp_path), io.StringIO(), tasks=["worker:7"])
