@@ -334,8 +334,10 @@ def local_hosts_here(cluster: str | None, local: int | None, hosts: str | None) 
         return 1
     if hosts is not None:
         return sum(host in _THIS_MACHINE for host in re.split(r"[,:\s]+", hosts))
+    if not cluster or not os.path.isfile(cluster):  # a pipe (`<(...)`, /dev/stdin) is the real reading's alone
+        return 0
     try:
-        data = json.loads(Path(cluster).read_text(encoding="utf-8")) if cluster else None
+        data = json.loads(Path(cluster).read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError):  # the real reading reports it
         return 0
     if not isinstance(data, dict) or data.get("python") or not isinstance(data.get("hosts"), list):

@@ -92,13 +92,16 @@ def task_logs(layout: RunLayout, attempt: int) -> dict[str, str]:
     return {task: layout.log_file(attempt, task_stem(task)) for task in sorted(found, key=_task_order)}
 
 
-def pick_tasks(run_dir: str, attempt: int, known: Sequence[str], wanted: Sequence[str]) -> frozenset[str] | None:
+def pick_tasks(
+    run_dir: str, attempt: int, known: Sequence[str], wanted: Sequence[str], listed: bool = True
+) -> frozenset[str] | None:
     """The tasks `wanted` names (each item may list several, comma-separated), or None for every task.
-    UsageError naming the tasks there are when one is not among `known`."""
+    UsageError naming the tasks there are when one is not among `known`; when the run's files do not
+    list the attempt's tasks yet (`listed` false: it started a moment ago), any task name is taken."""
     names = [name.strip() for item in wanted for name in item.split(",") if name.strip()]
     if not names:
         return None
-    unknown = [name for name in names if name not in known]
+    unknown = [name for name in names if name not in known and (listed or _task_of(task_stem(name)) != name)]
     if unknown:
         there = ", ".join(sorted(known, key=_task_order)) or "none logged yet"
         raise UsageError(
@@ -234,8 +237,10 @@ def show_logs(
                 return exit_codes.SUCCEEDED
             attempts = attempts_of(layout)
     current = pick_attempt(run_dir, attempts, attempt)
-    known = set(task_logs(layout, current)) | _tasks_of_attempt(layout, current)
-    only = pick_tasks(run_dir, current, sorted(known), tasks)
+    listed, named = _tasks_of_attempt(layout, current)
+    known = set(task_logs(layout, current)) | named
+    # only the latest attempt can be one whose tasks no file lists yet (its launcher made it a moment ago)
+    only = pick_tasks(run_dir, current, sorted(known), tasks, listed or current != attempts[-1])
     with ExitStack() as stack:
         printer = _Printer(out, layout, only, stack)
         if not follow:
@@ -252,28 +257,30 @@ def show_logs(
                 out.write(f"[launch] attempt {current}\n")
                 continue
             if ended:
-                _say_silent(notes, layout, current, only or _tasks_of_attempt(layout, current))
+                _say_silent(notes, layout, current, only or _tasks_of_attempt(layout, current)[1])
                 return exit_codes.SUCCEEDED
             if wake.wait(poll_s):
                 return exit_codes.SUCCEEDED
 
 
-def _tasks_of_attempt(layout: RunLayout, attempt: int) -> set[str]:
-    """The tasks of `attempt` that status.json (the attempt running) or summary.json (one that ended)
-    names: a task has no log file until it prints its first line."""
+def _tasks_of_attempt(layout: RunLayout, attempt: int) -> tuple[bool, set[str]]:
+    """Whether status.json (the attempt running) or summary.json (one that ended) lists the tasks of
+    `attempt`, and those it names: a task has no log file until it prints its first line."""
     known: set[str] = set()
     try:
         run = read_run(layout.run_dir)
     except RunStatusError:  # a file cut short by a crash: the logs are still worth showing
-        return known
-    if run.status is not None and run.status.attempt == attempt:
+        return False, known
+    listed = run.status is not None and run.status.attempt == attempt
+    if run.status is not None and listed:
         known.update(str(entry["task"]).partition("@")[0] for entry in run.status.tasks)
     attempts = run.summary.get("attempts") if isinstance(run.summary, dict) else None
     for entry in attempts if isinstance(attempts, list) else []:
         if isinstance(entry, dict) and entry.get("attempt") == attempt and isinstance(entry.get("tasks"), list):
+            listed = True
             names = (task.get("name") for task in entry["tasks"] if isinstance(task, dict))
             known.update(name for name in names if isinstance(name, str) and _task_of(task_stem(name)) == name)
-    return known
+    return listed, known
 
 
 def _say_silent(notes: TextIO | None, layout: RunLayout, attempt: int, chosen: Collection[str]) -> None:

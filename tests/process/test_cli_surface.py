@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import pytest
 from launcher import __version__
 from launcher.arguments import SUBCOMMANDS, run_parser, sub_parsers
 from launcher.exit_codes import TABLE
-from tests.conftest import HELPERS, REPO, run_launch, write_spec
+from tests.conftest import HELPERS, REPO, launch_cmd, run_launch, write_spec
 
 TASK = str(HELPERS / "task.py")
 
@@ -653,3 +654,23 @@ def test_check_and_dry_run_say_a_new_run_would_start_from_nothing(work: Path) ->
     as_json = run_launch([*args, "--dry-run", "--json", "--", "python3", "-c", "pass"], work)
     assert json.loads(as_json.stdout)["would"] == {"do": "start", "says": None}
     assert not (work / "runs" / "local").exists()  # neither made the run
+
+
+def test_a_spec_read_from_a_pipe_launches(work: Path) -> None:
+    """`launch --cluster /dev/stdin < c.json` (or `<(...)`): the guess of local hosts made before the
+    spec is read must not drain the pipe."""
+    spec = {
+        "name": "piped",
+        "run_root": str(work / "runs"),
+        "hosts": [{"address": "localhost", "workers": 1}],
+        "training": {"kind": "command", "argv": ["python3", "-c", "print('ran')"]},
+    }
+    done = subprocess.run(
+        launch_cmd("--cluster", "/dev/stdin", "--plain"),
+        input=json.dumps(spec),
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0 and "[worker:0] ran" in done.stdout, done

@@ -297,3 +297,5 @@ def test_the_guess_of_local_hosts_counts_those_an_early_agent_can_serve(tmp_path
     assert local_hosts_here(None, 2, None) == 1 and local_hosts_here(None, None, "localhost:2,gpu-1,127.0.0.1") == 2
     spec.write_text("{not json")
     assert local_hosts_here(str(spec), None, None) == 0
+    os.mkfifo(tmp_path / "piped")  # `--cluster <(cat c.json)`: never read by the guess (it would drain it)
+    assert local_hosts_here(str(tmp_path / "piped"), None, None) == 0

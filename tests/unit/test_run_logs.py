@@ -322,3 +322,19 @@ def test_a_task_of_an_ended_attempt_that_printed_nothing_is_known_from_the_summa
     assert "worker:1 has printed nothing in attempt 1" in notes.getvalue()
     with pytest.raises(UsageError, match="its tasks: worker:0, worker:1"):
         show_logs(str(tmp_path), io.StringIO(), tasks=["worker:7"])
+
+
+def test_a_task_of_an_attempt_no_file_lists_yet_is_taken_by_its_name(tmp_path: Path) -> None:
+    """Just after a launch (or a restart) made its attempt's directory, before status.json names its
+    tasks, `--task worker:3` is taken as it is: the task may simply not have printed yet."""
+    layout = _layout(tmp_path)
+    _log(layout, 0, "worker:0", "old\n")
+    _status(layout, 0, tasks=("worker:0",))
+    os.makedirs(layout.attempt_dir(1))
+    notes = io.StringIO()
+    assert show_logs(layout.run_dir, io.StringIO(), tasks=["worker:3"], notes=notes) == exit_codes.SUCCEEDED
+    assert notes.getvalue() == "[launch] worker:3 has printed nothing in attempt 1\n"
+    with pytest.raises(UsageError, match="no task worker in attempt 1"):
+        show_logs(layout.run_dir, io.StringIO(), tasks=["worker"])
+    with pytest.raises(UsageError, match="no task worker:3 in attempt 0; its tasks: worker:0"):
+        show_logs(layout.run_dir, io.StringIO(), tasks=["worker:3"], attempt=0)
