@@ -194,6 +194,8 @@ def failure_text(result: RunResult) -> str:
         if tail:
             lines.append(f"  last lines of {task.log_path}:")
             lines += [f"    | {line}" for line in tail]
+        elif not os.path.lexists(task.log_path):  # a log file is made at a task's first line
+            lines.append("  no output of it reached the launcher (no log file)")
         others = [f"{t.name} {t.describe_exit} (attempt {a})" for a, t in ordered[1:]]
         if others:
             lines.append("other failures: " + "; ".join(others[:12]) + (" ..." if len(others) > 12 else ""))

@@ -101,3 +101,13 @@ def test_a_full_disk_is_its_own_known_cause_not_out_of_memory() -> None:
     said = "ResourceExhaustedError: /ck/ckpt-400_temp/part-00000.tempstate12; No space left on device"
     known = known_failure(said)
     assert known is not None and known.anchor == "a-file-system-is-full"
+
+
+def test_a_root_cause_that_printed_nothing_says_so(tmp_path: Path) -> None:
+    task = TaskResult("worker:1", "localhost", 7, 3, None, 0.0, 1.0, True, None, str(tmp_path / "worker-1.log"))
+    attempt = AttemptResult(0, "worker:1 exited 3", "worker:1", "retryable", (task,), 0.0, 1.0)
+    result = RunResult("r", str(tmp_path), LaunchState.FAILED, [attempt])
+    assert "\n  no output of it reached the launcher (no log file)" in failure_text(result)
+    (tmp_path / "worker-1.log").write_text("a line\n")
+    said = failure_text(result)
+    assert "no output" not in said and "    | a line" in said
