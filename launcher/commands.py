@@ -126,7 +126,7 @@ def check(spec: ClusterSpec, allocation: Allocation | None) -> int:
     if not report.ok:
         raise PreflightError(report.problems)
     resuming = resume_notice(spec)  # another training's checkpoints: refused once the preflight passed, as launch does
-    print(f"  {resuming.would() if resuming is not None else new_run_would(plan.checkpoint_dir)}")
+    print(f"  {printable(redact(resuming.would() if resuming is not None else new_run_would(plan.checkpoint_dir)))}")
     print(f"preflight passed: {len(spec.hosts)} host(s), {len(plan.tasks)} task(s)")
     return exit_codes.SUCCEEDED
 

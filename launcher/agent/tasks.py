@@ -146,6 +146,7 @@ class Running:
         self.partial = b""  # event bytes not yet ended by a newline
         self.dropping = False  # inside an over-long event line
         self.status: int | None = None
+        self.ended_at = 0.0  # (monotonic) when its process ended: its exit may be sent a drain later
         self.drain_until = 0.0
         self.stopped = False
         self.mirrors: dict[str, str] = {}  # env var -> the scratch path the task writes it to
@@ -604,7 +605,8 @@ class Tasks:
         if self._keeper is not None:
             self._keeper.forget(task.pid)
         task.status = task.proc.wait()
-        task.drain_until = time.monotonic() + DRAIN_S
+        task.ended_at = time.monotonic()
+        task.drain_until = task.ended_at + DRAIN_S
         if not task.fds:
             self._finish(task)
 
@@ -672,6 +674,8 @@ class Tasks:
         with self._lock:
             self._running.pop(task.ident, None)
         report: dict[str, Any] = {"event": EXIT, "code": code, "signal": sig, "pid": task.pid, "files": files}
+        if task.ended_at:  # how long ago it ended: which task of a host ended first, whatever held its pipes
+            report["ended_s"] = round(time.monotonic() - task.ended_at, 4)
         if sig == signal.SIGKILL and task.oom_kills_before is not None and (now := oom_kills()) is not None:
             report["oom_kills"] = now - task.oom_kills_before  # 0: not the kernel's OOM killer
         self._send(frames.event_frame(task.ident, report))

@@ -63,12 +63,20 @@ def exit_from_report(report: dict[str, Any] | None) -> ExitStatus | None:
     return None if report is None else exit_status_of(report)
 
 
+_LATE_MOST_S = 60.0  # an agent drains a task's pipes for a second after it ended; anything longer is garbled
+
+
 def exit_status_of(report: dict[str, Any]) -> ExitStatus:
-    """An agent's or helper's `exit` report as an ExitStatus (what is not of the expected type: unknown)."""
-    code, sig, oom = report.get("code"), report.get("signal"), report.get("oom_kills")
+    """An agent's or helper's `exit` report as an ExitStatus (what is not of the expected type: unknown).
+    Its time is when the task ended: the report's receipt, less how long before it the agent saw the
+    end (`ended_s`, a duration: no host's clock enters), so the first task to end is the root cause
+    even when a child that outlived it held its pipes open and its report came later."""
+    code, sig, oom, ago = report.get("code"), report.get("signal"), report.get("oom_kills"), report.get("ended_s")
+    late = float(ago) if isinstance(ago, (int, float)) and not isinstance(ago, bool) and 0 <= ago <= _LATE_MOST_S else 0
     return ExitStatus(
         code if isinstance(code, int) else None,
         sig if isinstance(sig, int) else None,
+        time=time.time() - late,
         oom_kills=oom if isinstance(oom, int) and not isinstance(oom, bool) and oom >= 0 else None,
     )
 

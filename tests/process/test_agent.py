@@ -267,3 +267,23 @@ def test_agents_started_early_serve_one_local_host_each_and_the_rest_are_closed(
     for proc in procs:
         proc.wait(timeout=20)
     assert all(proc.poll() is not None for proc in procs) and not local._early
+
+
+def test_an_exit_is_dated_when_the_task_ended_not_when_a_pipe_it_left_open_closed(
+    work: Path, agents: list[AgentTransport]
+) -> None:
+    """A child that left the task's group keeps its output pipe open for 0.8 s: the agent reports the exit
+    once the pipe closes, and says how long before that the task ended, so the root cause of a gang is
+    the task that ended first, not the one whose report came first."""
+    code = (
+        "import subprocess, sys; "
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(0.8)'], start_new_session=True); "
+        "sys.exit(3)"
+    )
+    started = time.time()
+    _, events = start(work, agents, command_spec(["python", "-c", code]))
+    exited = wait_for(events, TaskExited)
+    received = time.time()
+    assert isinstance(exited, TaskExited) and exited.exit.code == 3
+    assert received - started >= 0.8  # the report waited for the pipe
+    assert exited.exit.time <= received - 0.6, (exited.exit.time - started, received - started)
