@@ -113,7 +113,7 @@ def new_run_would(checkpoint_dir: str) -> str:
             f"the launch would start the run; its tasks resume from {checkpoint_dir} if it holds checkpoints "
             "(the launcher does not read that storage itself)"
         )
-    return f"the launch would start a new run: no checkpoints in {checkpoint_dir} to resume from"
+    return f"the launch would start from the beginning: no checkpoints in {checkpoint_dir} to resume from"
 
 
 def resume_notice(spec: ClusterSpec, words: ResumeWords = CLI_WORDS) -> Resuming | None:

@@ -12,6 +12,7 @@ A KeyboardInterrupt (Ctrl-C) propagates to the caller, with every file closed.
 from __future__ import annotations
 
 import os
+import re
 import stat
 import threading
 from collections.abc import Collection, Iterator, Sequence
@@ -31,6 +32,7 @@ __all__ = ["POLL_S", "attempts_of", "pick_attempt", "pick_tasks", "show_logs", "
 POLL_S = 0.2  # a file follower: cheap stats, and new lines show up about as soon as they are written
 _CHUNK = 1 << 16
 _LOG_SUFFIX = ".log"
+_TASK_NAME = re.compile(r"[a-z][a-z_]{0,31}:[0-9]{1,9}")  # chief:0, worker:12: nothing a screen would act on
 
 
 def attempts_of(layout: RunLayout) -> list[int]:
@@ -71,10 +73,8 @@ def pick_attempt(run_dir: str, attempts: Sequence[int], wanted: int | None) -> i
 def _task_of(stem: str) -> str | None:
     """The task whose log file stem this is (`worker-1` -> `worker:1`), or None for any other file."""
     kind, _, index = stem.rpartition("-")
-    if not kind or not index.isdigit():
-        return None
     name = f"{kind}:{index}"
-    return name if task_stem(name) == stem else None
+    return name if _TASK_NAME.fullmatch(name) and task_stem(name) == stem else None
 
 
 def _task_order(name: str) -> tuple[bool, str, int]:
@@ -105,7 +105,7 @@ def pick_tasks(
     if unknown:
         there = ", ".join(sorted(known, key=_task_order)) or "none logged yet"
         raise UsageError(
-            f"{run_dir}: no task {', '.join(unknown)} in attempt {attempt}; its tasks: {there}. "
+            f"{printable(run_dir)}: no task {printable(', '.join(unknown))} in attempt {attempt}; its tasks: {there}. "
             "Give --task as type:index, e.g. --task worker:1 (repeat it, or separate tasks with commas)."
         )
     return frozenset(names)
@@ -237,15 +237,15 @@ def show_logs(
                 return exit_codes.SUCCEEDED
             attempts = attempts_of(layout)
     current = pick_attempt(run_dir, attempts, attempt)
+    # no file lists the tasks of an attempt a launch made a moment ago, nor those of an earlier launch's
     listed, named = _tasks_of_attempt(layout, current)
     known = set(task_logs(layout, current)) | named
-    # only the latest attempt can be one whose tasks no file lists yet (its launcher made it a moment ago)
-    only = pick_tasks(run_dir, current, sorted(known), tasks, listed or current != attempts[-1])
+    only = pick_tasks(run_dir, current, sorted(known), tasks, listed)
     with ExitStack() as stack:
         printer = _Printer(out, layout, only, stack)
         if not follow:
             printer.read(current, final=True)
-            _say_silent(notes, layout, current, only or known)
+            _say_silent(notes, layout, current, only or known, listed)
             return exit_codes.SUCCEEDED
         while True:
             ended = _run_ended(layout, summary_at_start)  # before reading: lines written before the end are read
@@ -257,7 +257,8 @@ def show_logs(
                 out.write(f"[launch] attempt {current}\n")
                 continue
             if ended:
-                _say_silent(notes, layout, current, only or _tasks_of_attempt(layout, current)[1])
+                listed, named = _tasks_of_attempt(layout, current)
+                _say_silent(notes, layout, current, only or named, listed)
                 return exit_codes.SUCCEEDED
             if wake.wait(poll_s):
                 return exit_codes.SUCCEEDED
@@ -273,22 +274,29 @@ def _tasks_of_attempt(layout: RunLayout, attempt: int) -> tuple[bool, set[str]]:
         return False, known
     listed = run.status is not None and run.status.attempt == attempt
     if run.status is not None and listed:
-        known.update(str(entry["task"]).partition("@")[0] for entry in run.status.tasks)
+        names = (str(entry["task"]).partition("@")[0] for entry in run.status.tasks)
+        known.update(name for name in names if _TASK_NAME.fullmatch(name))
     attempts = run.summary.get("attempts") if isinstance(run.summary, dict) else None
     for entry in attempts if isinstance(attempts, list) else []:
         if isinstance(entry, dict) and entry.get("attempt") == attempt and isinstance(entry.get("tasks"), list):
             listed = True
             names = (task.get("name") for task in entry["tasks"] if isinstance(task, dict))
-            known.update(name for name in names if isinstance(name, str) and _task_of(task_stem(name)) == name)
+            known.update(name for name in names if isinstance(name, str) and _TASK_NAME.fullmatch(name))
     return listed, known
 
 
-def _say_silent(notes: TextIO | None, layout: RunLayout, attempt: int, chosen: Collection[str]) -> None:
-    """Name the chosen tasks that printed no line in `attempt` (they have no log file), in one line."""
+def _say_silent(
+    notes: TextIO | None, layout: RunLayout, attempt: int, chosen: Collection[str], listed: bool = True
+) -> None:
+    """Name the chosen tasks that have no log file in `attempt`, in one line: they printed nothing, or
+    (where no file lists the attempt's tasks) perhaps never ran there."""
     logged = task_logs(layout, attempt)
     silent = sorted((task for task in chosen if task not in logged), key=_task_order)
     if notes is None or not silent:
         return
-    more = f" and {len(silent) - 3} more" if len(silent) > 3 else ""
-    verb = "has" if len(silent) == 1 else "have"
-    notes.write(f"[launch] {', '.join(silent[:3])}{more} {verb} printed nothing in attempt {attempt}\n")
+    names = printable(", ".join(silent[:3])) + (f" and {len(silent) - 3} more" if len(silent) > 3 else "")
+    if listed:
+        verb = "has" if len(silent) == 1 else "have"
+        notes.write(f"[launch] {names} {verb} printed nothing in attempt {attempt}\n")
+    else:
+        notes.write(f"[launch] no log of {names} in attempt {attempt}: nothing printed there, or no such task\n")

@@ -643,10 +643,10 @@ def test_a_task_that_printed_nothing_has_no_log_file_and_logs_still_knows_it(wor
     assert quiet.stderr == "[launch] worker:1 has printed nothing in attempt 0\n", quiet
 
 
-def test_check_and_dry_run_say_a_new_run_would_start_from_nothing(work: Path) -> None:
+def test_check_and_dry_run_say_a_run_without_checkpoints_would_start_from_the_beginning(work: Path) -> None:
     args = ["--local", "1", "--run-root", str(work / "runs")]
     checkpoints = work / "runs" / "local" / "checkpoints"
-    said = f"the launch would start a new run: no checkpoints in {checkpoints} to resume from"
+    said = f"the launch would start from the beginning: no checkpoints in {checkpoints} to resume from"
     checked = run_launch([*args, "--check", "--", "python3", "-c", "pass"], work)
     assert checked.returncode == 0 and f"  {said}\n" in checked.stdout, checked
     dry = run_launch([*args, "--dry-run", "--", "python3", "-c", "pass"], work)

@@ -131,8 +131,29 @@ def test_an_unknown_attempt_names_those_there_are(two_attempts: RunLayout) -> No
 
 
 def test_an_unknown_task_names_those_there_are(two_attempts: RunLayout) -> None:
+    listed = {"attempts": [{"attempt": 0, "tasks": [{"name": "worker:0"}, {"name": "worker:1"}]}]}
+    with open(two_attempts.summary_file, "w") as file:
+        json.dump(listed, file)
     with pytest.raises(UsageError, match=r"no task worker:7 in attempt 0; its tasks: worker:0, worker:1\."):
         show_logs(two_attempts.run_dir, io.StringIO(), tasks=["worker:0,worker:7"], attempt=0)
+
+
+def test_a_task_of_an_attempt_no_file_lists_is_said_to_have_no_log_and_odd_names_never_reach_the_screen(
+    two_attempts: RunLayout,
+) -> None:
+    """summary.json lists only the latest launch's attempts: an earlier launch's are listed by nothing."""
+    notes = io.StringIO()
+    assert show_logs(two_attempts.run_dir, io.StringIO(), tasks=["worker:7"], attempt=0, notes=notes) == 0
+    assert notes.getvalue() == "[launch] no log of worker:7 in attempt 0: nothing printed there, or no such task\n"
+    planted = {"attempts": [{"attempt": 1, "tasks": [{"name": "\x1b]0;title\x07x:1"}, {"name": "\x1b[2Jy:1"}]}]}
+    with open(two_attempts.summary_file, "w") as file:
+        json.dump(planted, file)
+    open(two_attempts.log_file(1, "\x1b[2Jz-1"), "w").close()
+    notes = io.StringIO()
+    assert show_logs(two_attempts.run_dir, io.StringIO(), notes=notes) == 0 and "\x1b" not in notes.getvalue()
+    with pytest.raises(UsageError) as refused:
+        show_logs(two_attempts.run_dir, io.StringIO(), tasks=["\x1b[2Jworker:1"])
+    assert "\x1b" not in str(refused.value) and "its tasks: chief:0, worker:0, worker:1." in str(refused.value)
 
 
 def test_a_task_the_status_names_is_known_before_it_logs_a_line(tmp_path: Path) -> None:
@@ -333,7 +354,7 @@ def test_a_task_of_an_attempt_no_file_lists_yet_is_taken_by_its_name(tmp_path: P
     os.makedirs(layout.attempt_dir(1))
     notes = io.StringIO()
     assert show_logs(layout.run_dir, io.StringIO(), tasks=["worker:3"], notes=notes) == exit_codes.SUCCEEDED
-    assert notes.getvalue() == "[launch] worker:3 has printed nothing in attempt 1\n"
+    assert notes.getvalue() == "[launch] no log of worker:3 in attempt 1: nothing printed there, or no such task\n"
     with pytest.raises(UsageError, match="no task worker in attempt 1"):
         show_logs(layout.run_dir, io.StringIO(), tasks=["worker"])
     with pytest.raises(UsageError, match="no task worker:3 in attempt 0; its tasks: worker:0"):
