@@ -280,8 +280,8 @@ def _tasks_of_attempt(layout: RunLayout, attempt: int) -> tuple[bool, set[str]]:
     for entry in attempts if isinstance(attempts, list) else []:
         if isinstance(entry, dict) and entry.get("attempt") == attempt and isinstance(entry.get("tasks"), list):
             listed = True
-            names = (task.get("name") for task in entry["tasks"] if isinstance(task, dict))
-            known.update(name for name in names if isinstance(name, str) and _TASK_NAME.fullmatch(name))
+            given = (task.get("name") for task in entry["tasks"] if isinstance(task, dict))
+            known.update(name for name in given if isinstance(name, str) and _TASK_NAME.fullmatch(name))
     return listed, known
 
 
