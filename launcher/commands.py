@@ -69,6 +69,11 @@ class Would(NamedTuple):
     says: str | None
 
 
+def _shown(text: str) -> str:
+    """What the spec and the flags say, as the screen may show it: secrets masked, control characters out."""
+    return printable(redact(text))
+
+
 def dry_run(plan: LaunchPlan, as_json: bool, remote: str = "ssh", would: Would | None = None) -> int:
     """Print every task's TF_CONFIG, environment and command; `remote`: how a remote host is reached;
     `would`: what the launch would do with the run's earlier checkpoints (the JSON's `would`)."""
@@ -77,25 +82,23 @@ def dry_run(plan: LaunchPlan, as_json: bool, remote: str = "ssh", would: Would |
         print(json.dumps(redacted({**plan.to_json(), **said}), indent=2))
         return exit_codes.SUCCEEDED
 
-    def shown(text: str) -> str:  # what the spec and the flags say, as the screen may show it
-        return printable(redact(text))
-
     where = f"run dir {plan.run_dir}, checkpoints {plan.checkpoint_dir}"
-    print(shown(f"run {plan.run_name}: {len(plan.tasks)} task(s), {where}"))
+    print(_shown(f"run {plan.run_name}: {len(plan.tasks)} task(s), {where}"))
     for task in plan.tasks:
-        print("\n" + shown(f"[{task.label}] on {task.host} ({'local' if task.is_local else remote}), port {task.port}"))
+        reached = "local" if task.is_local else remote
+        print("\n" + _shown(f"[{task.label}] on {task.host} ({reached}), port {task.port}"))
         print(f"  TF_CONFIG={json.dumps(task.tf_config, sort_keys=True)}")
         for key, value in sorted(redacted(task.env).items()):
             if key != TF_CONFIG:
-                print(shown(f"  {key}={value}"))
-        print(f"  cwd: {shown(task.cwd)}")
+                print(_shown(f"  {key}={value}"))
+        print(f"  cwd: {_shown(task.cwd)}")
         argv = task.command
-        print(f"  command: {' '.join(shown(arg) for arg in argv)}")
-        print(f"  log: {shown(task.log_path)} (made at its first line)")
+        print(f"  command: {' '.join(_shown(arg) for arg in argv)}")
+        print(f"  log: {_shown(task.log_path)} (made at its first line)")
     if would is not None:
         from launcher.resume import new_run_would
 
-        print(f"\n{shown(would.says if would.says is not None else new_run_would(plan.checkpoint_dir))}")
+        print(f"\n{_shown(would.says if would.says is not None else new_run_would(plan.checkpoint_dir))}")
     print(
         "\ndry run: nothing was started. A port the spec does not set is picked again at each launch; each task "
         "also inherits the environment of the agent on its host (the launcher's, on this machine)."
@@ -126,7 +129,7 @@ def check(spec: ClusterSpec, allocation: Allocation | None) -> int:
     if not report.ok:
         raise PreflightError(report.problems)
     resuming = resume_notice(spec)  # another training's checkpoints: refused once the preflight passed, as launch does
-    print(f"  {printable(redact(resuming.would() if resuming is not None else new_run_would(plan.checkpoint_dir)))}")
+    print(f"  {_shown(resuming.would() if resuming is not None else new_run_would(plan.checkpoint_dir))}")
     print(f"preflight passed: {len(spec.hosts)} host(s), {len(plan.tasks)} task(s)")
     return exit_codes.SUCCEEDED
 

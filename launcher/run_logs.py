@@ -101,7 +101,7 @@ def pick_tasks(
     names = [name.strip() for item in wanted for name in item.split(",") if name.strip()]
     if not names:
         return None
-    unknown = [name for name in names if name not in known and (listed or _task_of(task_stem(name)) != name)]
+    unknown = [name for name in names if name not in known and (listed or not _TASK_NAME.fullmatch(name))]
     if unknown:
         there = ", ".join(sorted(known, key=_task_order)) or "none logged yet"
         raise UsageError(
@@ -273,7 +273,7 @@ def _tasks_of_attempt(layout: RunLayout, attempt: int) -> tuple[bool, set[str]]:
     except RunStatusError:  # a file cut short by a crash: the logs are still worth showing
         return False, known
     listed = run.status is not None and run.status.attempt == attempt
-    if run.status is not None and listed:
+    if listed and run.status is not None:
         names = (str(entry["task"]).partition("@")[0] for entry in run.status.tasks)
         known.update(name for name in names if _TASK_NAME.fullmatch(name))
     attempts = run.summary.get("attempts") if isinstance(run.summary, dict) else None
