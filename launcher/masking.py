@@ -200,7 +200,8 @@ def _secret_parts(value: str) -> list[str]:
 
 # A secret in a URL's query string, by its parameter's name as a flag's: `?access_token=X`, `&api_key=X`,
 # `&pwd=X`, `&auth=X`, `&sig=X` (an Azure SAS), `&X-Amz-Signature=X` (a presigned URL).
-_QUERY_PARAMETER = re.compile(r"([?&])([A-Za-z][A-Za-z0-9_.\-]{0,63})=([^&\s#\"'<>]{1,4096})")
+# Also after `;` (matrix parameters, `;password=X`) and `#` (a fragment, `#secret=X`).
+_QUERY_PARAMETER = re.compile(r"([?&;#])([A-Za-z][A-Za-z0-9_.\-]{0,63})=([^&;\s#\"'<>]{1,4096})")
 _QUERY_HEADS = frozenset({"AUTH", "AUTHKEY", "AUTHORIZATION", "SIG", "SIGNATURE"})
 _SIGNED = frozenset({"SIG", "SIGNATURE"})  # a signature's value has digits: `signature=serving_default` has none
 # What is masked wherever it shows, once found in a URL or a header: 8 characters or more, neither

@@ -303,3 +303,14 @@ def test_query_parameters_are_secrets_by_name_and_plain_words_are_masked_in_thei
 def test_json_in_a_flags_value_or_an_override_is_read_for_secrets() -> None:
     argv = ["t.py", '--cfg={"db": {"password": "Qw3rty-Zx9v"}}', 'opts={"api_key": "k-7781xyz"}']
     assert secret_arguments(argv) == ["Qw3rty-Zx9v", "k-7781xyz"]
+
+
+def test_a_secret_parameter_after_a_semicolon_or_in_a_fragment_is_masked_too() -> None:
+    for url in (
+        "gs://bucket/run#secret=Frag99pw",
+        "gs://bucket/run;password=Semi88pw",
+        "https://h/x?a=1;token=Zz99yy88",
+    ):
+        shown = Redactor().text(f"checkpoints {url} here")
+        assert MASK in shown and "99" not in shown and shown.endswith(" here"), shown
+    assert Redactor().text("see README#section=install and a;b=c") == "see README#section=install and a;b=c"
