@@ -70,7 +70,9 @@ def _command_parser(prog: str, description: str, epilog: str | None = None) -> a
 
 def _spec_flags(parser: argparse.ArgumentParser, required: bool = False) -> None:
     """The flags every command that reads a spec shares."""
-    parser.add_argument("--cluster", metavar="FILE", required=required, help="cluster spec (JSON)")
+    parser.add_argument(
+        "--cluster", metavar="FILE", required=required, help="cluster spec (JSON; - reads it from standard input)"
+    )
     defaults = "the spec's" if required else "the spec's; 'local' for --local, 'hosts' for -H"
     parser.add_argument("--name", help=f"run name (default: {defaults})")
     parser.add_argument("--run-root", metavar="DIR", help="override the spec's run_root")

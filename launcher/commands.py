@@ -9,6 +9,7 @@ from __future__ import annotations
 import gc
 import json
 import logging
+import shlex
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -92,8 +93,7 @@ def dry_run(plan: LaunchPlan, as_json: bool, remote: str = "ssh", would: Would |
             if key != TF_CONFIG:
                 print(_shown(f"  {key}={value}"))
         print(f"  cwd: {_shown(task.cwd)}")
-        argv = task.command
-        print(f"  command: {' '.join(_shown(arg) for arg in argv)}")
+        print(f"  command: {shlex.join(_shown(arg) for arg in task.command)}")  # quoted as a shell reads it
         print(f"  log: {_shown(task.log_path)} (made at its first line)")
     if would is not None:
         from launcher.resume import new_run_would

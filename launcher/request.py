@@ -55,7 +55,7 @@ class LaunchRequest:
         if self.source:
             return self.source
         if isinstance(self.cluster, (str, Path)):
-            return str(self.cluster)
+            return "standard input" if str(self.cluster) == "-" else str(self.cluster)
         if self.cluster is not None:
             return "the spec given"
         return "--local" if self.local is not None else "-H/--hostfile"

@@ -12,6 +12,7 @@ import ipaddress
 import json
 import os
 import re
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
@@ -43,6 +44,7 @@ from worker.training_spec import (  # noqa: F401 - re-exported: the spec's `trai
     TrainingSpec,
 )
 
+STDIN_NAME = "standard input"  # `--cluster -`, as errors name it
 LOOPBACK_NAMES = frozenset({"localhost", "ip6-localhost", "ip6-loopback", "localhost.localdomain"})
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://\S+")
 _IP_LIKE = re.compile(r"[0-9.]+|.*:.*")  # every IP address has this form (not every match is one)
@@ -1369,17 +1371,21 @@ def _close_kind(given: str) -> str | None:
 
 
 def load_spec(path: Path, hosts_from: HostsFrom | None = None) -> ClusterSpec:
-    """Read and validate a cluster.json file; raise SpecError (exit 2) on any problem."""
+    """Read and validate a cluster.json file (`-`: standard input); raise SpecError (exit 2) on any problem."""
+    name = STDIN_NAME if str(path) == "-" else str(path)
     try:
-        with path.open("rb") as handle:  # bounded: /dev/zero or a huge file is refused, not read until memory ends
-            raw = handle.read(MAX_SPEC_BYTES + 1)
+        if name == STDIN_NAME:
+            raw = sys.stdin.buffer.read(MAX_SPEC_BYTES + 1)
+        else:
+            with path.open("rb") as handle:  # bounded: /dev/zero or a huge file is refused, not read until memory ends
+                raw = handle.read(MAX_SPEC_BYTES + 1)
     except OSError as error:
         raise SpecError(
-            str(path), [SpecProblem("$", f"cannot read the file ({error.strerror}); check the --cluster path")]
+            name, [SpecProblem("$", f"cannot read the file ({error.strerror}); check the --cluster path")]
         ) from None
     if len(raw) > MAX_SPEC_BYTES:
         raise SpecError(
-            str(path),
+            name,
             [
                 SpecProblem(
                     "$",
@@ -1391,5 +1397,5 @@ def load_spec(path: Path, hosts_from: HostsFrom | None = None) -> ClusterSpec:
     if text is not None:
         data, problems = decode_json(text)
     if problems:
-        raise SpecError(str(path), problems)
-    return parse_spec(data, str(path), hosts_from)
+        raise SpecError(name, problems)
+    return parse_spec(data, name, hosts_from)

@@ -359,3 +359,12 @@ def test_a_task_of_an_attempt_no_file_lists_yet_is_taken_by_its_name(tmp_path: P
         show_logs(layout.run_dir, io.StringIO(), tasks=["worker"])
     with pytest.raises(UsageError, match="no task worker:3 in attempt 0; its tasks: worker:0"):
         show_logs(layout.run_dir, io.StringIO(), tasks=["worker:3"], attempt=0)
+
+
+@pytest.mark.parametrize("empty", ["", ",", " , "])
+def test_an_empty_task_is_refused_not_taken_for_every_task(two_attempts: RunLayout, empty: str) -> None:
+    """`--task "$TASK"` with TASK unset would otherwise print every task's log."""
+    out = io.StringIO()
+    with pytest.raises(UsageError, match="Got an empty --task") as refused:
+        show_logs(two_attempts.run_dir, out, tasks=["worker:0", empty])
+    assert refused.value.exit_code == exit_codes.USAGE and out.getvalue() == ""

@@ -598,3 +598,20 @@ def test_an_ssh_user_with_a_password_in_it_is_refused_without_it() -> None:
         parse_spec({"name": "u", "hosts": [host]})
     assert '$.hosts[0].ssh.user: got "bob:****": give the user name alone' in str(caught.value)
     assert "hunter2x" not in str(caught.value)
+
+
+def test_a_spec_from_standard_input_is_read_and_named_so(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--cluster -`, as `make-spec | launch --cluster -` gives it; a problem names standard input."""
+    import io
+    import sys
+
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(GOOD_TEXT.encode())))
+    assert load_spec(Path("-")).name == "ok"
+    monkeypatch.setattr(
+        sys, "stdin", io.TextIOWrapper(io.BytesIO(GOOD_TEXT.replace('"workers": 2', '"workers": 0').encode()))
+    )
+    assert main(["--cluster", "-", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "standard input: 1 problem" in err and "$.hosts[0].workers" in err and "Traceback" not in err, err
