@@ -222,8 +222,9 @@ def _subcommand(name: str, own: list[str], command: list[str]) -> int:
         return commands.slurm_submit(spec, args.print, args.wait)
     from launcher.k8s.cli_args import export_options
 
-    spec = request_spec(_request(args, command))
-    return commands.export_k8s(spec, export_options(args), args.cluster, args.output)
+    request = _request(args, command)
+    spec = request_spec(request)
+    return commands.export_k8s(spec, export_options(args), request.described, args.output)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

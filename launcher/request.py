@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # pydantic: imported by the paths that validate
 __all__ = ["LaunchRequest", "parse_host_list", "read_hostfile", "request_spec"]
 
 _MAX_HOSTFILE_BYTES = 4 * 2**20  # 4,096 lines of a long name and a count fit many times over
+STDIN_FLAG = "-"  # `--cluster -`: the spec comes on standard input (`./-` names a file called -)
 HOST_LIST_PORT = 23456  # -H/--hostfile: TF ports of a remote host's tasks, upward from here (preflight checks them)
 _HOST_ENTRY = re.compile(r"^(?P<host>\[[0-9A-Fa-f:.]+\]|[^\s:,\[\]]+)(?::(?P<n>\d+))?$")
 _HOSTFILE_LINE = re.compile(
@@ -55,7 +56,7 @@ class LaunchRequest:
         if self.source:
             return self.source
         if isinstance(self.cluster, (str, Path)):
-            return "standard input" if str(self.cluster) == "-" else str(self.cluster)
+            return "standard input" if self.cluster == STDIN_FLAG else str(self.cluster)
         if self.cluster is not None:
             return "the spec given"
         return "--local" if self.local is not None else "-H/--hostfile"
@@ -194,7 +195,7 @@ def request_spec(
     elif isinstance(request.cluster, (str, Path)):
         if not str(request.cluster).strip():
             raise UsageError("Got an empty --cluster: give a value or leave the flag out.")
-        spec = load_spec(Path(request.cluster), hosts_from)
+        spec = load_spec(None if request.cluster == STDIN_FLAG else Path(request.cluster), hosts_from)
     elif request.cluster is not None:
         spec = parse_spec(dict(request.cluster), request.described, hosts_from)
     else:
@@ -334,7 +335,7 @@ def local_hosts_here(cluster: str | None, local: int | None, hosts: str | None) 
         return 1
     if hosts is not None:
         return sum(host in _THIS_MACHINE for host in re.split(r"[,:\s]+", hosts))
-    if not cluster or not os.path.isfile(cluster):  # a pipe (`<(...)`, /dev/stdin) is the real reading's alone
+    if not cluster or cluster == STDIN_FLAG or not os.path.isfile(cluster):  # a pipe is the real reading's alone
         return 0
     try:
         data = json.loads(Path(cluster).read_text(encoding="utf-8"))

@@ -98,10 +98,10 @@ def pick_tasks(
     """The tasks `wanted` names (each item may list several, comma-separated), or None for every task.
     UsageError naming the tasks there are when one is not among `known`; when the run's files do not
     list the attempt's tasks yet (`listed` false: it started a moment ago), any task name is taken."""
-    if any(not item.strip(", ") for item in wanted):  # `--task ''` (an unset shell variable) is no task, not all
+    if any(not item.replace(",", " ").strip() for item in wanted):  # `--task "$T"`, T unset: no task, not all
         raise UsageError("Got an empty --task: give a task as type:index, e.g. --task worker:1, or leave the flag out.")
     names = [name.strip() for item in wanted for name in item.split(",") if name.strip()]
-    if not names:
+    if not names:  # no --task: every task
         return None
     unknown = [name for name in names if name not in known and (listed or not _TASK_NAME.fullmatch(name))]
     if unknown:

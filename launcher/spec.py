@@ -1370,29 +1370,24 @@ def _close_kind(given: str) -> str | None:
     return close[0] if close else None
 
 
-def load_spec(path: Path, hosts_from: HostsFrom | None = None) -> ClusterSpec:
-    """Read and validate a cluster.json file (`-`: standard input); raise SpecError (exit 2) on any problem."""
-    name = STDIN_NAME if str(path) == "-" else str(path)
+def load_spec(path: Path | None, hosts_from: HostsFrom | None = None) -> ClusterSpec:
+    """Read and validate a cluster.json file (None: standard input, `--cluster -`); raise SpecError
+    (exit 2) on any problem."""
+    name, where = (str(path), "; check the --cluster path") if path is not None else (STDIN_NAME, "")
     try:
-        if name == STDIN_NAME:
+        if path is None:
+            if sys.stdin.isatty():  # else the launcher would seem to hang at a prompt
+                print("[launch] reading the cluster spec from standard input (end it with Ctrl-D)", file=sys.stderr)
             raw = sys.stdin.buffer.read(MAX_SPEC_BYTES + 1)
         else:
             with path.open("rb") as handle:  # bounded: /dev/zero or a huge file is refused, not read until memory ends
                 raw = handle.read(MAX_SPEC_BYTES + 1)
     except OSError as error:
-        raise SpecError(
-            name, [SpecProblem("$", f"cannot read the file ({error.strerror}); check the --cluster path")]
-        ) from None
+        what = "the file" if path is not None else "standard input"
+        raise SpecError(name, [SpecProblem("$", f"cannot read {what} ({error.strerror}){where}")]) from None
     if len(raw) > MAX_SPEC_BYTES:
-        raise SpecError(
-            name,
-            [
-                SpecProblem(
-                    "$",
-                    f"larger than {MAX_SPEC_BYTES // 2**20} MiB, which no cluster spec is; check the --cluster path",
-                )
-            ],
-        )
+        big = f"larger than {MAX_SPEC_BYTES // 2**20} MiB, which no cluster spec is{where}"
+        raise SpecError(name, [SpecProblem("$", big)])
     text, problems = decode_text(raw)
     if text is not None:
         data, problems = decode_json(text)

@@ -361,7 +361,7 @@ def test_a_task_of_an_attempt_no_file_lists_yet_is_taken_by_its_name(tmp_path: P
         show_logs(layout.run_dir, io.StringIO(), tasks=["worker:3"], attempt=0)
 
 
-@pytest.mark.parametrize("empty", ["", ",", " , "])
+@pytest.mark.parametrize("empty", ["", ",", " , ", "\t", "\n", "\r", "\v", " ,\t", "\xa0"])
 def test_an_empty_task_is_refused_not_taken_for_every_task(two_attempts: RunLayout, empty: str) -> None:
     """`--task "$TASK"` with TASK unset would otherwise print every task's log."""
     out = io.StringIO()

@@ -608,10 +608,41 @@ def test_a_spec_from_standard_input_is_read_and_named_so(
     import sys
 
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(GOOD_TEXT.encode())))
-    assert load_spec(Path("-")).name == "ok"
+    assert load_spec(None).name == "ok"
     monkeypatch.setattr(
         sys, "stdin", io.TextIOWrapper(io.BytesIO(GOOD_TEXT.replace('"workers": 2', '"workers": 0').encode()))
     )
     assert main(["--cluster", "-", "--dry-run"]) == 2
     err = capsys.readouterr().err
     assert "standard input: 1 problem" in err and "$.hosts[0].workers" in err and "Traceback" not in err, err
+
+
+def test_a_file_named_dash_is_named_dot_slash_dash(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`./-` is a file, as for every other command; only the bare `-` reads standard input."""
+    import io
+    import sys
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "-").write_text(GOOD_TEXT.replace('"ok"', '"from-file"'))
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"")))
+    assert main(["--cluster", "./-", "--dry-run"]) == 0
+    assert "run from-file:" in capsys.readouterr().out
+    assert main(["--cluster", "-", "--dry-run"]) == 2
+    assert "standard input: 1 problem" in capsys.readouterr().err
+
+
+def test_a_spec_read_from_a_terminal_says_what_it_waits_for(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import io
+    import sys
+
+    class Terminal(io.TextIOWrapper):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.setattr(sys, "stdin", Terminal(io.BytesIO(GOOD_TEXT.encode())))
+    assert load_spec(None).name == "ok"
+    assert "reading the cluster spec from standard input (end it with Ctrl-D)" in capsys.readouterr().err
