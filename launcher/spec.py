@@ -51,6 +51,16 @@ _IP_LIKE = re.compile(r"[0-9.]+|.*:.*")  # every IP address has this form (not e
 _THIS_MACHINE_IPS = (ipaddress.IPv4Address("127.0.0.1"), ipaddress.IPv6Address("::1"))
 
 
+def _not_a_url(text: str) -> str:
+    """Why `text`, which holds `://`, is not taken for a URL (see is_url)."""
+    if any(c.isspace() for c in text):
+        return "a URL has no spaces"
+    scheme, _, rest = text.partition("://")
+    if not re.fullmatch(r"[A-Za-z][A-Za-z0-9+.\-]*", scheme):
+        return f"{scheme!r} is no scheme: one begins with a letter, as gs or s3" if scheme else "no scheme before '://'"
+    return "nothing follows '://'" if not rest else "it is not scheme://location"
+
+
 def is_url(path: str) -> bool:
     """An object-store location such as gs://bucket/run, handed to TensorFlow's file system untouched."""
     return bool(_URL.fullmatch(path))
@@ -872,7 +882,7 @@ class ClusterSpec(StrictModel):
             _check_store_url(value)
         if value is not None and "://" in value and not is_url(value):  # else a local directory named gs:
             raise ValueError(
-                f"{value!r} looks like a URL but is not one (a URL has no spaces): write it as "
+                f"{value!r} looks like a URL but is not one ({_not_a_url(value)}): write it as "
                 "scheme://bucket/path, or give a directory path without '://'"
             )
         return value if value is None or is_url(value) else _path_that_fits(os.path.expanduser(value))

@@ -646,3 +646,18 @@ def test_a_spec_read_from_a_terminal_says_what_it_waits_for(
     monkeypatch.setattr(sys, "stdin", Terminal(io.BytesIO(GOOD_TEXT.encode())))
     assert load_spec(None).name == "ok"
     assert "reading the cluster spec from standard input (end it with Ctrl-D)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [
+        ("gs://bucket with space/run", "(a URL has no spaces)"),
+        ("://x", "(no scheme before '://')"),
+        ("1gs://b/r", "('1gs' is no scheme: one begins with a letter, as gs or s3)"),
+        ("gs://", "(nothing follows '://')"),
+    ],
+)
+def test_a_checkpoint_dir_that_is_almost_a_url_says_what_is_wrong_with_it(value: str, why: str) -> None:
+    with pytest.raises(SpecError) as refused:
+        parse_spec({**GOOD, "checkpoint_dir": value})
+    assert f"{value!r} looks like a URL but is not one {why}" in str(refused.value)
