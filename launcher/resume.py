@@ -98,7 +98,7 @@ class Resuming:
         """As `--check` and `--dry-run` say it, of a launch not made."""
         if self.finished is not None:
             return (
-                f"the launch would start nothing: the run {self.trained()} (its checkpoints are in {self._where()}); "
+                f"the launch would start nothing: the run {self.trained()}; its checkpoints are in {self._where()}; "
                 "raise training.steps to train further, or give --fresh to start over"
             )
         return "; ".join((f"the launch would resume from the checkpoints in {self._where()}", *self.remarks))

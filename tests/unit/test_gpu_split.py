@@ -184,21 +184,3 @@ def test_a_visible_devices_env_beside_the_gpus_that_set_it_is_refused() -> None:
     ]
     del hosts[0]["env"]
     assert visible(*hosts) == {"worker:0": "0", "worker:1": "2"}
-
-
-def test_a_dry_runs_command_line_is_quoted_as_a_shell_reads_it(capsys: pytest.CaptureFixture[str]) -> None:
-    import shlex
-
-    from launcher.commands import dry_run
-
-    argv = ["python", "-c", "import sys; print('a b')", "--flag=x y", "it's"]
-    spec = parse_spec(
-        {
-            "name": "r",
-            "hosts": [{"address": "localhost", "workers": 1, "ports": [5000]}],
-            "training": {"kind": "command", "argv": argv},
-        }
-    )
-    dry_run(build_plan(spec, INPUTS), False)
-    [line] = [line for line in capsys.readouterr().out.splitlines() if line.startswith("  command: ")]
-    assert shlex.split(line.removeprefix("  command: "))[1:] == argv[1:], line
