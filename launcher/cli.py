@@ -118,7 +118,11 @@ def _run(own: list[str], command: list[str]) -> int:
     if args.quiet and args.show:
         raise UsageError("--quiet echoes no task's output and --show echoes only some: give one of them.")
     if args.fresh and (args.dry_run or args.check):
-        raise UsageError("--fresh starts a run over; it does not go with --dry-run or --check.")
+        raise UsageError(
+            "--fresh starts a run over: it renames the run directory (and checkpoints kept elsewhere) to "
+            "<path>.old-<time>, deleting nothing, before it starts. It does not go with --dry-run or --check, "
+            "which without it show the run as it stands."
+        )
     allocation = None
     if args.slurm:
         if args.cluster is None:

@@ -44,3 +44,12 @@ def test_a_plan_that_would_not_start_says_so_first(capsys: pytest.CaptureFixture
 def test_a_plan_that_would_start_leads_with_the_plan(capsys: pytest.CaptureFixture[str]) -> None:
     dry_run(_plan(["python", "-c", "pass"]), False, would=Would("resume", "the launch would resume from X"))
     assert capsys.readouterr().out.startswith("run r: 1 task(s)")
+
+
+@pytest.mark.parametrize("preview", ["--dry-run", "--check"])
+def test_fresh_cannot_be_previewed_and_says_what_it_would_do(capsys: pytest.CaptureFixture[str], preview: str) -> None:
+    from launcher.cli import main
+
+    assert main(["--local", "1", preview, "--fresh"]) == 2
+    err = capsys.readouterr().err
+    assert "renames the run directory" in err and "deleting nothing" in err and "Traceback" not in err, err
