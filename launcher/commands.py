@@ -86,7 +86,7 @@ def dry_run(plan: LaunchPlan, as_json: bool, remote: str = "ssh", would: Would |
     where = f"run dir {plan.run_dir}, checkpoints {plan.checkpoint_dir}"
     if would is not None and would.do in ("nothing", "refused") and would.says is not None:
         # said first too: the plan that follows would not start (repeated at the end, where it always is)
-        print(_shown(f"{would.says}. The plan below would not start:") + "\n")
+        print(_shown(f"{would.says.rstrip('.')}. The plan below would not start:") + "\n")
     print(_shown(f"run {plan.run_name}: {len(plan.tasks)} task(s), {where}"))
     for task in plan.tasks:
         reached = "local" if task.is_local else remote

@@ -23,18 +23,18 @@ def _interrupted(signum: int, frame: FrameType | None) -> None:
 
 def entry() -> None:
     """Run the command; what an early Ctrl-C raised ends it with INTERRUPTED. While a launch runs, its
-    own handlers take SIGINT (launcher/run.py) and say what was stopped."""
-    previous = signal.getsignal(signal.SIGINT)
-    if previous is signal.default_int_handler:  # never where SIGINT is ignored (`nohup`, a background job)
+    own handlers take SIGINT (launcher/run.py) and say what was stopped. Once the command has ended,
+    however it ended, a Ctrl-C is ignored: it could only turn the exit into a traceback."""
+    ours = signal.getsignal(signal.SIGINT) is signal.default_int_handler  # not where SIGINT is ignored (a
+    if ours:  # script's background job): that stays so
         signal.signal(signal.SIGINT, _interrupted)
     try:
         from launcher.cli import entry as run
 
         run()
     except BaseException as error:
+        if ours:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
         if isinstance(error, SystemExit) or not (_Interrupts.seen or isinstance(error, KeyboardInterrupt)):
             raise
         raise SystemExit(INTERRUPTED) from None  # quietly, as launcher.cli.main ends on a KeyboardInterrupt
-    finally:
-        if previous is signal.default_int_handler:
-            signal.signal(signal.SIGINT, previous)

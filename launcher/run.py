@@ -181,7 +181,10 @@ def _install_signals(supervisor: Supervisor, layout: RunLayout) -> SignalHandler
 
     if threading.current_thread() is not threading.main_thread():
         return {}
-    return {signum: signal.signal(signum, handler) for signum in _STOP_SIGNALS}
+    # `nohup launch ...` ignores SIGHUP so that the run outlives its terminal: a hang-up stays no stop
+    # (local agents lead process groups of their own: a shell's SIGHUP to the job does not reach them)
+    kept = {signal.SIGHUP} if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN else set()
+    return {signum: signal.signal(signum, handler) for signum in _STOP_SIGNALS if signum not in kept}
 
 
 def _restore_signals(previous: SignalHandlers) -> None:

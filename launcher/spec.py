@@ -57,7 +57,11 @@ def _not_a_url(text: str) -> str:
         return "a URL has no spaces"
     scheme, _, rest = text.partition("://")
     if not re.fullmatch(r"[A-Za-z][A-Za-z0-9+.\-]*", scheme):
-        return f"{scheme!r} is no scheme: one begins with a letter, as gs or s3" if scheme else "no scheme before '://'"
+        if not scheme:
+            return "no scheme before '://'"
+        return (
+            f"{_brief(scheme)} is no scheme: a scheme is a letter, then letters, digits, '+', '.' or '-', as gs or s3"
+        )
     return "nothing follows '://'" if not rest else "it is not scheme://location"
 
 
@@ -109,8 +113,31 @@ MAX_NAME_BYTES = 255  # one component of a path (NAME_MAX of Linux file systems)
 MAX_PATH_BYTES = 3800  # a whole path, leaving PATH_MAX (4096) room for the run's own names under it
 
 
+# Characters a screen does not show (a soft hyphen, zero-width ones, direction overrides, a BOM): in a
+# path, what the launcher and the dry run print would not be the path the tasks use
+_UNSEEN_IN_PATH = re.compile(r"[\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]")
+
+
+def _brief(value: str) -> str:
+    """`value` quoted for a message, cut to its first 80 characters."""
+    return repr(value) if len(value) <= 80 else repr(value[:77]) + "..."
+
+
+def _seen(value: str) -> str:
+    """`value` when every character of it shows on a screen; else ValueError naming the one that does not."""
+    unseen = _UNSEEN_IN_PATH.search(value)
+    if unseen is not None:
+        raise ValueError(
+            f"holds U+{ord(unseen.group()):04X}, a character no screen shows, so the path printed would not be the "
+            "path used: remove it"
+        )
+    return value
+
+
 def _path_that_fits(value: str) -> str:
-    """`value` when a file system can hold it: no component over 255 bytes, the whole well under PATH_MAX."""
+    """`value` when a file system can hold it: no component over 255 bytes, the whole well under PATH_MAX,
+    and no character a screen does not show."""
+    _seen(value)
     encoded = value.encode("utf-8", "surrogateescape")
     longest = max((len(part) for part in encoded.split(b"/")), default=0)
     if longest > MAX_NAME_BYTES:
@@ -865,7 +892,9 @@ class ClusterSpec(StrictModel):
     @classmethod
     def _run_root_is_local(cls, value: str) -> str:
         if is_url(value):
-            raise ValueError(f"{value!r} is a URL; run_root is a directory on the launcher's machine (logs, summary)")
+            raise ValueError(
+                f"{_brief(value)} is a URL; run_root is a directory on the launcher's machine (logs, summary)"
+            )
         return _path_that_fits(os.path.expanduser(value))
 
     @field_validator("checkpoint_dir")
@@ -873,16 +902,19 @@ class ClusterSpec(StrictModel):
     def _url_or_path(cls, value: str | None) -> str | None:
         slip = _URL_SLIP.match(value or "")
         if slip is not None:  # `gs:/bucket` or `gs//bucket` would be a local directory named so
-            scheme, rest = slip.group(1), value[slip.end() :] if value else ""
+            scheme, rest = slip.group(1), (value[slip.end() :] if value else "").lstrip(":/")
             raise ValueError(
-                f"{value!r} looks like a {scheme}:// URL with a slash or colon missing, and would be taken as a "
-                f"local directory: write {scheme}://{rest}"
+                f"{_brief(value or '')} looks like a {scheme}:// URL with a slash or colon missing (or one too "
+                f"many), and would be taken as a local directory: write {scheme}://{_brief(rest)[1:-1]}"
             )
         if value is not None and is_url(value):
+            _seen(value)
+            if len(value.encode("utf-8", "surrogateescape")) > MAX_PATH_BYTES:  # every task gets it in its environment
+                raise ValueError(f"is {len(value.encode())} bytes long; give a URL of at most {MAX_PATH_BYTES}")
             _check_store_url(value)
         if value is not None and "://" in value and not is_url(value):  # else a local directory named gs:
             raise ValueError(
-                f"{value!r} looks like a URL but is not one ({_not_a_url(value)}): write it as "
+                f"{_brief(value)} looks like a URL but is not one ({_not_a_url(value)}): write it as "
                 "scheme://bucket/path, or give a directory path without '://'"
             )
         return value if value is None or is_url(value) else _path_that_fits(os.path.expanduser(value))

@@ -225,3 +225,30 @@ def test_the_launch_command_loads_no_pydantic_plugin_and_a_library_user_keeps_th
     library += "print('metadata' if 'importlib.metadata' in sys.modules else 'none')"
     ran = subprocess.run([sys.executable, "-c", library], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert ran.stdout.strip() == "metadata", ran.stdout + ran.stderr
+
+
+def test_a_launch_under_nohup_outlives_its_terminals_hang_up(work: Path) -> None:
+    """`nohup launch ... &`, then the terminal closes: the shell sends SIGHUP to the job's process group.
+    The launcher keeps ignoring it, as nohup asked, and the run ends as it would have."""
+    log = work / "launch.out"
+    code = "import time; print('ready', flush=True); time.sleep(2)"
+    with open(log, "w") as handle:
+        proc = subprocess.Popen(
+            launch_cmd("--cluster", str(spec_for(work, 2)), "--", "python", "-c", code),
+            cwd=work,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # a job of its own, as a shell makes it
+            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN),  # what nohup does before exec
+        )
+    try:
+        wait_for_text(log, "[worker:0] ready")
+        wait_for_text(log, "[worker:1] ready")
+        os.killpg(proc.pid, signal.SIGHUP)  # the hang-up, to the job's whole process group
+        assert proc.wait(timeout=30) == 0, log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert "launch succeeded" in log.read_text()
+    assert not wait_until_gone(str(work), timeout=5), "a process outlived the launch"

@@ -31,11 +31,11 @@ def test_a_dry_runs_command_line_is_quoted_as_a_shell_reads_it(capsys: pytest.Ca
     assert shlex.split(line.removeprefix("  command: "))[1:] == argv[1:], line
 
 
-@pytest.mark.parametrize("do", ["nothing", "refused"])
-def test_a_plan_that_would_not_start_says_so_first(capsys: pytest.CaptureFixture[str], do: str) -> None:
+@pytest.mark.parametrize(("do", "end"), [("nothing", ""), ("refused", ".")])
+def test_a_plan_that_would_not_start_says_so_first(capsys: pytest.CaptureFixture[str], do: str, end: str) -> None:
     """A finished run's dry run plans an attempt that never comes: its answer leads, not only ends."""
     says = "the launch would start nothing: the run already trained all its training.steps=4"
-    dry_run(_plan(["python", "-c", "pass"]), False, would=Would(do, says))
+    dry_run(_plan(["python", "-c", "pass"]), False, would=Would(do, says + end))
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == f"{says}. The plan below would not start:" and lines[2].startswith("run r: 1 task(s)")
     assert says in lines[-3]  # and still where it always was, after the plan

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Iterator
 
 import pytest
 
@@ -16,9 +17,11 @@ class _Panic(BaseException):
 
 
 @pytest.fixture(autouse=True)
-def _fresh(monkeypatch: pytest.MonkeyPatch) -> None:
+def _fresh(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr(entry_point._Interrupts, "seen", False)
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    yield
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # entry() leaves Ctrl-C ignored, as the process ends
 
 
 def test_an_interrupt_surfacing_as_another_exception_ends_with_130(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -32,7 +35,7 @@ def test_an_interrupt_surfacing_as_another_exception_ends_with_130(monkeypatch: 
     with pytest.raises(SystemExit) as ended:
         entry_point.entry()
     assert ended.value.code == exit_codes.INTERRUPTED == entry_point.INTERRUPTED
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # given back
+    assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # a second Ctrl-C cannot turn the exit into a traceback
 
 
 def test_without_an_interrupt_an_error_stays_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -57,3 +60,12 @@ def test_an_ignored_sigint_stays_ignored(monkeypatch: pytest.MonkeyPatch) -> Non
     finally:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     assert seen == [signal.SIG_IGN]
+
+
+def test_after_the_command_a_ctrl_c_changes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(launcher.cli, "entry", lambda: (_ for _ in ()).throw(SystemExit(0)))
+    with pytest.raises(SystemExit) as ended:
+        entry_point.entry()
+        raise AssertionError("entry() ends by SystemExit")
+    os.kill(os.getpid(), signal.SIGINT)  # ignored: no KeyboardInterrupt on the way out
+    assert ended.value.code == 0

@@ -653,7 +653,8 @@ def test_a_spec_read_from_a_terminal_says_what_it_waits_for(
     [
         ("gs://bucket with space/run", "(a URL has no spaces)"),
         ("://x", "(no scheme before '://')"),
-        ("1gs://b/r", "('1gs' is no scheme: one begins with a letter, as gs or s3)"),
+        ("1gs://b/r", "('1gs' is no scheme: a scheme is a letter, then letters, digits, '+', '.' or '-', as gs or s3)"),
+        ("a/b://c", "('a/b' is no scheme: a scheme is a letter, then letters, digits"),
         ("gs://", "(nothing follows '://')"),
     ],
 )
@@ -661,3 +662,26 @@ def test_a_checkpoint_dir_that_is_almost_a_url_says_what_is_wrong_with_it(value:
     with pytest.raises(SpecError) as refused:
         parse_spec({**GOOD, "checkpoint_dir": value})
     assert f"{value!r} looks like a URL but is not one {why}" in str(refused.value)
+
+
+@pytest.mark.parametrize("field", ["checkpoint_dir", "run_root"])
+@pytest.mark.parametrize("value", ["s3://\u202e/x", "gs://b/\u200bx", "/tmp/\u202eabc", "runs/a\ufeffb"])
+def test_a_path_with_a_character_no_screen_shows_is_refused(field: str, value: str) -> None:
+    """The dry run and every message drop such characters: the path shown would not be the path used."""
+    with pytest.raises(SpecError, match=f"\\$\\.{field}: .*a character no screen shows"):
+        parse_spec({**GOOD, field: value.replace("://", "/") if field == "run_root" else value})
+
+
+def test_a_url_too_long_for_a_tasks_environment_is_refused_and_quoted_briefly() -> None:
+    """Every task gets it in its environment, where one string over 128 KiB fails every start (E2BIG)."""
+    with pytest.raises(SpecError, match=r"checkpoint_dir: is 200005 bytes long; give a URL of at most 3800") as refused:
+        parse_spec({**GOOD, "checkpoint_dir": "gs://" + "a" * 200_000})
+    assert len(str(refused.value)) < 1000
+    with pytest.raises(SpecError) as refused:
+        parse_spec({**GOOD, "checkpoint_dir": "x_" * 50_000 + "://y"})
+    assert len(str(refused.value)) < 1000 and "..." in str(refused.value)
+
+
+def test_a_url_slip_with_a_colon_too_many_is_told_the_right_spelling() -> None:
+    with pytest.raises(SpecError, match=r"would be taken as a local directory: write gs://b\b"):
+        parse_spec({**GOOD, "checkpoint_dir": "gs:://b"})
