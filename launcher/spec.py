@@ -903,14 +903,16 @@ class ClusterSpec(StrictModel):
         slip = _URL_SLIP.match(value or "")
         if slip is not None:  # `gs:/bucket` or `gs//bucket` would be a local directory named so
             scheme, rest = slip.group(1), (value[slip.end() :] if value else "").lstrip(":/")
+            rest = rest if len(rest) <= 80 else rest[:77] + "..."
             raise ValueError(
                 f"{_brief(value or '')} looks like a {scheme}:// URL with a slash or colon missing (or one too "
-                f"many), and would be taken as a local directory: write {scheme}://{_brief(rest)[1:-1]}"
+                f"many), and would be taken as a local directory: write {scheme}://{rest}"
             )
         if value is not None and is_url(value):
             _seen(value)
-            if len(value.encode("utf-8", "surrogateescape")) > MAX_PATH_BYTES:  # every task gets it in its environment
-                raise ValueError(f"is {len(value.encode())} bytes long; give a URL of at most {MAX_PATH_BYTES}")
+            size = len(value.encode("utf-8", "surrogatepass"))
+            if size > MAX_PATH_BYTES:  # every task gets it in its environment
+                raise ValueError(f"is {size} bytes long; give a URL of at most {MAX_PATH_BYTES}")
             _check_store_url(value)
         if value is not None and "://" in value and not is_url(value):  # else a local directory named gs:
             raise ValueError(
