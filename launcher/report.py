@@ -117,8 +117,14 @@ def final_step(result: RunResult) -> int | None:
     return None
 
 
+def _made(log_path: str) -> str | None:
+    """The task's log file, or None when none was made (a log file is made at a task's first line)."""
+    return log_path if os.path.lexists(log_path) else None
+
+
 def _task_json(task: TaskResult) -> dict[str, Any]:
     data = dict(vars(task))  # a copy of the fields alone: the JSON written from it copies the rest
+    data["log_path"] = _made(task.log_path)
     data["exit"] = task.describe_exit
     if task.result:
         data["fingerprint"] = task.result.get("fingerprint")
@@ -139,7 +145,7 @@ def summary(result: RunResult) -> dict[str, Any]:
             "exit_code": task.exit_code,
             "signal": task.signal,
             "error": task.error,
-            "log": task.log_path,
+            "log": _made(task.log_path),
         }
     return {
         "run_name": result.run_name,

@@ -7,7 +7,7 @@ from pathlib import Path
 from launcher.agent.oom import oom_kills
 from launcher.gang import AttemptResult, LaunchState, RunResult, TaskResult
 from launcher.known_failures import known_failure
-from launcher.report import failure_text, failures, final_step
+from launcher.report import failure_text, failures, final_step, summary
 from launcher.transport.base import exit_status_of
 
 
@@ -108,6 +108,10 @@ def test_a_root_cause_that_printed_nothing_says_so(tmp_path: Path) -> None:
     attempt = AttemptResult(0, "worker:1 exited 3", "worker:1", "retryable", (task,), 0.0, 1.0)
     result = RunResult("r", str(tmp_path), LaunchState.FAILED, [attempt])
     assert "\n  no output of it reached the launcher (no log file)" in failure_text(result)
+    written = summary(result)  # summary.json names no file that is not there
+    assert written["first_failure"]["log"] is None and written["attempts"][0]["tasks"][0]["log_path"] is None
     (tmp_path / "worker-1.log").write_text("a line\n")
     said = failure_text(result)
     assert "no output" not in said and "    | a line" in said
+    written = summary(result)
+    assert written["first_failure"]["log"] == written["attempts"][0]["tasks"][0]["log_path"] == task.log_path
