@@ -28,6 +28,7 @@ __all__ = ["LaunchRequest", "parse_host_list", "read_hostfile", "request_spec"]
 
 _MAX_HOSTFILE_BYTES = 4 * 2**20  # 4,096 lines of a long name and a count fit many times over
 STDIN_FLAG = "-"  # `--cluster -`: the spec comes on standard input (`./-` names a file called -)
+STDIN_NAME = "standard input"  # how messages name a spec given so
 HOST_LIST_PORT = 23456  # -H/--hostfile: TF ports of a remote host's tasks, upward from here (preflight checks them)
 _HOST_ENTRY = re.compile(r"^(?P<host>\[[0-9A-Fa-f:.]+\]|[^\s:,\[\]]+)(?::(?P<n>\d+))?$")
 _HOSTFILE_LINE = re.compile(
@@ -56,7 +57,7 @@ class LaunchRequest:
         if self.source:
             return self.source
         if isinstance(self.cluster, (str, Path)):
-            return "standard input" if self.cluster == STDIN_FLAG else str(self.cluster)
+            return STDIN_NAME if self.cluster == STDIN_FLAG else str(self.cluster)
         if self.cluster is not None:
             return "the spec given"
         return "--local" if self.local is not None else "-H/--hostfile"

@@ -31,6 +31,7 @@ from launcher.masking import (
     without_password,
 )
 from launcher.python_script import option_without_value, runs_nothing
+from launcher.request import STDIN_NAME
 from launcher.spec_json import decode_json, decode_text, json_child, raw_problems
 from launcher.spec_limits import MAX_HOSTS, MAX_SPEC_BYTES, MAX_WORKERS_PER_HOST
 from worker.contract import DEFAULT_RUN_ROOT, ENV_PREFIX, PREEMPTION_EXIT_CODE
@@ -44,9 +45,9 @@ from worker.training_spec import (  # noqa: F401 - re-exported: the spec's `trai
     TrainingSpec,
 )
 
-STDIN_NAME = "standard input"  # `--cluster -`, as errors name it
 LOOPBACK_NAMES = frozenset({"localhost", "ip6-localhost", "ip6-loopback", "localhost.localdomain"})
-_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://\S+")
+_SCHEME = r"[A-Za-z][A-Za-z0-9+.\-]*"  # gs, s3, hdfs, ...
+_URL = re.compile(_SCHEME + r"://\S+")
 _IP_LIKE = re.compile(r"[0-9.]+|.*:.*")  # every IP address has this form (not every match is one)
 _THIS_MACHINE_IPS = (ipaddress.IPv4Address("127.0.0.1"), ipaddress.IPv6Address("::1"))
 
@@ -55,14 +56,14 @@ def _not_a_url(text: str) -> str:
     """Why `text`, which holds `://`, is not taken for a URL (see is_url)."""
     if any(c.isspace() for c in text):
         return "a URL has no spaces"
-    scheme, _, rest = text.partition("://")
-    if not re.fullmatch(r"[A-Za-z][A-Za-z0-9+.\-]*", scheme):
+    scheme = text.partition("://")[0]
+    if not re.fullmatch(_SCHEME, scheme):
         if not scheme:
             return "no scheme before '://'"
         return (
             f"{_brief(scheme)} is no scheme: a scheme is a letter, then letters, digits, '+', '.' or '-', as gs or s3"
         )
-    return "nothing follows '://'" if not rest else "it is not scheme://location"
+    return "nothing follows '://'"  # with a scheme and no space, anything after it would make a URL
 
 
 def is_url(path: str) -> bool:
