@@ -92,6 +92,13 @@ def task_logs(layout: RunLayout, attempt: int) -> dict[str, str]:
     return {task: layout.log_file(attempt, task_stem(task)) for task in sorted(found, key=_task_order)}
 
 
+def _as_given(name: str) -> str:
+    """A task name the user gave, as a message may quote it, cut to 80 characters: one holding an escape or
+    an invisible character quoted with them spelt out (so `worker:0` and `worker:0\\x1b[2J` never read alike)."""
+    shown = name if name.isprintable() else repr(name)
+    return shown if len(shown) <= 80 else shown[:77] + "..."
+
+
 def pick_tasks(
     run_dir: str, attempt: int, known: Sequence[str], wanted: Sequence[str], listed: bool = True
 ) -> frozenset[str] | None:
@@ -106,8 +113,9 @@ def pick_tasks(
     unknown = [name for name in names if name not in known and (listed or not _TASK_NAME.fullmatch(name))]
     if unknown:
         there = ", ".join(sorted(known, key=_task_order)) or "none logged yet"
+        given = ", ".join(map(_as_given, unknown))
         raise UsageError(
-            f"{printable(run_dir)}: no task {printable(', '.join(unknown))} in attempt {attempt}; its tasks: {there}. "
+            f"{printable(run_dir)}: no task {given} in attempt {attempt}; its tasks: {there}. "
             "Give --task as type:index, e.g. --task worker:1 (repeat it, or separate tasks with commas)."
         )
     return frozenset(names)

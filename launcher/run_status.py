@@ -397,7 +397,9 @@ def _describe_summary(run_dir: str, summary: dict[str, Any], path: str) -> list[
         known = first.get("known_cause") if isinstance(first.get("known_cause"), dict) else {}
         if known:
             lines.append(f"  known cause: {known.get('says')} (see {known.get('see')})"[:600])
-        if isinstance(first.get("attempt"), int) and isinstance(first.get("task"), str):
+        if "log" in first and first["log"] is None:  # summary.json names no log file that was not made
+            lines.append("  its log: none, it printed nothing")
+        elif isinstance(first.get("attempt"), int) and isinstance(first.get("task"), str):
             where = shlex.join([run_dir, "--attempt", str(first["attempt"]), "--task", first["task"]])
             lines.append(f"  its log: launch logs {printable(where)}"[:600])
     return lines

@@ -138,6 +138,8 @@ def _seen(value: str) -> str:
 def _path_that_fits(value: str) -> str:
     """`value` when a file system can hold it: no component over 255 bytes, the whole well under PATH_MAX,
     and no character a screen does not show."""
+    if not value.strip():
+        raise ValueError("is blank: give a directory")
     _seen(value)
     encoded = value.encode("utf-8", "surrogateescape")
     longest = max((len(part) for part in encoded.split(b"/")), default=0)

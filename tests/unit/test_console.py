@@ -303,3 +303,11 @@ def test_a_task_name_is_hidden_only_inside_a_healthy_joins_stragglers_list() -> 
         "[worker:0] Some timed out task names:",
         "[worker:0] /job:worker/replica:0/task:1",
     ]
+
+
+def test_status_names_no_log_for_a_first_failure_that_printed_nothing(tmp_path: Path) -> None:
+    first = {"task": "worker:1", "host": "localhost", "exit": "exit code 3", "attempt": 0, "error": None, "log": None}
+    summary = {"run_name": "r", "state": "failed", "first_failure": first, "attempts": []}
+    (tmp_path / "summary.json").write_text(json.dumps(summary))
+    lines = describe_run(str(tmp_path)).text.splitlines()
+    assert "  its log: none, it printed nothing" in lines and not any("launch logs" in line for line in lines)

@@ -368,3 +368,15 @@ def test_an_empty_task_is_refused_not_taken_for_every_task(two_attempts: RunLayo
     with pytest.raises(UsageError, match="Got an empty --task") as refused:
         show_logs(two_attempts.run_dir, out, tasks=["worker:0", empty])
     assert refused.value.exit_code == exit_codes.USAGE and out.getvalue() == ""
+
+
+def test_a_task_name_with_escapes_is_quoted_as_given_not_shown_as_a_real_one(two_attempts: RunLayout) -> None:
+    """`worker:0` followed by an escape would read as `worker:0` once the escape is dropped: the message
+    then contradicted itself ("no task worker:0 ...; its tasks: worker:0, ...")."""
+    for given, quoted in [("worker:0\x1b[2J", r"'worker:0\x1b[2J'"), ("worker:\u202e0", r"'worker:\u202e0'")]:
+        with pytest.raises(UsageError) as refused:
+            show_logs(two_attempts.run_dir, io.StringIO(), tasks=[given], attempt=0)
+        assert f"no task {quoted} in attempt 0" in str(refused.value) and "\x1b" not in str(refused.value)
+    with pytest.raises(UsageError) as refused:
+        show_logs(two_attempts.run_dir, io.StringIO(), tasks=["x" * 100_000], attempt=0)
+    assert len(str(refused.value)) < 600

@@ -685,3 +685,9 @@ def test_a_url_too_long_for_a_tasks_environment_is_refused_and_quoted_briefly() 
 def test_a_url_slip_with_a_colon_too_many_is_told_the_right_spelling() -> None:
     with pytest.raises(SpecError, match=r"would be taken as a local directory: write gs://b\b"):
         parse_spec({**GOOD, "checkpoint_dir": "gs:://b"})
+
+
+@pytest.mark.parametrize("field", ["checkpoint_dir", "run_root"])
+def test_a_blank_directory_is_refused_as_on_the_command_line(field: str) -> None:
+    with pytest.raises(SpecError, match=f"\\$\\.{field}: is blank: give a directory"):
+        parse_spec({**GOOD, field: "  "})
