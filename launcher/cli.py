@@ -30,7 +30,7 @@ from launcher import exit_codes
 from launcher.arguments import SUBCOMMANDS, run_parser, sub_parsers
 from launcher.errors import LaunchError, UsageError
 from launcher.faults import Fault, parse_fault
-from launcher.masking import redact
+from launcher.masking import printable, redact
 from launcher.request import LaunchRequest, parse_host_list, read_hostfile, shown_tasks, task_names
 
 if TYPE_CHECKING:
@@ -117,12 +117,6 @@ def _run(own: list[str], command: list[str]) -> int:
         raise UsageError("--inject rehearses a fault in a run, and --check starts none: give one of them.")
     if args.quiet and args.show:
         raise UsageError("--quiet echoes no task's output and --show echoes only some: give one of them.")
-    if args.fresh and (args.dry_run or args.check):
-        raise UsageError(
-            "--fresh starts a run over: it renames the run directory (and checkpoints kept elsewhere) to "
-            "<path>.old-<time>, deleting nothing, before it starts. It does not go with --dry-run or --check, "
-            "which without it show the run as it stands."
-        )
     allocation = None
     if args.slurm:
         if args.cluster is None:
@@ -131,12 +125,22 @@ def _run(own: list[str], command: list[str]) -> int:
 
         allocation = read_allocation()
     request = _request(args, command)
-    if not args.dry_run and allocation is None:
+    fresh_refused = args.fresh and (args.dry_run or args.check)  # refused below, naming the run directory
+    if not args.dry_run and not fresh_refused and allocation is None:
         _start_agents_early(args)
     from launcher.request import request_spec
 
     notes: list[str] = []
     spec = request_spec(request, allocation.hosts if allocation is not None else None, notes)
+    if fresh_refused:
+        from launcher.run import run_dir_of
+
+        run_dir = printable(str(run_dir_of(spec)))
+        raise UsageError(
+            f"--fresh starts a run over: it renames the run directory {run_dir} (and checkpoints kept elsewhere) "
+            f"to {run_dir}.old-<time>, deleting nothing, before it starts. It does not go with --dry-run or "
+            "--check, which without it show the run as it stands."
+        )
     for note in notes:
         _say(f"[launch] {redact(note)}", to_stderr=True)
     faults = _faults(spec, args.inject)

@@ -64,7 +64,8 @@ def raise_fd_limit() -> None:
 
 class Would(NamedTuple):
     """What a launch would do with its run: `do` is "start" (a new run), "resume", "nothing" (it has
-    trained all its steps) or "refused"; `says` is the sentence the dry run prints (None for a new run)."""
+    trained all its steps) or "refused"; `says` is the sentence the dry run prints (None: a new run's, made
+    from its plan)."""
 
     do: str
     says: str | None
@@ -78,6 +79,10 @@ def _shown(text: str) -> str:
 def dry_run(plan: LaunchPlan, as_json: bool, remote: str = "ssh", would: Would | None = None) -> int:
     """Print every task's TF_CONFIG, environment and command; `remote`: how a remote host is reached;
     `would`: what the launch would do with the run's earlier checkpoints (the JSON's `would`)."""
+    if would is not None and would.says is None:
+        from launcher.resume import new_run_would
+
+        would = would._replace(says=new_run_would(plan.checkpoint_dir))
     if as_json:
         said = {"would": {"do": would.do, "says": would.says}} if would is not None else {}
         print(json.dumps(redacted({**plan.to_json(), **said}), indent=2))
@@ -98,13 +103,12 @@ def dry_run(plan: LaunchPlan, as_json: bool, remote: str = "ssh", would: Would |
         print(f"  cwd: {_shown(task.cwd)}")
         print(f"  command: {shlex.join(_shown(arg) for arg in task.command)}")  # quoted as a shell reads it
         print(f"  log: {_shown(task.log_path)} (made at its first line)")
-    if would is not None:
-        from launcher.resume import new_run_would
-
-        print(f"\n{_shown(would.says if would.says is not None else new_run_would(plan.checkpoint_dir))}")
+    if would is not None and would.says is not None:
+        print(f"\n{_shown(would.says)}")
     print(
-        "\ndry run: nothing was started. A port the spec does not set is picked again at each launch; each task "
-        "also inherits the environment of the agent on its host (the launcher's, on this machine)."
+        "\ndry run: nothing was started. Each command is a task of this run only with the variables listed above "
+        "it (run alone, it is a one-worker run of its own). A port the spec does not set is picked again at each "
+        "launch; each task also inherits the environment of the agent on its host (the launcher's, on this machine)."
     )
     return exit_codes.SUCCEEDED
 

@@ -310,11 +310,18 @@ def shown_tasks(spec: ClusterSpec, text: str | None, flag: str = "--show") -> fr
     """The tasks `--show worker:0,worker:1` names; every name must be one of the spec's tasks."""
     if text is None:
         return frozenset()
+    from launcher.run_logs import as_given, task_order
+
     wanted = frozenset(part.strip() for part in text.split(",") if part.strip())
-    unknown = sorted(wanted - (names := task_names(spec)))
-    if unknown or not wanted:
+    if not wanted:  # `--show "$T"`, T unset: no task, not all
         raise UsageError(
-            f"Got {flag} {text!r}: no task {', '.join(unknown) or '?'} (tasks: {', '.join(sorted(names))})."
+            f"Got an empty {flag}: give a task as type:index, e.g. {flag} worker:1, or leave the flag out."
+        )
+    unknown = sorted(wanted - (names := task_names(spec)))
+    if unknown:
+        raise UsageError(
+            f"Got {flag} {as_given(text)}: no task {', '.join(map(as_given, unknown))} "
+            f"(tasks: {', '.join(sorted(names, key=task_order))})."
         )
     return wanted
 

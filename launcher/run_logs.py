@@ -77,7 +77,7 @@ def _task_of(stem: str) -> str | None:
     return name if _TASK_NAME.fullmatch(name) and task_stem(name) == stem else None
 
 
-def _task_order(name: str) -> tuple[bool, str, int]:
+def task_order(name: str) -> tuple[bool, str, int]:
     kind, _, index = name.rpartition(":")
     return kind != "chief", kind, int(index) if index.isdigit() else -1
 
@@ -89,10 +89,10 @@ def task_logs(layout: RunLayout, attempt: int) -> dict[str, str]:
     except FileNotFoundError:  # a run set aside (--fresh) while we read it: nothing logged here now
         return {}
     found = [task for name in names if name.endswith(_LOG_SUFFIX) and (task := _task_of(name[: -len(_LOG_SUFFIX)]))]
-    return {task: layout.log_file(attempt, task_stem(task)) for task in sorted(found, key=_task_order)}
+    return {task: layout.log_file(attempt, task_stem(task)) for task in sorted(found, key=task_order)}
 
 
-def _as_given(name: str) -> str:
+def as_given(name: str) -> str:
     """A task name the user gave, as a message may quote it, cut to 80 characters: one holding an escape or
     an invisible character quoted with them spelt out (so `worker:0` and `worker:0\\x1b[2J` never read alike)."""
     shown = name if name.isprintable() else repr(name)
@@ -112,8 +112,8 @@ def pick_tasks(
         return None
     unknown = [name for name in names if name not in known and (listed or not _TASK_NAME.fullmatch(name))]
     if unknown:
-        there = ", ".join(sorted(known, key=_task_order)) or "none logged yet"
-        given = ", ".join(map(_as_given, unknown))
+        there = ", ".join(sorted(known, key=task_order)) or "none logged yet"
+        given = ", ".join(map(as_given, unknown))
         raise UsageError(
             f"{printable(run_dir)}: no task {given} in attempt {attempt}; its tasks: {there}. "
             "Give --task as type:index, e.g. --task worker:1 (repeat it, or separate tasks with commas)."
@@ -301,7 +301,7 @@ def _say_silent(
     """Name the chosen tasks that have no log file in `attempt`, in one line: they printed nothing, or
     (where no file lists the attempt's tasks) perhaps never ran there."""
     logged = task_logs(layout, attempt)
-    silent = sorted((task for task in chosen if task not in logged), key=_task_order)
+    silent = sorted((task for task in chosen if task not in logged), key=task_order)
     if notes is None or not silent:
         return
     names = printable(", ".join(silent[:3])) + (f" and {len(silent) - 3} more" if len(silent) > 3 else "")

@@ -140,6 +140,12 @@ def _path_that_fits(value: str) -> str:
     and no character a screen does not show."""
     if not value.strip():
         raise ValueError("is blank: give a directory")
+    if value != value.strip():  # pasted with a space or a no-break space: a directory no one meant
+        end, blank = ("starts", value[0]) if value[0].isspace() else ("ends", value[-1])
+        what = "a space" if blank == " " else f"U+{ord(blank):04X}, a blank character"
+        raise ValueError(
+            f"{_brief(value)} {end} with {what}, which a directory name almost never does on purpose: remove it"
+        )
     _seen(value)
     encoded = value.encode("utf-8", "surrogateescape")
     longest = max((len(part) for part in encoded.split(b"/")), default=0)
@@ -894,9 +900,10 @@ class ClusterSpec(StrictModel):
     @field_validator("run_root")
     @classmethod
     def _run_root_is_local(cls, value: str) -> str:
-        if is_url(value):
+        if is_url(value) or "://" in value or _URL_SLIP.match(value):  # `gs:/b` too: no local directory meant
+            what = "is a URL" if is_url(value) else "looks like a URL"
             raise ValueError(
-                f"{_brief(value)} is a URL; run_root is a directory on the launcher's machine (logs, summary)"
+                f"{_brief(value)} {what}; run_root is a directory on the launcher's machine (logs, summary)"
             )
         return _path_that_fits(os.path.expanduser(value))
 
@@ -1417,6 +1424,19 @@ def _close_kind(given: str) -> str | None:
     return close[0] if close else None
 
 
+_EXAMPLE = "cluster.example.json"
+
+
+def _start_from(missing: Path) -> str:
+    """How to get a spec where `missing` is not: the project's example beside it to copy, or the flags."""
+    import shlex
+
+    example = missing.parent / _EXAMPLE
+    if missing.name != _EXAMPLE and example.is_file():
+        return f" (to start from the example beside it: cp {shlex.quote(str(example))} {shlex.quote(str(missing))})"
+    return " (or launch without one: launch --local 2 [-- python3 train.py])"
+
+
 def load_spec(path: Path | None, hosts_from: HostsFrom | None = None) -> ClusterSpec:
     """Read and validate a cluster.json file (None: standard input, `--cluster -`); raise SpecError
     (exit 2) on any problem."""
@@ -1431,6 +1451,8 @@ def load_spec(path: Path | None, hosts_from: HostsFrom | None = None) -> Cluster
                 raw = handle.read(MAX_SPEC_BYTES + 1)
     except OSError as error:
         what = "the file" if path is not None else "standard input"
+        if path is not None and isinstance(error, FileNotFoundError):
+            where += _start_from(path)
         raise SpecError(name, [SpecProblem("$", f"cannot read {what} ({error.strerror}){where}")]) from None
     if len(raw) > MAX_SPEC_BYTES:
         big = f"larger than {MAX_SPEC_BYTES // 2**20} MiB, which no cluster spec is{where}"

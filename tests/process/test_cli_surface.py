@@ -4,6 +4,7 @@ quick host lists, a fresh start, and the Python API (tiny helper tasks, no Tenso
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -623,7 +624,7 @@ def test_a_dry_run_of_a_launch_that_would_be_refused_exits_as_the_launch_would(w
     assert would["do"] == "refused" and would["says"].startswith("the launch would be refused:"), would
     new = write_spec(work, {"name": "new", "run_root": str(work / "runs"), "hosts": hosts})
     fresh = run_launch(["--cluster", str(new), "--dry-run", "--json", "--", "true"], work)
-    assert fresh.returncode == 0 and json.loads(fresh.stdout)["would"] == {"do": "start", "says": None}, fresh.stdout
+    assert fresh.returncode == 0 and json.loads(fresh.stdout)["would"]["do"] == "start", fresh.stdout
     assert sorted(p.name for p in (work / "runs").iterdir()) == ["mine"]  # nothing was made
 
 
@@ -652,7 +653,7 @@ def test_check_and_dry_run_say_a_run_without_checkpoints_would_start_from_the_be
     dry = run_launch([*args, "--dry-run", "--", "python3", "-c", "pass"], work)
     assert dry.returncode == 0 and f"\n{said}\n" in dry.stdout, dry
     as_json = run_launch([*args, "--dry-run", "--json", "--", "python3", "-c", "pass"], work)
-    assert json.loads(as_json.stdout)["would"] == {"do": "start", "says": None}
+    assert json.loads(as_json.stdout)["would"] == {"do": "start", "says": said}
     assert not (work / "runs" / "local").exists()  # neither made the run
 
 
@@ -674,3 +675,24 @@ def test_a_spec_read_from_a_pipe_launches(work: Path) -> None:
         timeout=120,
     )
     assert done.returncode == 0 and "[worker:0] ran" in done.stdout, done
+
+
+def test_show_refuses_an_empty_value_and_quotes_an_escape(tmp_path: Path) -> None:
+    empty = run_launch(["--local", "2", "--show", " , ", "--", "true"], tmp_path)
+    assert empty.returncode == 2 and "Got an empty --show" in empty.stderr, empty.stderr
+    escaped = run_launch(["--local", "2", "--show", "worker:0\x1b[2J", "--", "true"], tmp_path)
+    assert escaped.returncode == 2 and "no task 'worker:0\\x1b[2J'" in escaped.stderr, escaped.stderr
+    assert "(tasks: worker:0, worker:1)" in escaped.stderr
+    assert not (tmp_path / "runs").exists() and "Traceback" not in empty.stderr + escaped.stderr
+
+
+def test_fresh_with_a_dry_run_or_a_check_is_refused_naming_the_run_directory(work: Path) -> None:
+    spec = write_spec(work, {"name": "f", "run_root": str(work / "runs"), "hosts": [{"address": "localhost"}]})
+    (work / "runs" / "f").mkdir(parents=True)
+    (work / "runs" / "f" / "launch.lock").write_text("")
+    for extra in ("--dry-run", "--check"):
+        proc = run_launch(["--cluster", str(spec), "--fresh", extra, "--", "true"], work)
+        assert proc.returncode == 2, proc.stderr
+        assert f"renames the run directory {work}/runs/f (and" in proc.stderr, proc.stderr
+        assert f"to {work}/runs/f.old-<time>" in proc.stderr and proc.stdout == ""
+    assert sorted(os.listdir(work / "runs")) == ["f"]  # nothing moved aside

@@ -401,7 +401,12 @@ def test_a_float_setting_still_takes_an_integer() -> None:
 
 def test_missing_file_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--cluster", str(tmp_path / "nope.json")]) == 2
-    assert "cannot read the file" in capsys.readouterr().err
+    said = capsys.readouterr().err
+    assert "cannot read the file" in said and "(or launch without one: launch --local 2 [-- python3 train.py])" in said
+    (tmp_path / "cluster.example.json").write_text("{}")
+    assert main(["--cluster", str(tmp_path / "cluster.json")]) == 2
+    copy = f"(to start from the example beside it: cp {tmp_path}/cluster.example.json {tmp_path}/cluster.json)"
+    assert copy in capsys.readouterr().err
 
 
 def test_every_problem_is_reported_at_once() -> None:
@@ -691,3 +696,33 @@ def test_a_url_slip_with_a_colon_too_many_is_told_the_right_spelling() -> None:
 def test_a_blank_directory_is_refused_as_on_the_command_line(field: str) -> None:
     with pytest.raises(SpecError, match=f"\\$\\.{field}: is blank: give a directory"):
         parse_spec({**GOOD, field: "  "})
+
+
+@pytest.mark.parametrize("field", ["checkpoint_dir", "run_root"])
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        ("runs ", "ends with a space"),
+        ("runs\u00a0", "ends with U+00A0, a blank character"),
+        (" /x", "starts with a space"),
+    ],
+)
+def test_a_directory_pasted_with_a_blank_at_an_end_is_refused(field: str, value: str, said: str) -> None:
+    """`runs ` would be a directory beside `runs`, and no message shows the difference."""
+    with pytest.raises(SpecError) as refused:
+        parse_spec({**GOOD, field: value})
+    assert f"$.{field}: {value!r} {said}, which a directory name almost never does on purpose" in str(refused.value)
+
+
+@pytest.mark.parametrize("value", ["gs:://b", "://x", "gs:/b", "S3//b"])
+def test_a_run_root_that_looks_like_a_url_is_refused_not_made_a_local_directory(value: str) -> None:
+    with pytest.raises(SpecError) as refused:
+        parse_spec({**GOOD, "run_root": value})
+    assert f"$.run_root: {value!r} looks like a URL; run_root is a directory on the launcher's machine" in str(
+        refused.value
+    )
+
+
+@pytest.mark.parametrize("value", ["gsx/runs", "s3runs", "runs/a:b", "/data/gs"])
+def test_a_run_root_merely_starting_like_a_scheme_is_a_directory(value: str) -> None:
+    assert parse_spec({**GOOD, "run_root": value}).run_root == value
