@@ -4,7 +4,8 @@ A value is secret when its name says so (name tokens split on `_`, `-`, `.` and 
 as PASSWORD, PASS, PWD, TOKEN, SECRET, KEY, PAT, JWT, WEBHOOK..., minus an allow-list of known
 non-secrets such as TOKENIZERS_PARALLELISM), when the spec declares its name in `secrets`, or when
 the value looks like one (a PEM private key, GitHub/Hugging Face/OpenAI/Slack tokens, AWS access key
-ids, JWTs, `AccountKey=`, `Bearer ...`, Slack webhooks, a password inside a URL).
+ids, JWTs, `AccountKey=`, `Bearer ...`, Slack webhooks, a password inside a URL, the value of a
+credential header such as `X-Api-Key:` or `Cookie:`).
 `Redactor` holds the literal secret values of one spec and masks them, and every pattern above, in
 any text: the dry run, spec.json, summary and status, the failure report, validation errors and the
 bundle all go through it. `printable` strips terminal control sequences from what reaches a screen.
@@ -79,6 +80,7 @@ _VALUE_PATTERNS = re.compile(
             r"(?<=(?i:basic) )[A-Za-z0-9+/]{8,}={1,2}(?![A-Za-z0-9+/=])",
             r"(?<=SharedAccessSignature=)[^;\s\"']+",
             r"https://hooks\.slack\.com/services/[A-Za-z0-9/_\-]+",
+            r"(?<=Signature=)[0-9a-f]{64}\b",  # an AWS Signature Version 4 header's or query's
         )
     )
 )
@@ -268,8 +270,21 @@ _AUTHORIZATION = re.compile(
 )
 
 
+# A header whose whole value is a credential, printed by an HTTP library's debug log: `X-Api-Key: X`,
+# `X-Auth-Token: X`, `X-Amz-Security-Token: X`, `Cookie: a=X; b=Y` (the rest of the line).
+_SECRET_HEADER = re.compile(
+    r"(?:(?<![A-Za-z0-9\\-])|(?<=\\[rn]))"  # also inside a request printed as bytes: b'...\r\nCookie: ...'
+    r"((?i:(?:x-)?api-key|x-auth-token|x-amz-security-token|(?:set-)?cookie)[\"']?\s{0,4}:\s{0,4}[\"']?)"
+    r"([^\s\"'](?:(?!\\[rn]).){3,})"  # to the line's end, or to the next header of such bytes
+)
+
+_HEADER_PARTS = ("-k", "-K", "-t", "-T", "ookie", "OOKIE")
+
+
 def _patterns(text: str) -> str:
     text = _AUTHORIZATION.sub(rf"\g<1>{MASK}", _VALUE_PATTERNS.sub(MASK, text))
+    if ":" in text and any(part in text for part in _HEADER_PARTS):  # what every such header holds: cheap
+        text = _SECRET_HEADER.sub(rf"\g<1>{MASK}", text)
     if "=" in text:
         text = _QUERY_PARAMETER.sub(_masked_query, text)
     return _URL_PASSWORD.sub(rf"\g<1>{MASK}@", text) if "://" in text else text

@@ -314,3 +314,34 @@ def test_a_secret_parameter_after_a_semicolon_or_in_a_fragment_is_masked_too() -
         shown = Redactor().text(f"checkpoints {url} here")
         assert MASK in shown and "99" not in shown and shown.endswith(" here"), shown
     assert Redactor().text("see README#section=install and a;b=c") == "see README#section=install and a;b=c"
+
+
+@pytest.mark.parametrize(
+    ("line", "kept"),
+    [
+        ("X-Api-Key: abcd1234efgh", "X-Api-Key: ****"),
+        ("api-key:'k3y-value'", "api-key:'****"),
+        ("X-Auth-Token: tok_12345", "X-Auth-Token: ****"),
+        ("x-amz-security-token:FQoGZXIvYXdzEJr//////wEaDOp", "x-amz-security-token:****"),
+        ("Set-Cookie: id=a3fWa; Expires=Thu, 21 Oct 2021", "Set-Cookie: ****"),
+        ("send: b'GET / HTTP/1.1\\r\\nCookie: session=abc123\\r\\nHost: x\\r\\n'", "\\r\\nCookie: ****\\r\\nHost: x"),
+        (
+            "Authorization: AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20150830/us-east-1/iam/aws4_request, "
+            "SignedHeaders=host;x-amz-date, Signature=5d672d79c15b13162d9279b0855cfba6789a8edb4c82c400e06b5924a6f2b5d7",
+            "SignedHeaders=host;x-amz-date, Signature=****",
+        ),
+    ],
+)
+def test_credential_headers_an_http_debug_log_prints_are_masked(line: str, kept: str) -> None:
+    from launcher.masking import redact
+
+    assert kept in redact(line), redact(line)
+
+
+@pytest.mark.parametrize(
+    "line", ["Epoch 3: cookies eaten 5", "my-api-key: documented below", "tokens: 512", "batch-key: 7"]
+)
+def test_lines_that_only_resemble_a_credential_header_are_left_alone(line: str) -> None:
+    from launcher.masking import redact
+
+    assert redact(line) == line
