@@ -1324,7 +1324,32 @@ def _message(item: Any) -> str:
         return f"got {_shown(value)}, which has characters or a form not allowed here"
     if kind == "value_error":
         return str((item.get("ctx") or {}).get("error", item["msg"]))
-    return f"got {_shown(value)}: {item['msg']}"
+    if kind in _WANTED:
+        wanted = _WANTED["int_from_float"] if kind == "int_type" and isinstance(value, float) else _WANTED[kind]
+        return f"got {_shown(value)}; {wanted}"
+    said = str(item["msg"])
+    return f"got {_shown(value)}: {said[:1].lower()}{said[1:]}"  # in the sentence, as every message here reads
+
+
+_WHOLE = "give a whole number, without quotes (e.g. 2)"
+_NUMBER = "give a number, without quotes (e.g. 5 or 0.5)"
+_BOOLEAN = "give true or false, without quotes"
+_OBJECT = "give an object: {...}"
+# What to write instead, for the JSON types a field can be given wrongly (pydantic's error types)
+_WANTED = {
+    "int_type": _WHOLE,
+    "int_parsing": _WHOLE,
+    "int_from_float": "give a whole number (e.g. 2)",
+    "float_type": _NUMBER,
+    "float_parsing": _NUMBER,
+    "bool_type": _BOOLEAN,
+    "bool_parsing": _BOOLEAN,
+    "string_type": "give a string, in double quotes",
+    "list_type": "give a list: [...]",
+    "dict_type": _OBJECT,
+    "model_type": _OBJECT,
+    "model_attributes_type": _OBJECT,
+}
 
 
 def _shown(value: Any) -> str:

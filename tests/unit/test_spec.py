@@ -726,3 +726,26 @@ def test_a_run_root_that_looks_like_a_url_is_refused_not_made_a_local_directory(
 @pytest.mark.parametrize("value", ["gsx/runs", "s3runs", "runs/a:b", "/data/gs"])
 def test_a_run_root_merely_starting_like_a_scheme_is_a_directory(value: str) -> None:
     assert parse_spec({**GOOD, "run_root": value}).run_root == value
+
+
+@pytest.mark.parametrize(
+    ("section", "value", "path", "said"),
+    [
+        ("hosts", [{"address": "localhost", "workers": "two"}], "$.hosts[0].workers", 'got "two"; give a whole number'),
+        (
+            "hosts",
+            [{"address": "localhost", "workers": 2.5}],
+            "$.hosts[0].workers",
+            "got 2.5; give a whole number (e.g",
+        ),
+        ("restart", {"grace_period_s": True}, "$.restart.grace_period_s", "got true; give a number, without quotes"),
+        ("hosts", "localhost", "$.hosts", 'got "localhost"; give a list: [...]'),
+        ("env", {"A": 1}, "$.env.A", "got 1; give a string, in double quotes"),
+        ("restart", [], "$.restart", "got a list; give an object: {...}"),
+        ("hosts", [{"address": "localhost", "workers": -1}], "$.hosts[0].workers", "got -1: input should be greater"),
+    ],
+)
+def test_a_value_of_the_wrong_type_is_told_what_to_write(section: str, value: Any, path: str, said: str) -> None:
+    with pytest.raises(SpecError) as refused:
+        parse_spec({**GOOD, section: value})
+    assert f"{path}: {said}" in str(refused.value), str(refused.value)
