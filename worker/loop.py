@@ -226,6 +226,7 @@ def train_builtin(strategy: tf.distribute.Strategy, cluster: ClusterInfo, settin
     faults = injected()
     first_loss = None
     window_start, window_step, last_report = time.monotonic(), start_step, 0.0
+    reported = start_step  # the last step reported (step reports go at most every half second)
     try:
         while step < config.steps:
             loss_tensor = train_step(iterator)
@@ -249,12 +250,15 @@ def train_builtin(strategy: tf.distribute.Strategy, cluster: ClusterInfo, settin
                 )
             if time.monotonic() - last_report >= _REPORT_INTERVAL_S or step == config.steps:
                 report(STEP, step=step, total=config.steps, loss=loss)  # loss: the last one logged
-                last_report = time.monotonic()
+                last_report, reported = time.monotonic(), step
             if step < config.steps:
                 with _deprecations_silenced():  # TensorFlow warns of the property it reads itself
                     preemption.save_checkpoint_if_preempted(checkpoint_number=step)
             if step % config.checkpoint_every == 0 and step < config.steps:
                 store.save(step)
+                if reported != step:  # the step a restart resumes from: said at once, whatever the rate
+                    report(STEP, step=step, total=config.steps, loss=loss)
+                    last_report, reported = time.monotonic(), step
                 if cluster.is_chief and step % max(config.checkpoint_every, config.log_every) == 0:
                     log.info("%s: checkpoint saved at step %d", cluster.name, step)  # not more often than steps
         if restored is None or start_step < config.steps:

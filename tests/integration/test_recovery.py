@@ -76,6 +76,10 @@ def test_sigkill_restarts_the_gang_and_finishes_identically(
     assert found["worker-0"]["fingerprint"] == reference
     redone = kill_at - found["worker-0"]["start_step"]
     assert 0 <= redone <= EVERY
+    # the step each task of attempt 0 reported last is at least the one it saved: not left at a step
+    # reported half a second before a kill (step reports are sent at most every half second)
+    reached = {task["name"]: task["step"] for task in run["attempts"][0]["tasks"]}
+    assert all(step is not None and step >= found["worker-0"]["start_step"] for step in reached.values()), reached
     assert (work / "runs" / "kill" / "attempt-0" / "worker-1.log").exists()
     assert (work / "runs" / "kill" / "attempt-1" / "worker-1.log").exists()
     recovery = run["attempts"][1]["recovery"]  # the restart ran in the warm spares (on by default)
