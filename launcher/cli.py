@@ -135,11 +135,17 @@ def _run(own: list[str], command: list[str]) -> int:
     if fresh_refused:
         from launcher.run import run_dir_of
 
-        run_dir = printable(str(run_dir_of(spec)))
+        run_dir = run_dir_of(spec)
+        named = printable(str(run_dir))
+        moves = (
+            f"it renames the run directory {named} (and checkpoints kept elsewhere on this machine) to "
+            f"{named}.old-<time>, deleting nothing, or refuses what it cannot move, before it starts"
+            if os.path.lexists(run_dir)
+            else f"there is no run directory {named} yet, so it would move nothing aside"
+        )
         raise UsageError(
-            f"--fresh starts a run over: it renames the run directory {run_dir} (and checkpoints kept elsewhere) "
-            f"to {run_dir}.old-<time>, deleting nothing, before it starts. It does not go with --dry-run or "
-            "--check, which without it show the run as it stands."
+            f"--fresh starts a run over: {moves}. It does not go with --dry-run or --check, which without it "
+            "show the run as it stands."
         )
     for note in notes:
         _say(f"[launch] {redact(note)}", to_stderr=True)

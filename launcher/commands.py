@@ -107,8 +107,9 @@ def dry_run(plan: LaunchPlan, as_json: bool, remote: str = "ssh", would: Would |
         print(f"\n{_shown(would.says)}")
     print(
         "\ndry run: nothing was started. Each command is a task of this run only with the variables listed above "
-        "it (run alone, it is a one-worker run of its own). A port the spec does not set is picked again at each "
-        "launch; each task also inherits the environment of the agent on its host (the launcher's, on this machine)."
+        "it, secrets shown as **** (run alone, it is a one-worker run of its own). A port the spec does not set is "
+        "picked again at each launch; each task also inherits the environment of the agent on its host (the "
+        "launcher's, on this machine)."
     )
     return exit_codes.SUCCEEDED
 

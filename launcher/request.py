@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from launcher.errors import UsageError
+from launcher.errors import LaunchError, SpecError, UsageError
 from launcher.masking import Redactor, redact, secret_arguments, set_secrets, without_password
 from launcher.python_script import split_python_command
 from launcher.spec_limits import MAX_HOSTS, MAX_WORKERS_PER_HOST
@@ -179,6 +179,31 @@ def _base_data(request: LaunchRequest) -> dict[str, Any] | None:
     return None
 
 
+# The spec's fields the command line sets, as a message names them (not by a spec path no one wrote)
+_FLAGS = {"run_root": "--run-root", "name": "--name", "training": "the command after --"}
+_NEWLINE_HINT = "contains a newline: put the code in a script file (python3 train.py), or join its lines with ';'"
+
+
+def _by_flag(error: SpecError, updates: dict[str, Any]) -> LaunchError:
+    """`error` as a UsageError naming the flags it is about, when every problem in it is a value the
+    command line gave; else `error` itself (the spec's own problems are named by their path)."""
+    said = []
+    for problem in error.problems:
+        field = re.match(r"\$\.(\w+)", problem.path)
+        if field is None or field[1] not in updates or field[1] not in _FLAGS:
+            return error
+        where = _FLAGS[field[1]]
+        word = re.fullmatch(r"\$\.training\.argv\[(\d+)\]", problem.path)
+        if word is not None:
+            where += f", word {int(word[1]) + 1}"
+        message = (
+            _NEWLINE_HINT if word is not None and problem.message.startswith("contains a newline") else problem.message
+        )
+        said.append(f"{where}: {message.rstrip('.')}")
+    text = "; ".join(said)
+    return UsageError(f"{text[:1].upper()}{text[1:]}. Nothing was started.")
+
+
 def request_spec(
     request: LaunchRequest, hosts_from: HostsFrom | None = None, notes: list[str] | None = None
 ) -> ClusterSpec:
@@ -192,7 +217,10 @@ def request_spec(
     data = _base_data(request)
     from_file = data is None
     if data is not None:
-        spec = parse_spec(data, request.described)
+        try:
+            spec = parse_spec(data, request.described)
+        except SpecError as error:
+            raise _by_flag(error, {"name": request.name} if request.name is not None else {}) from None
     elif isinstance(request.cluster, (str, Path)):
         if not str(request.cluster).strip():
             raise UsageError("Got an empty --cluster: give a value or leave the flag out.")
@@ -216,7 +244,10 @@ def request_spec(
         updates["run_root"] = request.run_root
     if updates:  # re-validate: overrides obey the same rules as the file
         merged = {**spec.model_dump(mode="json", exclude_unset=True), **updates}
-        spec = parse_spec(merged, request.described, hosts_from)
+        try:
+            spec = parse_spec(merged, request.described, hosts_from)
+        except SpecError as error:
+            raise _by_flag(error, updates) from None
     set_secrets(redactor_of(spec))
     _refuse_visible_secrets(spec, request.described)
     if notes is not None:

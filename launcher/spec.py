@@ -24,6 +24,7 @@ from launcher.masking import (
     MASK,
     MIN_MASKED,
     Redactor,
+    escaped,
     is_declared,
     is_secret,
     looks_secret,
@@ -48,6 +49,7 @@ from worker.training_spec import (  # noqa: F401 - re-exported: the spec's `trai
 LOOPBACK_NAMES = frozenset({"localhost", "ip6-localhost", "ip6-loopback", "localhost.localdomain"})
 _SCHEME = r"[A-Za-z][A-Za-z0-9+.\-]*"  # gs, s3, hdfs, ...
 _URL = re.compile(_SCHEME + r"://\S+")
+_SCHEME_SLIP = re.compile(f"(?:{_SCHEME})?:+/")  # a scheme's colon then a slash: `gs:/b`, `gs:://b`, `://b`
 _IP_LIKE = re.compile(r"[0-9.]+|.*:.*")  # every IP address has this form (not every match is one)
 _THIS_MACHINE_IPS = (ipaddress.IPv4Address("127.0.0.1"), ipaddress.IPv6Address("::1"))
 
@@ -116,7 +118,7 @@ MAX_PATH_BYTES = 3800  # a whole path, leaving PATH_MAX (4096) room for the run'
 
 # Characters a screen does not show (a soft hyphen, zero-width ones, direction overrides, a BOM): in a
 # path, what the launcher and the dry run print would not be the path the tasks use
-_UNSEEN_IN_PATH = re.compile(r"[\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]")
+_UNSEEN_IN_PATH = re.compile(r"[\u00ad\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]")
 
 
 def _brief(value: str) -> str:
@@ -900,10 +902,14 @@ class ClusterSpec(StrictModel):
     @field_validator("run_root")
     @classmethod
     def _run_root_is_local(cls, value: str) -> str:
-        if is_url(value) or "://" in value or _URL_SLIP.match(value):  # `gs:/b` too: no local directory meant
-            what = "is a URL" if is_url(value) else "looks like a URL"
+        if is_url(value):
             raise ValueError(
-                f"{_brief(value)} {what}; run_root is a directory on the launcher's machine (logs, summary)"
+                f"{_brief(value)} is a URL; run_root is a directory on the launcher's machine (logs, summary)"
+            )
+        if _SCHEME_SLIP.match(value):  # `gs:/b`, `gs:://b`, `://b`: a URL mistyped, not a directory meant
+            raise ValueError(
+                f"{_brief(value)} looks like a URL; run_root is a directory on the launcher's machine (logs, "
+                f"summary). A directory named so is taken written as {_brief('./' + value)}"
             )
         return _path_that_fits(os.path.expanduser(value))
 
@@ -1457,15 +1463,21 @@ def _start_from(missing: Path) -> str:
     import shlex
 
     example = missing.parent / _EXAMPLE
-    if missing.name != _EXAMPLE and example.is_file():
-        return f" (to start from the example beside it: cp {shlex.quote(str(example))} {shlex.quote(str(missing))})"
+    try:
+        beside = missing.suffix == ".json" and missing.name != _EXAMPLE and example.is_file()
+    except OSError:  # a path at the length limit: the example's is over it
+        beside = False
+    if beside:
+        target = os.path.join(".", missing) if missing.name.startswith("-") else str(missing)  # not an option
+        copy = f"cp {shlex.quote(str(example))} {shlex.quote(target)}"
+        return f" (to start from the example beside it: {escaped(copy)})"
     return " (or launch without one: launch --local 2 [-- python3 train.py])"
 
 
 def load_spec(path: Path | None, hosts_from: HostsFrom | None = None) -> ClusterSpec:
     """Read and validate a cluster.json file (None: standard input, `--cluster -`); raise SpecError
     (exit 2) on any problem."""
-    name, where = (str(path), "; check the --cluster path") if path is not None else (STDIN_NAME, "")
+    name, where = (escaped(str(path)), "; check the --cluster path") if path is not None else (STDIN_NAME, "")
     try:
         if path is None:
             if sys.stdin.isatty():  # else the launcher would seem to hang at a prompt

@@ -696,3 +696,9 @@ def test_fresh_with_a_dry_run_or_a_check_is_refused_naming_the_run_directory(wor
         assert f"renames the run directory {work}/runs/f (and" in proc.stderr, proc.stderr
         assert f"to {work}/runs/f.old-<time>" in proc.stderr and proc.stdout == ""
     assert sorted(os.listdir(work / "runs")) == ["f"]  # nothing moved aside
+
+
+def test_fresh_with_a_dry_run_before_any_run_says_there_is_nothing_to_move(work: Path) -> None:
+    proc = run_launch(["--local", "1", "--run-root", str(work / "runs"), "--fresh", "--dry-run", "--", "true"], work)
+    assert proc.returncode == 2 and "--fresh starts a run over: there is no run directory " in proc.stderr, proc.stderr
+    assert "yet, so it would move nothing aside" in proc.stderr and not (work / "runs").exists()

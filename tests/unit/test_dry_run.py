@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+from pathlib import Path
 
 import pytest
 
@@ -47,9 +48,13 @@ def test_a_plan_that_would_start_leads_with_the_plan(capsys: pytest.CaptureFixtu
 
 
 @pytest.mark.parametrize("preview", ["--dry-run", "--check"])
-def test_fresh_cannot_be_previewed_and_says_what_it_would_do(capsys: pytest.CaptureFixture[str], preview: str) -> None:
+def test_fresh_cannot_be_previewed_and_says_what_it_would_do(
+    capsys: pytest.CaptureFixture[str], preview: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from launcher.cli import main
 
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs" / "local").mkdir(parents=True)
     assert main(["--local", "1", preview, "--fresh"]) == 2
     err = capsys.readouterr().err
     assert "renames the run directory" in err and "deleting nothing" in err and "Traceback" not in err, err

@@ -337,7 +337,11 @@ def test_a_bad_value_on_the_command_line_exits_2(tmp_path: Path, capsys: pytest.
     base = ["export", "k8s", "--cluster", str(spec_file), "--image", IMAGE, "--checkpoint-claim", "r"]
     assert cli.main([*base, "--", "python", "a\u2028b.py"]) == 2
     err = capsys.readouterr().err
-    assert "$.training.argv[1]" in err and "line separator" in err and "Traceback" not in err
+    assert (
+        "The command after --, word 2: contains a line separator" in err
+        and "line separator" in err
+        and "Traceback" not in err
+    )
     assert cli.main([*base, "--namespace", "ml\u0085x"]) == 2
     err = capsys.readouterr().err
     assert "--namespace" in err and "\u0085" not in err and "Traceback" not in err

@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from launcher.checkpoint_mark import MARKER
-from launcher.errors import UsageError
+from launcher.errors import SpecError, UsageError
 from launcher.fresh import start_over
 from launcher.request import HOST_LIST_PORT, LaunchRequest, parse_host_list, read_hostfile, request_spec
 from tests.conftest import REPO
@@ -299,3 +300,24 @@ def test_the_guess_of_local_hosts_counts_those_an_early_agent_can_serve(tmp_path
     assert local_hosts_here(str(spec), None, None) == 0
     os.mkfifo(tmp_path / "piped")  # `--cluster <(cat c.json)`: never read by the guess (it would drain it)
     assert local_hosts_here(str(tmp_path / "piped"), None, None) == 0
+
+
+@pytest.mark.parametrize(
+    ("asked", "said"),
+    [
+        ({"local": 1, "run_root": "runs "}, "--run-root: 'runs ' ends with a space"),
+        ({"local": 1, "name": "a b"}, '--name: got "a b", which has characters'),
+        ({"local": 1, "command": ("python3", "-c", "a\nb")}, "The command after --, word 3: contains a newline: put"),
+    ],
+)
+def test_a_bad_value_from_a_flag_is_named_by_its_flag_not_by_a_spec_path(asked: dict[str, Any], said: str) -> None:
+    with pytest.raises(UsageError) as refused:
+        request_spec(LaunchRequest(**asked))
+    assert str(refused.value).startswith(said) and str(refused.value).endswith(". Nothing was started."), refused.value
+
+
+def test_a_spec_files_own_problem_keeps_its_path_beside_a_flags(tmp_path: Path) -> None:
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"name": "c", "hosts": [{"address": "localhost", "workers": "two"}]}))
+    with pytest.raises(SpecError, match=r"\$\.hosts\[0\]\.workers: got \"two\""):
+        request_spec(LaunchRequest(cluster=str(path), run_root="runs "))

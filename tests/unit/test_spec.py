@@ -670,7 +670,7 @@ def test_a_checkpoint_dir_that_is_almost_a_url_says_what_is_wrong_with_it(value:
 
 
 @pytest.mark.parametrize("field", ["checkpoint_dir", "run_root"])
-@pytest.mark.parametrize("value", ["s3://\u202e/x", "gs://b/\u200bx", "/tmp/\u202eabc", "runs/a\ufeffb"])
+@pytest.mark.parametrize("value", ["s3://\u202e/x", "gs://b/\u200bx", "/tmp/\u202eabc", "runs/a\ufeffb", "runs\u180e"])
 def test_a_path_with_a_character_no_screen_shows_is_refused(field: str, value: str) -> None:
     """The dry run and every message drop such characters: the path shown would not be the path used."""
     with pytest.raises(SpecError, match=f"\\$\\.{field}: .*a character no screen shows"):
@@ -714,7 +714,7 @@ def test_a_directory_pasted_with_a_blank_at_an_end_is_refused(field: str, value:
     assert f"$.{field}: {value!r} {said}, which a directory name almost never does on purpose" in str(refused.value)
 
 
-@pytest.mark.parametrize("value", ["gs:://b", "://x", "gs:/b", "S3//b"])
+@pytest.mark.parametrize("value", ["gs:://b", "://x", "gs:/b", "S3:/b"])
 def test_a_run_root_that_looks_like_a_url_is_refused_not_made_a_local_directory(value: str) -> None:
     with pytest.raises(SpecError) as refused:
         parse_spec({**GOOD, "run_root": value})
@@ -723,7 +723,9 @@ def test_a_run_root_that_looks_like_a_url_is_refused_not_made_a_local_directory(
     )
 
 
-@pytest.mark.parametrize("value", ["gsx/runs", "s3runs", "runs/a:b", "/data/gs"])
+@pytest.mark.parametrize(
+    "value", ["gsx/runs", "s3runs", "runs/a:b", "/data/gs", "ram:disk", "GS:runs", "s3//runs", "runs/a://b", "./gs:/b"]
+)
 def test_a_run_root_merely_starting_like_a_scheme_is_a_directory(value: str) -> None:
     assert parse_spec({**GOOD, "run_root": value}).run_root == value
 
@@ -749,3 +751,23 @@ def test_a_value_of_the_wrong_type_is_told_what_to_write(section: str, value: An
     with pytest.raises(SpecError) as refused:
         parse_spec({**GOOD, section: value})
     assert f"{path}: {said}" in str(refused.value), str(refused.value)
+
+
+def test_the_copy_hint_for_a_missing_spec_is_a_command_that_works(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "cluster.example.json").write_text("{}")
+    assert main(["--cluster=-x.json"]) == 2
+    assert "(to start from the example beside it: cp cluster.example.json ./-x.json)" in capsys.readouterr().err
+    assert main(["--cluster", "c\x1b[2J.json"]) == 2
+    said = capsys.readouterr().err
+    assert "\x1b" not in said and "launch: c\\x1b[2J.json: 1 problem" in said and "'c\\x1b[2J.json')" in said
+    assert main(["--cluster", "notes"]) == 2  # not a .json file: no copy offered
+    assert "(or launch without one" in capsys.readouterr().err
+    deep = str(tmp_path / "d")
+    while len(deep) < 4080:  # the spec's path fits in PATH_MAX (4096), the example's beside it does not
+        deep += "/" + "d" * min(200, 4080 - len(deep))
+    assert len(deep + "/x.json") < 4096 < len(deep + "/cluster.example.json")
+    assert main(["--cluster", deep + "/x.json"]) == 2  # ENAMETOOLONG for the example: no traceback
+    assert "cannot read the file" in capsys.readouterr().err
