@@ -164,15 +164,12 @@ def default_output(run_dir: str) -> str:
 
 def make_bundle(run_dir: str, output: str | None = None) -> BundleResult:
     """Pack the run's post-mortem files into one tar.gz (never checkpoints or models); see the module docstring."""
-    from launcher.run_status import not_a_run_dir
+    from launcher.run_status import no_run_files, not_a_run_dir
 
     if not os.path.isdir(run_dir):
         raise BundleError(not_a_run_dir(run_dir))
     if not is_run_dir(run_dir):
-        raise BundleError(
-            f"{run_dir}: has no summary.json, status.json or attempt directory; is it a run directory "
-            "(<run_root>/<name>, e.g. runs/example)?"
-        )
+        raise BundleError(no_run_files(run_dir))
     output = os.path.abspath(output or default_output(run_dir))
     if os.path.isdir(output):
         raise BundleError(f"{output} is a directory; give -o the archive's file name (e.g. {output}/bundle.tar.gz).")

@@ -23,7 +23,7 @@ from typing import BinaryIO, TextIO
 from launcher import exit_codes
 from launcher.errors import UsageError
 from launcher.masking import printable, redact
-from launcher.run_status import RunStatusError, launcher_process, not_a_run_dir, read_run
+from launcher.run_status import RunStatusError, launcher_process, no_run_files, not_a_run_dir, read_run
 from launcher.transport.session import CUT_MARKER, MAX_LINE_BYTES
 from worker.contract import RunLayout, task_stem
 
@@ -53,10 +53,7 @@ def pick_attempt(run_dir: str, attempts: Sequence[int], wanted: int | None) -> i
 
         # a launch on its way has an empty directory, or its lock; files of another kind are no run's
         if os.listdir(run_dir) and not is_run_dir(run_dir) and not os.path.exists(RunLayout(run_dir).lock_file):
-            raise UsageError(
-                f"{printable(run_dir)}: has no summary.json, status.json or attempt directory; is it a run directory "
-                "(such as runs/example)?"
-            )
+            raise UsageError(no_run_files(run_dir))
         raise UsageError(f"{run_dir}: no attempt has started yet (no attempt-N directory); nothing logged so far.")
     if wanted is None:
         return attempts[-1]

@@ -206,6 +206,16 @@ def not_a_run_dir(run_dir: str) -> str:
     )
 
 
+def no_run_files(run_dir: str, missing: str = "no summary.json, status.json or attempt directory") -> str:
+    """The message for a directory holding no run's files; for a run's attempt-N (or any directory inside
+    a run), the run directory to give instead."""
+    from launcher.run_lock import is_run_dir
+
+    inside = os.path.dirname(os.path.abspath(run_dir))
+    instead = f" It lies inside the run {escaped(inside)}: give that." if is_run_dir(inside) else ""
+    return f"{escaped(run_dir)}: has {missing}; is it a run directory (<run_root>/<name>, e.g. runs/example)?{instead}"
+
+
 def read_run(run_dir: str) -> RunFiles:
     """status.json and summary.json of `run_dir`; RunStatusError when the directory is missing, a file
     is unreadable or cut short, or status.json is not launch's (a summary's fields are checked by
@@ -431,10 +441,7 @@ def describe_run(run_dir: str) -> RunDescription:
         return RunDescription(_screen_text([head, *_task_rows(tasks)]), code)
     layout = files.layout
     if files.summary is None:
-        raise RunStatusError(
-            f"{run_dir}: has neither {os.path.basename(layout.summary_file)} nor "
-            f"{os.path.basename(layout.status_file)}; is it a run directory (<run_root>/<name>, e.g. runs/example)?"
-        )
+        raise RunStatusError(no_run_files(run_dir, "neither summary.json nor status.json"))
     _field(files.summary, "attempts", list, layout.summary_file)
     state = _field(files.summary, "state", str, layout.summary_file)
     if state not in SUMMARY_EXIT_CODES:

@@ -619,3 +619,15 @@ def test_checkpoints_no_launch_wrote_are_named_and_fresh_moves_them_only_when_th
     moved = start_over(spec, tmp_path / "runs" / "f", str(tmp_path))  # and still moved aside
     assert len(moved) == 1 and moved[0].startswith(f"checkpoints {foreign} -> {foreign}.old-"), moved
     assert not foreign.exists()
+
+
+def test_status_of_an_attempt_directory_names_the_run_it_lies_in(tmp_path: Path) -> None:
+    layout = _layout(tmp_path)
+    _write(layout.summary_file, _summary(layout, "succeeded"))
+    os.makedirs(layout.attempt_dir(0))
+    with pytest.raises(RunStatusError) as caught:
+        describe_run(layout.attempt_dir(0))
+    assert str(caught.value).endswith(f"It lies inside the run {layout.run_dir}: give that.")
+    with pytest.raises(RunStatusError) as caught:
+        describe_run(str(tmp_path))  # no run above it: no run named
+    assert "It lies inside" not in str(caught.value)
