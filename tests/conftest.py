@@ -31,6 +31,25 @@ def pytest_configure(config: pytest.Config) -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _no_agent_scratch_left() -> Iterator[None]:
+    """A test that SIGKILLs an agent leaves its scratch directory for the next agent to remove, as a
+    user's next launch would; the last such directory of the session is removed here, by the agents'
+    own rule (never one whose agent still holds its lock)."""
+    import tempfile
+
+    from launcher.agent.scratch import PREFIX, remove_if_left
+
+    started = time.time()
+    yield
+    with os.scandir(tempfile.gettempdir()) as entries:
+        left = [
+            e.path for e in entries if e.name.startswith(PREFIX) and e.stat(follow_symlinks=False).st_mtime >= started
+        ]
+    for path in left:
+        remove_if_left(path)
+
+
 def processes_mentioning(marker: str) -> list[psutil.Process]:
     """Live processes whose environment or command line contains `marker` (a test's tmp dir)."""
     found = []

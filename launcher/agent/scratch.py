@@ -58,10 +58,11 @@ def sweep(own: str) -> list[str]:
         entries = [e for e in os.scandir(parent) if e.name.startswith(PREFIX) and e.path != own]
     except OSError:
         return []
-    return [entry.path for entry in entries if _remove_if_left(entry.path)]
+    return [entry.path for entry in entries if remove_if_left(entry.path)]
 
 
-def _remove_if_left(path: str) -> bool:
+def remove_if_left(path: str) -> bool:
+    """Remove `path` when it is a scratch directory of this user and host whose agent is gone; whether it did."""
     import fcntl
 
     uid = os.geteuid()
