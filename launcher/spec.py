@@ -909,7 +909,7 @@ class ClusterSpec(StrictModel):
         if _SCHEME_SLIP.match(value):  # `gs:/b`, `gs:://b`, `://b`: a URL mistyped, not a directory meant
             raise ValueError(
                 f"{_brief(value)} looks like a URL; run_root is a directory on the launcher's machine (logs, "
-                f"summary). A directory named so is taken written as {_brief('./' + value)}"
+                f"summary); for a local directory of that name, write {_brief('./' + value)}"
             )
         return _path_that_fits(os.path.expanduser(value))
 
