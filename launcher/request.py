@@ -373,7 +373,10 @@ def local_hosts_here(cluster: str | None, local: int | None, hosts: str | None) 
     if local is not None:
         return 1
     if hosts is not None:
-        return sum(host in _THIS_MACHINE for host in re.split(r"[,:\s]+", hosts))
+        try:
+            return sum(host in _THIS_MACHINE for host, _ in parse_host_list(hosts))
+        except UsageError:  # the real reading says why
+            return 0
     if not cluster or cluster == STDIN_FLAG or not os.path.isfile(cluster):  # a pipe is the real reading's alone
         return 0
     try:

@@ -296,6 +296,8 @@ def test_the_guess_of_local_hosts_counts_those_an_early_agent_can_serve(tmp_path
     spec.write_text(json.dumps({"hosts": hosts}))
     assert local_hosts_here(str(spec), None, None) == 2
     assert local_hosts_here(None, 2, None) == 1 and local_hosts_here(None, None, "localhost:2,gpu-1,127.0.0.1") == 2
+    assert local_hosts_here(None, None, "[::1]:2,gpu-1") == 1
+    assert local_hosts_here(None, None, "::1:2") == 0  # the address ::1:2, not ::1
     spec.write_text("{not json")
     assert local_hosts_here(str(spec), None, None) == 0
     os.mkfifo(tmp_path / "piped")  # `--cluster <(cat c.json)`: never read by the guess (it would drain it)
