@@ -80,7 +80,6 @@ _VALUE_PATTERNS = re.compile(
             r"(?<=(?i:basic) )[A-Za-z0-9+/]{8,}={1,2}(?![A-Za-z0-9+/=])",
             r"(?<=SharedAccessSignature=)[^;\s\"']+",
             r"https://hooks\.slack\.com/services/[A-Za-z0-9/_\-]+",
-            r"(?<=Signature=)[0-9a-f]{64}\b",  # an AWS Signature Version 4 header's or query's
         )
     )
 )
@@ -270,21 +269,32 @@ _AUTHORIZATION = re.compile(
 )
 
 
-# A header whose whole value is a credential, printed by an HTTP library's debug log: `X-Api-Key: X`,
-# `X-Auth-Token: X`, `X-Amz-Security-Token: X`, `Cookie: a=X; b=Y` (the rest of the line).
+# A header or setting whose whole value is a credential, as an HTTP library's debug log or a config dump
+# prints it: `X-Api-Key: X`, `api_key=X`, `X-Auth-Token: X`, `Private-Token: X`, `Cookie: a=X; b=Y`,
+# `('Set-Cookie', 'X')`, `"x-goog-api-key": "X"`. Anywhere in a line (a colour's escape may precede the
+# name, or follow it); a quoted value up to its closing quote, else to the line's end, or to the next
+# header inside a request printed as bytes (b'...\r\nCookie: ...'). Ordinary words after such a name
+# are masked too (`cookie: chocolate`): a credential shown is worse.
 _SECRET_HEADER = re.compile(
-    r"(?:(?<![A-Za-z0-9\\-])|(?<=\\[rn]))"  # also inside a request printed as bytes: b'...\r\nCookie: ...'
-    r"((?i:(?:x-)?api-key|x-auth-token|x-amz-security-token|(?:set-)?cookie)[\"']?\s{0,4}:\s{0,4}[\"']?)"
-    r"([^\s\"'](?:(?!\\[rn]).){3,})"  # to the line's end, or to the next header of such bytes
+    r"((?i:(?:x[-_])?api[-_]?key|x-auth-token|x-amz-security-token|x-vault-token|private-token"
+    r"|ocp-apim-subscription-key|(?:set-)?cookie)"
+    r"(?:\x1b\[[0-9;]{0,16}m)?"  # a colour ended between the name and its separator
+    r"(?:[\"'][ \t]*,|[\"']?[ \t]*(?:=>|[:=]))[ \t]*)"  # `: `, `=`, `=>`, or `', ` of a printed tuple
+    r"(?:([\"'])[^\"'\r\n]+|[^\s\"'](?:(?!\\[rn]).)*)"
 )
+_SIGNATURE = re.compile(r"((?i:signature)[ \t]*[=:][ \t]*)[0-9a-fA-F]{64}\b")  # AWS Signature Version 4
+_HEADER_WORDS = ("key", "token", "cookie", "signature")
 
-_HEADER_PARTS = ("-k", "-K", "-t", "-T", "ookie", "OOKIE")
+
+def _masked_header(found: re.Match[str]) -> str:
+    return f"{found[1]}{found[2] or ''}{MASK}"
 
 
 def _patterns(text: str) -> str:
     text = _AUTHORIZATION.sub(rf"\g<1>{MASK}", _VALUE_PATTERNS.sub(MASK, text))
-    if ":" in text and any(part in text for part in _HEADER_PARTS):  # what every such header holds: cheap
-        text = _SECRET_HEADER.sub(rf"\g<1>{MASK}", text)
+    lowered = text.lower()
+    if any(word in lowered for word in _HEADER_WORDS):  # what every such name holds: cheap to look for
+        text = _SIGNATURE.sub(rf"\g<1>{MASK}", _SECRET_HEADER.sub(_masked_header, text))
     if "=" in text:
         text = _QUERY_PARAMETER.sub(_masked_query, text)
     return _URL_PASSWORD.sub(rf"\g<1>{MASK}@", text) if "://" in text else text

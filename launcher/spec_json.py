@@ -16,7 +16,7 @@ import re
 from typing import Any
 
 from launcher.errors import SpecProblem
-from launcher.masking import MASK, is_secret, looks_secret
+from launcher.masking import MASK, is_secret, looks_secret, secret_arguments
 
 # No spec nests deeper than $.hosts[i].tasks[j].port (5 levels); anything far deeper is not a spec.
 MAX_DEPTH = 16
@@ -169,7 +169,9 @@ def _bad_characters(text: str) -> str | None:
 def _shown(value: Any, path: str = "") -> str:
     """What the user wrote, briefly; a secret (by the name at `path`, or by its form) as a mask."""
     name = ([part for part in re.split(r"[.\[\]\"$]+", path) if part] or [""])[-1]
-    if (is_secret(name) and not isinstance(value, (dict, list))) or (isinstance(value, str) and looks_secret(value)):
+    if (is_secret(name) and not isinstance(value, (dict, list))) or (
+        isinstance(value, str) and (looks_secret(value) or secret_arguments([value]))  # `--password=X` too
+    ):
         return json.dumps(MASK)
     text = json.dumps(value, default=lambda v: type(v).__name__)
     return text if len(text) <= 40 else text[:37] + "..."

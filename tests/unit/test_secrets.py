@@ -320,7 +320,19 @@ def test_a_secret_parameter_after_a_semicolon_or_in_a_fragment_is_masked_too() -
     ("line", "kept"),
     [
         ("X-Api-Key: abcd1234efgh", "X-Api-Key: ****"),
-        ("api-key:'k3y-value'", "api-key:'****"),
+        ("api-key:'k3y-value'", "api-key:'****'"),
+        ("\x1b[31mX-Api-Key: s3cr3tVALUE9x\x1b[0m", "\x1b[31mX-Api-Key: ****"),  # coloured
+        ("X-Api-Key\x1b[0m: s3cr3tVALUE9x", "X-Api-Key\x1b[0m: ****"),
+        ("[('Set-Cookie', 'sid=s3cr3t; Path=/')]", "[('Set-Cookie', '****')]"),  # http.client's getheaders()
+        ('{"headers": {"X-Auth-Token": "S3cr3t", "a": 1}}', '{"X-Auth-Token": "****", "a": 1}'),  # up to its quote
+        ("api_key: s3cr3t", "api_key: ****"),
+        ("apikey=s3cr3t", "apikey=****"),
+        ("X-Api-Key:\t\t\t\t\ts3cr3t", "X-Api-Key:\t\t\t\t\t****"),
+        ("X-Vault-Token: hvs.s3cr3t", "X-Vault-Token: ****"),
+        ("Private-Token: glpat-s3cr3t", "Private-Token: ****"),
+        ("x-goog-api-key: AIzas3cr3t", "x-goog-api-key: ****"),
+        ("Ocp-Apim-Subscription-Key: s3cr3t", "Ocp-Apim-Subscription-Key: ****"),
+        ("signature = " + "AB" * 32, "signature = ****"),
         ("X-Auth-Token: tok_12345", "X-Auth-Token: ****"),
         ("x-amz-security-token:FQoGZXIvYXdzEJr//////wEaDOp", "x-amz-security-token:****"),
         ("Set-Cookie: id=a3fWa; Expires=Thu, 21 Oct 2021", "Set-Cookie: ****"),
@@ -339,7 +351,8 @@ def test_credential_headers_an_http_debug_log_prints_are_masked(line: str, kept:
 
 
 @pytest.mark.parametrize(
-    "line", ["Epoch 3: cookies eaten 5", "my-api-key: documented below", "tokens: 512", "batch-key: 7"]
+    "line",
+    ["Epoch 3: cookies eaten 5", "tokens: 512", "batch-key: 7", "monkey: 3", "keyboard=us", "KeyError: 'x'"],
 )
 def test_lines_that_only_resemble_a_credential_header_are_left_alone(line: str) -> None:
     from launcher.masking import redact
