@@ -125,7 +125,13 @@ class RunDirError(LaunchError):
 
     def __init__(self, path: str, cause: str) -> None:
         self.path, self.cause = path, cause
+        if "space" in cause or "quota" in cause.lower():
+            fix = "Free space there, or give"
+        elif "ermission" in cause or "ead-only" in cause:
+            fix = "Fix its permissions, or give"
+        else:  # a parent missing that cannot be made (/proc/x), a file in the way
+            fix = "Give"
         super().__init__(
-            f"Cannot write {path}: {cause}. Free space or fix its permissions, or set the spec's run_root "
-            f"elsewhere. Nothing was started."
+            f"Cannot write {path}: {cause}. {fix} another place: the spec's run_root, or --run-root. "
+            "Nothing was started."
         )

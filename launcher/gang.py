@@ -87,8 +87,12 @@ class GangStatus:
 
     @property
     def failures(self) -> list[TaskStatus]:
-        """Failed tasks, earliest exit first."""
-        return sorted((t for t in self.tasks if t.failed), key=lambda t: t.exit.time if t.exit else 0.0)
+        """Failed tasks, earliest exit first; a `launch --inject` fault's task before them (the fault rehearsed
+        is the root cause: a preempted peer that left first with the same exit code is not)."""
+        return sorted(
+            (t for t in self.tasks if t.failed),
+            key=lambda t: (t.exit is None or t.exit.injected is None, t.exit.time if t.exit else 0.0),
+        )
 
     @property
     def unjoined(self) -> list[TaskStatus]:

@@ -249,10 +249,38 @@ def request_spec(
         except SpecError as error:
             raise _by_flag(error, updates) from None
     set_secrets(redactor_of(spec))
-    _refuse_visible_secrets(spec, request.described)
+    _refuse_run_root_in_a_run(spec)
+    try:
+        _refuse_visible_secrets(spec, request.described)
+    except SpecError as error:  # a secret in the command after --: named so
+        raise _by_flag(error, updates) from None
     if notes is not None:
         notes.extend(_secrets_too_short(spec))
     return spec
+
+
+def _refuse_run_root_in_a_run(spec: ClusterSpec) -> None:
+    """A run_root that is itself a run's directory (`--run-root runs/mine`) would put this run inside it
+    (runs/mine/mine), starting over where a resume was meant."""
+    from launcher.masking import escaped
+    from worker.contract import RunLayout
+
+    root = os.path.expanduser(spec.run_root)
+    try:
+        names = os.listdir(root)
+    except OSError:  # missing (made at the start) or unreadable (the run directory's checks say why)
+        return
+    layout = RunLayout(root)
+    held = [name for name in (layout.summary_file, layout.status_file) if os.path.basename(name) in names]
+    held += [name for name in names if RunLayout.attempt_of(name) is not None][:1]
+    if held:
+        parent = os.path.dirname(os.path.abspath(root))
+        raise UsageError(
+            f"run_root {escaped(root)} is itself a run directory (it holds {os.path.basename(held[0])}): this run "
+            f"would go inside it, as {escaped(os.path.join(root, spec.name))}. A run is <run_root>/<name>: give "
+            f"the directory above it ({escaped(parent)}) as run_root or --run-root, and the run's name as name or "
+            "--name. Nothing was started."
+        )
 
 
 _SETTINGS = frozenset(("0", "1", "y", "n", "t", "f", "yes", "no", "on", "off"))  # USE_TOKEN=1 is a setting

@@ -200,20 +200,32 @@ def _time_of(value: object) -> float | None:
 def not_a_run_dir(run_dir: str) -> str:
     """The message for a run directory that is not one: missing, or a file."""
     what = "not a directory" if os.path.lexists(run_dir) else "no such directory"
+    inside = _run_above(run_dir) if os.path.lexists(run_dir) else ""  # a log file of a run, say
     return (
         f"{escaped(run_dir)}: {what}; give a run directory such as runs/example, or the name of a run under ./runs "
-        "(--run-root DIR for a run under DIR)."
+        f"(--run-root DIR for a run under DIR).{inside}"
     )
 
 
-def no_run_files(run_dir: str, missing: str = "no summary.json, status.json or attempt directory") -> str:
-    """The message for a directory holding no run's files; for a run's attempt-N (or any directory inside
-    a run), the run directory to give instead."""
+def _run_above(path: str) -> str:
+    """` It lies inside the run R: give that.` for a path inside a run (an attempt-N directory, a log file
+    in it, its checkpoints), looked for up to three directories up; else ""."""
     from launcher.run_lock import is_run_dir
 
-    inside = os.path.dirname(os.path.abspath(run_dir))
-    instead = f" It lies inside the run {escaped(inside)}: give that." if is_run_dir(inside) else ""
-    return f"{escaped(run_dir)}: has {missing}; is it a run directory (<run_root>/<name>, e.g. runs/example)?{instead}"
+    here = os.path.realpath(path)
+    for _ in range(3):
+        here = os.path.dirname(here)
+        if is_run_dir(here):
+            return f" It lies inside the run {escaped(here)}: give that."
+    return ""
+
+
+def no_run_files(run_dir: str, missing: str = "no summary.json, status.json or attempt directory") -> str:
+    """The message for a directory holding no run's files; for one inside a run, the run to give instead."""
+    return (
+        f"{escaped(run_dir)}: has {missing}; is it a run directory (<run_root>/<name>, e.g. runs/example)?"
+        f"{_run_above(run_dir)}"
+    )
 
 
 def read_run(run_dir: str) -> RunFiles:

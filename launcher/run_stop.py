@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from launcher import exit_codes
 from launcher.errors import UsageError
-from launcher.run_lock import check_run_dir, holder_of
-from launcher.run_status import RunFiles, launcher_process, read_run, summary_outcome
+from launcher.run_lock import check_run_dir, holder_of, is_run_dir
+from launcher.run_status import RunFiles, launcher_process, no_run_files, read_run, summary_outcome
 from worker.contract import RunLayout
 
 if TYPE_CHECKING:
@@ -145,6 +145,8 @@ def stop_launcher(
     if status is None:
         if files.summary is not None:
             raise UsageError(_ended_text(files))
+        if not is_run_dir(run_dir):  # an attempt-N directory says which run it lies in
+            raise UsageError(f"{no_run_files(run_dir)} Nothing to stop.")
         raise UsageError(
             f"{run_dir}: no {os.path.basename(files.layout.status_file)}: the run never started, or it is not a "
             "run directory (<run_root>/<name>, e.g. runs/example); nothing to stop."

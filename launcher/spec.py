@@ -847,7 +847,11 @@ class ClusterSpec(StrictModel):
     """A whole training job: where its tasks run and what they run."""
 
     name: str = Field(
-        pattern=_NAME_PATTERN, description="Run name: ASCII letters, digits, '.', '_', '-'; names the run directory."
+        pattern=_NAME_PATTERN,
+        description=(
+            "Run name: 1 to 64 ASCII letters, digits, '.', '_' or '-', the first a letter or digit; names the "
+            "run directory."
+        ),
     )
     hosts: list[HostSpec] = Field(
         default_factory=list,
@@ -1307,8 +1311,9 @@ def _message(item: Any) -> str:
     kind = item["type"]
     value = item.get("input")
     name = item["loc"][-1] if item.get("loc") and isinstance(item["loc"][-1], str) else ""
-    if (is_secret(name) and not isinstance(value, (dict, list))) or (isinstance(value, str) and looks_secret(value)):
-        value = MASK  # an error message must not carry a secret (of any type) to the screen or a CI log
+    named = is_secret(name) and tuple(item["loc"]) != ("secrets",)  # the list of secrets' names holds none
+    if (named and not isinstance(value, (dict, list))) or (isinstance(value, str) and looks_secret(value)):
+        value = _MASKED  # an error message must not carry a secret (of any type) to the screen or a CI log
     if kind == "extra_forbidden":
         return "unknown key; remove it or check its spelling (`launch schema` lists every key)"
     if kind == "missing":
@@ -1358,8 +1363,17 @@ _WANTED = {
 }
 
 
+class _Masked:
+    """A secret's value in a message: shown as masked, of no type (it may not be the string a mask reads as)."""
+
+
+_MASKED = _Masked()
+
+
 def _shown(value: Any) -> str:
     """What the user wrote, briefly: a JSON literal, or the kind of a container."""
+    if value is _MASKED:
+        return f"a secret's value ({MASK})"
     if isinstance(value, dict):
         return "an object"
     if isinstance(value, list):

@@ -41,10 +41,12 @@ from worker.contract import (
     CONTINUED,
     FAULT_VAR,
     JOINED,
+    PREEMPTION_EXIT_CODE_VAR,
     PROGRESS_EVENTS,
     RECORD,
     RESTORED,
     START_MILESTONES,
+    STEP,
     STOPPED,
     WARM,
 )
@@ -261,6 +263,7 @@ class Supervisor:
             elif kind in PROGRESS_EVENTS and isinstance(event.data.get("step"), int):
                 task.step = event.data["step"]
                 task.last_progress = self._clock()
+                task.joined = task.joined or kind == STEP  # a step is trained in the gang: a script says no more
             self._on_report(task.launch, event.data)
         elif isinstance(event, TaskExited):
             task.exit = _as_injected(task.launch, event.exit)
@@ -613,7 +616,9 @@ class Supervisor:
 def _as_injected(launch: TaskLaunch, exit: ExitStatus) -> ExitStatus:
     """`exit`, said to be the `launch --inject` fault the task was given when it ended as that fault ends it."""
     fault = FaultInjector(launch.env.get(FAULT_VAR, ""))  # "": none (never this process's own environment)
-    if fault.kind is None or exit.lost is not None or not fault.ends(exit.code, exit.signal):
+    preempted = launch.env.get(PREEMPTION_EXIT_CODE_VAR, "")
+    ends = fault.ends(exit.code, exit.signal, int(preempted) if preempted.lstrip("-").isdigit() else None)
+    if fault.kind is None or exit.lost is not None or not ends:
         return exit
     return replace(exit, injected=f"{fault.kind} at step {fault.step}")
 

@@ -30,10 +30,13 @@ class FaultInjector:
         except ValueError:  # not set, or not the launcher's: rehearsal only, never a crash
             pass
 
-    def ends(self, code: int | None, signum: int | None) -> bool:
-        """Whether a task that ended with exit code `code` or signal `signum` ended as this fault ends it."""
+    def ends(self, code: int | None, signum: int | None, preempted: int | None = None) -> bool:
+        """Whether a task that ended with exit code `code` or signal `signum` ended as this fault ends it;
+        `preempted`: the preemption exit code, with which a task that handles SIGTERM leaves after it."""
         if self.kind == "exit":
             return code == self.code
+        if self.kind == "term" and preempted is not None and code == preempted:
+            return True
         return self.kind is not None and signum == _SIGNALS[self.kind]
 
     def at_step(self, step: int) -> None:

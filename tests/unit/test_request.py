@@ -323,3 +323,26 @@ def test_a_spec_files_own_problem_keeps_its_path_beside_a_flags(tmp_path: Path) 
     path.write_text(json.dumps({"name": "c", "hosts": [{"address": "localhost", "workers": "two"}]}))
     with pytest.raises(SpecError, match=r"\$\.hosts\[0\]\.workers: got \"two\""):
         request_spec(LaunchRequest(cluster=str(path), run_root="runs "))
+
+
+def test_a_run_root_that_is_itself_a_run_directory_is_refused(tmp_path: Path) -> None:
+    """`--run-root runs/mine` for the run runs/mine would start runs/mine/mine over instead of resuming."""
+    run_dir = tmp_path / "runs" / "mine"
+    run_dir.mkdir(parents=True)
+    (run_dir / "summary.json").write_text("{}")
+    with pytest.raises(UsageError) as refused:
+        request_spec(LaunchRequest(local=1, name="mine", run_root=str(run_dir)))
+    said = str(refused.value)
+    assert f"run_root {run_dir} is itself a run directory (it holds summary.json)" in said
+    assert f"give the directory above it ({tmp_path / 'runs'})" in said and not (run_dir / "mine").exists()
+    assert request_spec(LaunchRequest(local=1, name="mine", run_root=str(tmp_path / "runs"))).name == "mine"
+    (tmp_path / "slurm-7.out").write_text("")  # sbatch's output where the jobs were submitted: not a run
+    assert request_spec(LaunchRequest(local=1, run_root=str(tmp_path))).run_root == str(tmp_path)
+
+
+def test_a_flag_secret_is_masked_in_a_refusal_of_its_control_character() -> None:
+    with pytest.raises(UsageError) as refused:
+        request_spec(LaunchRequest(local=1, command=("python3", "-c", "x", "--password=hunter2hunter2\x07")))
+    said = str(refused.value)
+    assert said.startswith('The command after --, word 4: contains the control character U+0007 ("****")'), said
+    assert "hunter2" not in said

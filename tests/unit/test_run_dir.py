@@ -631,3 +631,26 @@ def test_status_of_an_attempt_directory_names_the_run_it_lies_in(tmp_path: Path)
     with pytest.raises(RunStatusError) as caught:
         describe_run(str(tmp_path))  # no run above it: no run named
     assert "It lies inside" not in str(caught.value)
+    deeper = os.path.join(layout.attempt_dir(0), "a", "b")
+    os.makedirs(deeper)
+    log = os.path.join(layout.attempt_dir(0), "worker-0.log")
+    _write(log, {})
+    for inside in (deeper, log):  # a directory three levels down, a log file: the run is named too
+        with pytest.raises(RunStatusError) as caught:
+            describe_run(inside)
+        assert str(caught.value).endswith(f"It lies inside the run {layout.run_dir}: give that."), caught.value
+
+
+@pytest.mark.parametrize(
+    ("cause", "fix"),
+    [
+        ("No space left on device", "Free space there, or give another place"),
+        ("Disk quota exceeded", "Free space there, or give another place"),
+        ("Permission denied", "Fix its permissions, or give another place"),
+        ("Read-only file system", "Fix its permissions, or give another place"),
+        ("No such file or directory", ": No such file or directory. Give another place"),
+    ],
+)
+def test_a_run_directory_that_cannot_be_written_is_told_the_fix_its_cause_asks(cause: str, fix: str) -> None:
+    said = str(RunDirError("/proc/nope", cause))
+    assert fix in said and said.endswith("the spec's run_root, or --run-root. Nothing was started."), said

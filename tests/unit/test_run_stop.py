@@ -106,7 +106,11 @@ def test_a_run_with_only_a_summary_has_ended(tmp_path: Path, signals: list[tuple
 
 def test_no_status_is_nothing_to_stop(tmp_path: Path, signals: list[tuple[int, int]]) -> None:
     layout = _layout(tmp_path)
+    _refused(layout, "has no summary.json, status.json or attempt directory; is it a run directory")
+    os.makedirs(layout.attempt_dir(0))  # a run that never wrote its status: it is one all the same
     _refused(layout, "no status.json: the run never started, or it is not a run directory")
+    with pytest.raises(UsageError, match=f"It lies inside the run {layout.run_dir}: give that. Nothing to stop."):
+        stop_launcher(layout.attempt_dir(0))
     with pytest.raises(UsageError, match="no such directory"):
         stop_launcher(str(tmp_path / "nowhere"))
     assert signals == []

@@ -771,3 +771,13 @@ def test_the_copy_hint_for_a_missing_spec_is_a_command_that_works(
     assert len(deep + "/x.json") < 4096 < len(deep + "/cluster.example.json")
     assert main(["--cluster", deep + "/x.json"]) == 2  # ENAMETOOLONG for the example: no traceback
     assert "cannot read the file" in capsys.readouterr().err
+
+
+def test_a_secrets_value_of_the_wrong_type_is_masked_without_being_called_a_string() -> None:
+    with pytest.raises(SpecError) as refused:
+        parse_spec({**GOOD, "env": {"API_TOKEN": 123456789012345}})
+    said = str(refused.value)
+    assert "$.env.API_TOKEN: got a secret's value (****); give a string, in double quotes" in said, said
+    assert "123456789012345" not in said
+    with pytest.raises(SpecError, match=r"\$\.secrets: got true; give a list: \[\.\.\.\]"):
+        parse_spec({**GOOD, "secrets": True})  # the field naming secrets holds none itself

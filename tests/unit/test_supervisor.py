@@ -551,3 +551,38 @@ def test_an_end_that_is_the_injected_fault_is_said_to_be_it() -> None:
     assert other.describe() == "exit code 3", "an end of another kind is the task's own"
     Launch.env = {"TFLAUNCH_FAULT": "exit:5:7"}
     assert _as_injected(Launch(), ExitStatus(7, None)).describe() == "exit code 7 (the injected fault: exit at step 5)"  # type: ignore[arg-type]
+    Launch.env = {"TFLAUNCH_FAULT": "term:12:1", "TFLAUNCH_PREEMPTION_EXIT_CODE": "42"}  # saved and left on it
+    saved = _as_injected(Launch(), ExitStatus(42, None))  # type: ignore[arg-type]
+    assert saved.describe() == "exit code 42 (the injected fault: term at step 12)"
+    assert _as_injected(Launch(), ExitStatus(3, None)).injected is None  # type: ignore[arg-type]
+
+
+def test_the_injected_faults_task_is_named_before_a_peer_that_left_first() -> None:
+    """With `--inject term:worker:0@...` both workers save and leave with the preemption code; the one
+    that left first is the peer, not the rehearsed fault's task."""
+    from launcher.gang import GangStatus, TaskStatus
+    from launcher.transport.base import ExitStatus
+
+    def task(name: str, exit: ExitStatus) -> TaskStatus:
+        return TaskStatus(name, "localhost", 1, True, 12, exit, 0.0, 0.0)
+
+    peer = task("worker:1", ExitStatus(42, None, time=1.0))
+    faulted = task("worker:0", ExitStatus(42, None, time=2.0, injected="term at step 12"))
+    status = GangStatus(0, 0, 0, 3.0, True, (peer, faulted))
+    assert [t.name for t in status.failures] == ["worker:0", "worker:1"]
+    plain = task("worker:0", ExitStatus(42, None, time=2.0))
+    assert [t.name for t in GangStatus(0, 0, 0, 3.0, True, (plain, peer)).failures] == ["worker:1", "worker:0"]
+
+
+def test_a_script_that_reports_a_step_is_recorded_as_joined(tmp_path: Path) -> None:
+    """A script reports no start-up milestones: its first step says it trains in the gang."""
+    sup, transport, _, _ = make(tmp_path, reports=False)
+    transport.started[0].say("step", step=3)
+    sup.step(0)
+    for task in transport.started:
+        task.exit(0)
+    assert sup.step(0) is LaunchState.SUCCEEDED and sup.result is not None
+    assert [(t.name, t.joined, t.step) for t in sup.result.attempts[0].tasks] == [
+        ("worker:0", True, 3),
+        ("worker:1", False, None),
+    ]
