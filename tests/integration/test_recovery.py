@@ -98,6 +98,9 @@ def test_sigterm_preempts_checkpoints_and_loses_no_step(work: Path, reference: s
     run = summary(work, "term")
     assert run["preemptions"] == 1 and run["restarts"] == 0
     assert {t["exit_code"] for t in run["attempts"][0]["tasks"]} == {42}, "every worker leaves with the preemption code"
+    # the cause is the task the fault was given, whichever of the two saving workers left first
+    assert run["attempts"][0]["cause"] == "worker:1", run["attempts"][0]
+    assert "(the injected fault: term at step 60)" in run["attempts"][0]["reason"], run["attempts"][0]["reason"]
     found = results(work / "runs" / "term", 1)
     assert_agree(found, 2, STEPS)
     assert {r["start_step"] for r in found.values()} == {61}, "the preemption checkpoint is the step after the notice"
