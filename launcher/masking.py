@@ -265,29 +265,60 @@ def without_password(address: str) -> str:
 
 # An Authorization header's credentials, whatever they look like: `Authorization: Basic dXNlcjpwYXNz`.
 _AUTHORIZATION = re.compile(
-    r"((?i:authorization)[\"']?\s{0,4}[:=]\s{0,4}[\"']?(?i:basic|bearer|token)\s{1,4})([^\s\"',;]{4,})"
+    r"((?i:authorization)[\"']?\s{0,4}[:=]\s{0,4}[\"']?(?i:basic|bearer|token|api-?key)\s{1,4})([^\s\"',;]{4,})"
 )
 
 
-# A header or setting whose whole value is a credential, as an HTTP library's debug log or a config dump
-# prints it: `X-Api-Key: X`, `api_key=X`, `X-Auth-Token: X`, `Private-Token: X`, `Cookie: a=X; b=Y`,
-# `('Set-Cookie', 'X')`, `"x-goog-api-key": "X"`. Anywhere in a line (a colour's escape may precede the
-# name, or follow it); a quoted value up to its closing quote, else to the line's end, or to the next
-# header inside a request printed as bytes (b'...\r\nCookie: ...'). Ordinary words after such a name
-# are masked too (`cookie: chocolate`): a credential shown is worse.
+# A header or setting whose value is a credential, as an HTTP library's debug log or a config dump
+# prints it: `X-Api-Key: X`, `api_key=X`, `X-Auth-Token: X`, `private_token: X`, `Cookie: a=X; b=Y`,
+# `('Set-Cookie', 'X')`, `"x-goog-api-key": "X"`. The name starts a word (after a colour's escape
+# too, or `use_`); a quoted value is masked up to its closing quote; a bare one up to a blank, comma,
+# semicolon or bracket, except a `Cookie:` header's, whose `a=X; b=Y` runs to the line's end (or to
+# the next header inside a request printed as bytes: b'...\r\nCookie: ...'). A value no secret has
+# (None, null, true, a number) is left as it is: `Namespace(api_key=None, ...)`.
 _SECRET_HEADER = re.compile(
-    r"((?i:(?:x[-_])?api[-_]?key|x-auth-token|x-amz-security-token|x-vault-token|private-token"
-    r"|ocp-apim-subscription-key|(?:set-)?cookie)"
-    r"(?:\x1b\[[0-9;]{0,16}m)?"  # a colour ended between the name and its separator
+    r"((?i:(?:x[-_])?api[-_]?keys?|x[-_]auth[-_]token|x[-_]amz[-_]security[-_]token|aws[-_]session[-_]token"
+    r"|x[-_]vault[-_]token|private[-_]token|ocp[-_]apim[-_]subscription[-_]key|(?:set[-_])?cookies?)"
+    r"(?:\x1b\[[0-9;]{0,16}m){0,3}"  # a colour ended between the name and its separator
     r"(?:[\"'][ \t]*,|[\"']?[ \t]*(?:=>|[:=]))[ \t]*)"  # `: `, `=`, `=>`, or `', ` of a printed tuple
-    r"(?:([\"'])[^\"'\r\n]+|[^\s\"'](?:(?!\\[rn]).)*)"
+    r"(?:([\"'])([^\"'\r\n]+)|([^\s\"',;)\]}](?:(?!\\[rn])[^\r\n])*))"
 )
-_SIGNATURE = re.compile(r"((?i:signature)[ \t]*[=:][ \t]*)[0-9a-fA-F]{64}\b")  # AWS Signature Version 4
+_BARE_VALUE_END = re.compile(r"[\s,;)\]}]")
+_COOKIE_HEADER = re.compile(r"(?i:(?:set-)?cookies?)(?:\x1b\[[0-9;]{0,16}m){0,3}[\"']?[ \t]*:")  # `a=X; b=Y` to the end
+_SIGNATURE = re.compile(r"((?i:signature)[\"']?[ \t]*[=:][ \t]*[\"']?)[0-9a-fA-F]{64}\b")  # AWS Signature V4
 _HEADER_WORDS = ("key", "token", "cookie", "signature")
 
 
+_WORD_START = re.compile(r"(?:^|[^A-Za-z0-9]|\\[rn]|\x1b\[[0-9;]{0,16}m)$")  # what may come before a name
+
+
 def _masked_header(found: re.Match[str]) -> str:
-    return f"{found[1]}{found[2] or ''}{MASK}"
+    if not _WORD_START.search(found.string[max(0, found.start() - 20) : found.start()]):
+        return found[0]  # inside a word (`monkey_cookie`? no: `xapi_key`): not such a name
+    name, quote, quoted, bare = found[1], found[2], found[3], found[4]
+    if quote:
+        return found[0] if _NO_SECRET_VALUE.fullmatch(quoted) else f"{name}{quote}{MASK}"
+    before = found.string[found.start() - 1 : found.start()]
+    end = (
+        len(bare)
+        if _COOKIE_HEADER.match(name) and before not in ("_", "-")
+        else (_BARE_VALUE_END.search(bare) or _END).start()
+    )
+    value = bare[:end]
+    if not value or _NO_SECRET_VALUE.fullmatch(value):
+        return found[0]
+    return f"{name}{MASK}{bare[end:]}"
+
+
+class _End:
+    """The end of a value that runs to the end of its text (no match of `_BARE_VALUE_END`)."""
+
+    @staticmethod
+    def start() -> int:
+        return 1 << 62
+
+
+_END = _End()
 
 
 def _patterns(text: str) -> str:

@@ -358,3 +358,27 @@ def test_lines_that_only_resemble_a_credential_header_are_left_alone(line: str) 
     from launcher.masking import redact
 
     assert redact(line) == line
+
+
+@pytest.mark.parametrize(
+    ("line", "kept"),
+    [
+        ("Namespace(api_key=None, batch_size=32, lr=0.1)", None),  # values no secret has
+        ('{"step": 100, "api_key": null, "loss": 0.25}', None),
+        ("epoch 3 done, use_api_key=False loss=0.1", None),
+        ("Namespace(batch_size=32, save_cookie=True, seed=42)", None),
+        ("fortune_cookie: 3 items processed, loss=0.4", None),
+        ("Namespace(api_key='s3cr3t', batch_size=32)", "Namespace(api_key='****', batch_size=32)"),  # the rest kept
+        ("api_key=s3cr3t, batch_size=32", "api_key=****, batch_size=32"),
+        ("api_key\x1b[0m\x1b[1m: s3cr3t", "api_key\x1b[0m\x1b[1m: ****"),
+        ("\x1b[1;31mX-Api-Key: s3cr3t", "\x1b[1;31mX-Api-Key: ****"),
+        ("x_auth_token: s3cr3t", "x_auth_token: ****"),
+        ("aws_session_token=FQoGZXs3cr3t", "aws_session_token=****"),
+        ('"signature": "' + "ab" * 32 + '"', '"signature": "****"'),
+        ("cookies: sessionid=S; csrftoken=T", "cookies: ****"),
+    ],
+)
+def test_a_credential_name_masks_its_value_and_leaves_the_rest_of_the_line(line: str, kept: str | None) -> None:
+    from launcher.masking import redact
+
+    assert redact(line) == (line if kept is None else kept)
