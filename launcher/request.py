@@ -260,27 +260,26 @@ def request_spec(
 
 
 def _refuse_run_root_in_a_run(spec: ClusterSpec) -> None:
-    """A run_root that is itself a run's directory (`--run-root runs/mine`) would put this run inside it
-    (runs/mine/mine), starting over where a resume was meant."""
+    """A run_root that is a run's directory, or lies inside one (`--run-root runs/mine`, runs/mine/attempt-0,
+    a run directory as the working directory), would put this run inside that run (runs/mine/mine),
+    starting over where a resume was meant, or writing among its checkpoints."""
     from launcher.masking import escaped
-    from worker.contract import RunLayout
+    from launcher.run_lock import run_file_in
 
-    root = os.path.expanduser(spec.run_root)
-    try:
-        names = os.listdir(root)
-    except OSError:  # missing (made at the start) or unreadable (the run directory's checks say why)
-        return
-    layout = RunLayout(root)
-    held = [name for name in (layout.summary_file, layout.status_file) if os.path.basename(name) in names]
-    held += [name for name in names if RunLayout.attempt_of(name) is not None][:1]
-    if held:
-        parent = os.path.dirname(os.path.abspath(root))
-        raise UsageError(
-            f"run_root {escaped(root)} is itself a run directory (it holds {os.path.basename(held[0])}): this run "
-            f"would go inside it, as {escaped(os.path.join(root, spec.name))}. A run is <run_root>/<name>: give "
-            f"the directory above it ({escaped(parent)}) as run_root or --run-root, and the run's name as name or "
-            "--name. Nothing was started."
-        )
+    root = os.path.realpath(os.path.expanduser(spec.run_root))
+    here = root
+    for _ in range(4):  # the run_root itself, then three directories up
+        found = run_file_in(here)
+        if found is not None:
+            where = "is itself a run directory" if here == root else f"lies inside the run {escaped(here)}"
+            above = escaped(os.path.dirname(here))
+            raise UsageError(
+                f"run_root {escaped(spec.run_root)} {where} (it holds {found}): this run would go inside it, as "
+                f"{escaped(os.path.join(root, spec.name))}. A run is <run_root>/<name>: give the directory above "
+                f"the run ({above}) as run_root or --run-root, and the run's name as name or --name. Nothing was "
+                "started."
+            )
+        here = os.path.dirname(here)
 
 
 _SETTINGS = frozenset(("0", "1", "y", "n", "t", "f", "yes", "no", "on", "off"))  # USE_TOKEN=1 is a setting

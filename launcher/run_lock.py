@@ -70,6 +70,17 @@ def _launch_wrote(name: str) -> bool:
     return name in _RUN_LAYOUT or _only_a_launch_writes(name) or (name.startswith(".") and name.endswith(".tmp"))
 
 
+def run_file_in(path: str) -> str | None:
+    """A file or directory in `path` that only a launch makes (summary, status, preflight findings, an
+    attempt, a Slurm script), not counting Slurm's own output (sbatch writes slurm-*.out where it is
+    run); None when there is none or `path` cannot be read."""
+    try:
+        names = sorted(os.listdir(path))
+    except OSError:
+        return None
+    return next((name for name in names if name in _ONLY_A_LAUNCH or RunLayout.attempt_of(name) is not None), None)
+
+
 def is_run_dir(path: str) -> bool:
     """Whether `path` holds what only a launch leaves (a summary, a status file, a Slurm script, an attempt)."""
     try:

@@ -454,7 +454,22 @@ class Supervisor:
                 f"{hidden} line(s) the other tasks printed while they were stopped are only in their logs "
                 f"({self.plan.attempt_dir})"
             )
-        self._record(decision)
+        self._record(self._as_rehearsed(decision))
+
+    def _as_rehearsed(self, decision: Decision) -> Decision:
+        """A preemption whose cause is the `launch --inject term` fault of a task that left after a peer
+        (both save and leave with the preemption code): recorded as that task's, once every exit is in."""
+        if decision.kind is not FailureKind.PREEMPTED:
+            return decision
+        faulted = [t for t in self._tasks.values() if t.exit is not None and t.exit.injected is not None]
+        if not faulted or faulted[0].launch.name == decision.cause:
+            return decision
+        task = faulted[0]
+        assert task.exit is not None
+        said = (
+            f"{task.launch.name} on {task.launch.host} {task.exit.describe()} (preempted; resumes from its checkpoint)"
+        )
+        return replace(decision, cause=task.launch.name, reason=said)
 
     def stop_all(self, grace_s: float, send_term: bool = True) -> None:
         """SIGTERM every live group, wait out one deadline, SIGKILL, wait until all are gone."""

@@ -334,8 +334,13 @@ def test_a_run_root_that_is_itself_a_run_directory_is_refused(tmp_path: Path) ->
         request_spec(LaunchRequest(local=1, name="mine", run_root=str(run_dir)))
     said = str(refused.value)
     assert f"run_root {run_dir} is itself a run directory (it holds summary.json)" in said
-    assert f"give the directory above it ({tmp_path / 'runs'})" in said and not (run_dir / "mine").exists()
+    assert f"give the directory above the run ({tmp_path / 'runs'})" in said and not (run_dir / "mine").exists()
     assert request_spec(LaunchRequest(local=1, name="mine", run_root=str(tmp_path / "runs"))).name == "mine"
+    (run_dir / "attempt-0").mkdir()
+    for inside in (run_dir / "attempt-0", run_dir / "checkpoints" / "a"):  # its checkpoints too, made or not
+        (inside).mkdir(parents=True, exist_ok=True)
+        with pytest.raises(UsageError, match=f"lies inside the run {run_dir} \\(it holds attempt-0\\)"):
+            request_spec(LaunchRequest(local=1, run_root=str(inside)))
     (tmp_path / "slurm-7.out").write_text("")  # sbatch's output where the jobs were submitted: not a run
     assert request_spec(LaunchRequest(local=1, run_root=str(tmp_path))).run_root == str(tmp_path)
 

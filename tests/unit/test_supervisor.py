@@ -586,3 +586,28 @@ def test_a_script_that_reports_a_step_is_recorded_as_joined(tmp_path: Path) -> N
         ("worker:0", True, 3),
         ("worker:1", False, None),
     ]
+
+
+def test_a_rehearsed_term_is_recorded_as_the_preemptions_cause_when_a_peer_left_first(tmp_path: Path) -> None:
+    from launcher.plan import LaunchPlan, PlanInputs, build_plan
+
+    spec = fake_spec(2)
+    transport, ticks = FakeTransport(), iter(range(1000, 100000))
+
+    def clock() -> float:  # a second a look: the stop's grace runs out without real waiting
+        return float(next(ticks))
+
+    def planner(attempt: int) -> LaunchPlan:
+        faults = {"worker:1": "term:10:1"} if attempt == 0 else {}
+        return build_plan(spec, PlanInputs(str(tmp_path), attempt, "/py", "/work", faults=faults))
+
+    sup = Supervisor(planner, transport, RestartPolicy(spec.restart), True, clock=clock, sleep=lambda s: None)
+    sup.start()
+    join_all(transport, 2)
+    transport.started[0].exit(42, at=1.0)  # the peer saved and left first: decided on before the other left
+    transport.started[1].signal = lambda signum: transport.started[1].exit(42, at=2.0)  # type: ignore[method-assign]
+    sup.step(0)
+    assert sup.result is not None
+    attempt = sup.result.attempts[0]
+    assert attempt.kind == "preempted" and attempt.cause == "worker:1", attempt
+    assert "exit code 42 (the injected fault: term at step 10)" in attempt.reason, attempt.reason
