@@ -1398,7 +1398,7 @@ def parse_spec(data: Any, source: str = "cluster spec", hosts_from: HostsFrom | 
         data = {key: value for key, value in data.items() if key != SCHEMA_KEY}
     problems = raw_problems(data)
     if problems:
-        raise SpecError(source, problems)
+        raise SpecError(source, [_with_help(problem) for problem in problems])
     try:
         if hosts_from is None:
             return ClusterSpec.model_validate(data)
@@ -1467,6 +1467,15 @@ def _close_kind(given: str) -> str | None:
 
     close = difflib.get_close_matches(given, list(TRAINING_KINDS), n=1, cutoff=0.6)
     return close[0] if close else None
+
+
+def _with_help(problem: SpecProblem) -> SpecProblem:
+    """A problem found before validation (NaN, a huge integer), with what its field takes, as validation's say."""
+    if not problem.message.startswith("got "):
+        return problem
+    loc = tuple(int(part) if part.isdigit() else part for part in re.split(r"[.\[\]]+", problem.path[1:]) if part)
+    hint = _field_help(loc)
+    return SpecProblem(problem.path, f"{problem.message}. {hint}") if hint else problem
 
 
 _EXAMPLE = "cluster.example.json"

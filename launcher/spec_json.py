@@ -217,11 +217,11 @@ def raw_problems(data: Any, path: str = "$", depth: int = 0) -> list[SpecProblem
                 )
             )
     elif isinstance(data, JsonConstant):
-        problems.append(SpecProblem(path, f"got {data.text}, which JSON does not allow; write a number"))
+        problems.append(SpecProblem(path, f"got {data.text}, which JSON does not allow"))
     elif isinstance(data, HugeInteger):
         problems.append(
             SpecProblem(path, f"got an integer with {data.digits} digits; no setting needs more than {MAX_INT_DIGITS}")
         )
     elif isinstance(data, float) and not math.isfinite(data):  # 1e999, or NaN handed in by a caller
-        problems.append(SpecProblem(path, f"got {data}, which is not a finite number; write a number"))
+        problems.append(SpecProblem(path, f"got {data}, which is not a finite number"))
     return problems

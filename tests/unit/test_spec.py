@@ -332,7 +332,10 @@ GOOD_TEXT = json.dumps(GOOD)
             GOOD_TEXT.replace('"workers": 2', '"workers": ' + "7" * 5000).encode(),
             "$.hosts[0].workers: got an integer with 5000 digits",
         ),
-        (GOOD_TEXT.replace('"workers": 2', '"workers": NaN').encode(), "$.hosts[0].workers: got NaN"),
+        (
+            GOOD_TEXT.replace('"workers": 2', '"workers": NaN').encode(),
+            "$.hosts[0].workers: got NaN, which JSON does not allow. Number of worker tasks on this host",
+        ),
         (GOOD_TEXT.replace('"workers": 2', '"workers": -Infinity').encode(), "$.hosts[0].workers: got -Infinity"),
         (GOOD_TEXT.replace('"workers": 2', '"workers": 1e999').encode(), "$.hosts[0].workers: got inf"),
         (
