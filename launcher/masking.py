@@ -287,8 +287,6 @@ _BARE_VALUE_END = re.compile(r"[\s,;)\]}]")
 _COOKIE_HEADER = re.compile(r"(?i:(?:set-)?cookies?)(?:\x1b\[[0-9;]{0,16}m){0,3}[\"']?[ \t]*:")  # `a=X; b=Y` to the end
 _SIGNATURE = re.compile(r"((?i:signature)[\"']?[ \t]*[=:][ \t]*[\"']?)[0-9a-fA-F]{64}\b")  # AWS Signature V4
 _HEADER_WORDS = ("key", "token", "cookie", "signature")
-
-
 _WORD_START = re.compile(r"(?:^|[^A-Za-z0-9]|\\[rn]|\x1b\[[0-9;]{0,16}m)$")  # what may come before a name
 
 
@@ -299,26 +297,12 @@ def _masked_header(found: re.Match[str]) -> str:
     if quote:
         return found[0] if _NO_SECRET_VALUE.fullmatch(quoted) else f"{name}{quote}{MASK}"
     before = found.string[found.start() - 1 : found.start()]
-    end = (
-        len(bare)
-        if _COOKIE_HEADER.match(name) and before not in ("_", "-")
-        else (_BARE_VALUE_END.search(bare) or _END).start()
-    )
+    stop = None if _COOKIE_HEADER.match(name) and before not in ("_", "-") else _BARE_VALUE_END.search(bare)
+    end = stop.start() if stop is not None else len(bare)
     value = bare[:end]
     if not value or _NO_SECRET_VALUE.fullmatch(value):
         return found[0]
     return f"{name}{MASK}{bare[end:]}"
-
-
-class _End:
-    """The end of a value that runs to the end of its text (no match of `_BARE_VALUE_END`)."""
-
-    @staticmethod
-    def start() -> int:
-        return 1 << 62
-
-
-_END = _End()
 
 
 def _patterns(text: str) -> str:

@@ -41,6 +41,18 @@ class Decision:
 
 
 KEEP_GOING = Decision(Action.KEEP_GOING)
+PREEMPTED_SAYS = "preempted; resumes from its checkpoint"  # after how a preempted task ended
+
+
+def ended(task: TaskStatus) -> str:
+    """How a task ended, as a decision's reason begins: `worker:1 on h exit code 3 (ValueError: ...)`."""
+    assert task.exit is not None
+    what = f"{task.name} on {task.host} {task.exit.describe()}"
+    if task.error is not None:
+        what += f" ({task.error[0]}: {short_message(task.error[1])})"
+    return what
+
+
 NOT_RETRYING = "the same failure twice; not retrying"
 
 
@@ -140,9 +152,7 @@ class RestartPolicy:
             first = failures[0]
             kind = self.classify(first)
             assert first.exit is not None
-            what = f"{first.name} on {first.host} {first.exit.describe()}"
-            if first.error is not None:
-                what += f" ({first.error[0]}: {short_message(first.error[1])})"
+            what = ended(first)
             blamed = peers_blamed(first)
             if blamed:
                 hosts = {t.name: t.host for t in status.tasks}
@@ -154,7 +164,7 @@ class RestartPolicy:
                 looping = self._preempted_in_a_loop(status)
                 if looping is not None:
                     return Decision(Action.FAIL, kind, first.name, f"{what}: {looping}")
-                return Decision(Action.RESTART, kind, first.name, f"{what} (preempted; resumes from its checkpoint)")
+                return Decision(Action.RESTART, kind, first.name, f"{what} ({PREEMPTED_SAYS})")
             return self._restart_or_fail(status, kind, first.name, what, failure_signature(first))
         hung = self._stopped_too_long(status)
         if hung is not None:

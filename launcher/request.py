@@ -264,22 +264,20 @@ def _refuse_run_root_in_a_run(spec: ClusterSpec) -> None:
     a run directory as the working directory), would put this run inside that run (runs/mine/mine),
     starting over where a resume was meant, or writing among its checkpoints."""
     from launcher.masking import escaped
-    from launcher.run_lock import run_file_in
+    from launcher.run_lock import run_around
 
     root = os.path.realpath(os.path.expanduser(spec.run_root))
-    here = root
-    for _ in range(4):  # the run_root itself, then three directories up
-        found = run_file_in(here)
-        if found is not None:
-            where = "is itself a run directory" if here == root else f"lies inside the run {escaped(here)}"
-            above = escaped(os.path.dirname(here))
-            raise UsageError(
-                f"run_root {escaped(spec.run_root)} {where} (it holds {found}): this run would go inside it, as "
-                f"{escaped(os.path.join(root, spec.name))}. A run is <run_root>/<name>: give the directory above "
-                f"the run ({above}) as run_root or --run-root, and the run's name as name or --name. Nothing was "
-                "started."
-            )
-        here = os.path.dirname(here)
+    around = run_around(root, 4)  # the run_root itself, then three directories up
+    if around is None:
+        return
+    run, found = around
+    where = "is itself a run directory" if run == root else f"lies inside the run {escaped(run)}"
+    raise UsageError(
+        f"run_root {escaped(spec.run_root)} {where} (it holds {found}): this run would go inside it, as "
+        f"{escaped(os.path.join(root, spec.name))}. A run is <run_root>/<name>: give the directory above "
+        f"the run ({escaped(os.path.dirname(run))}) as run_root or --run-root, and the run's name as name or "
+        "--name. Nothing was started."
+    )
 
 
 _SETTINGS = frozenset(("0", "1", "y", "n", "t", "f", "yes", "no", "on", "off"))  # USE_TOKEN=1 is a setting

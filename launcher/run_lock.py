@@ -81,6 +81,18 @@ def run_file_in(path: str) -> str | None:
     return next((name for name in names if name in _ONLY_A_LAUNCH or RunLayout.attempt_of(name) is not None), None)
 
 
+def run_around(path: str, levels: int) -> tuple[str, str] | None:
+    """The nearest of `path` and the `levels - 1` directories above it (symbolic links resolved) that
+    holds a file only a launch makes, with that file's name (see `run_file_in`); None when none does."""
+    here = os.path.realpath(path)
+    for _ in range(levels):
+        found = run_file_in(here)
+        if found is not None:
+            return here, found
+        here = os.path.dirname(here)
+    return None
+
+
 def is_run_dir(path: str) -> bool:
     """Whether `path` holds what only a launch leaves (a summary, a status file, a Slurm script, an attempt)."""
     try:

@@ -210,14 +210,10 @@ def not_a_run_dir(run_dir: str) -> str:
 def _run_above(path: str) -> str:
     """` It lies inside the run R: give that.` for a path inside a run (an attempt-N directory, a log file
     in it, its checkpoints), looked for up to three directories up; else ""."""
-    from launcher.run_lock import is_run_dir
+    from launcher.run_lock import run_around
 
-    here = os.path.realpath(path)
-    for _ in range(3):
-        here = os.path.dirname(here)
-        if is_run_dir(here):
-            return f" It lies inside the run {escaped(here)}: give that."
-    return ""
+    around = run_around(os.path.dirname(os.path.realpath(path)), 3)
+    return f" It lies inside the run {escaped(around[0])}: give that." if around is not None else ""
 
 
 def no_run_files(run_dir: str, missing: str = "no summary.json, status.json or attempt directory") -> str:

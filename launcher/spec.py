@@ -1296,8 +1296,7 @@ def _problems(error: ValidationError, under: tuple[str, ...] = ()) -> list[SpecP
         cause = (item.get("ctx") or {}).get("error")
         if isinstance(cause, CrossFieldProblems):
             for sub_path, message in cause.problems:
-                sub = tuple(int(p) if p.isdigit() else p for p in re.split(r"[.\[\]]+", sub_path) if p)
-                problems.append(SpecProblem(_json_path(loc + sub), message))
+                problems.append(SpecProblem(_json_path(loc + _loc_of(sub_path)), message))
             continue
         message = _message(item)
         if item["type"] == "extra_forbidden" and (close := _close_key(loc)):
@@ -1469,12 +1468,16 @@ def _close_kind(given: str) -> str | None:
     return close[0] if close else None
 
 
+def _loc_of(path: str) -> tuple[int | str, ...]:
+    """`hosts[0].workers` (a JSON path without its `$`) as pydantic's loc: ("hosts", 0, "workers")."""
+    return tuple(int(part) if part.isdigit() else part for part in re.split(r"[.\[\]]+", path) if part)
+
+
 def _with_help(problem: SpecProblem) -> SpecProblem:
     """A problem found before validation (NaN, a huge integer), with what its field takes, as validation's say."""
     if not problem.message.startswith("got "):
         return problem
-    loc = tuple(int(part) if part.isdigit() else part for part in re.split(r"[.\[\]]+", problem.path[1:]) if part)
-    hint = _field_help(loc)
+    hint = _field_help(_loc_of(problem.path[1:]))
     return SpecProblem(problem.path, f"{problem.message}. {hint}") if hint else problem
 
 

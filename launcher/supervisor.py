@@ -22,7 +22,7 @@ from typing import Any
 from launcher.errors import HostError, InterruptedLaunchError
 from launcher.gang import AttemptResult, GangStatus, LaunchState, RunResult, TaskResult, TaskStatus
 from launcher.plan import LaunchPlan, TaskLaunch
-from launcher.policy import Action, Decision, FailureKind, RestartPolicy
+from launcher.policy import PREEMPTED_SAYS, Action, Decision, FailureKind, RestartPolicy, ended
 from launcher.private_files import make_private_dir
 from launcher.records import RecordFiles
 from launcher.recovery import FIRST_STEP, RestartTimes, restart_phases
@@ -457,19 +457,15 @@ class Supervisor:
         self._record(self._as_rehearsed(decision))
 
     def _as_rehearsed(self, decision: Decision) -> Decision:
-        """A preemption whose cause is the `launch --inject term` fault of a task that left after a peer
-        (both save and leave with the preemption code): recorded as that task's, once every exit is in."""
-        if decision.kind is not FailureKind.PREEMPTED:
+        """A preemption restarted for a peer of the task given a `launch --inject term` fault (both save and
+        leave with the preemption code, the peer first): recorded as that task's, once every exit is in."""
+        if decision.kind is not FailureKind.PREEMPTED or decision.action is not Action.RESTART:
             return decision
         faulted = [t for t in self._tasks.values() if t.exit is not None and t.exit.injected is not None]
         if not faulted or faulted[0].launch.name == decision.cause:
             return decision
         task = faulted[0]
-        assert task.exit is not None
-        said = (
-            f"{task.launch.name} on {task.launch.host} {task.exit.describe()} (preempted; resumes from its checkpoint)"
-        )
-        return replace(decision, cause=task.launch.name, reason=said)
+        return replace(decision, cause=task.launch.name, reason=f"{ended(self._task_status(task))} ({PREEMPTED_SAYS})")
 
     def stop_all(self, grace_s: float, send_term: bool = True) -> None:
         """SIGTERM every live group, wait out one deadline, SIGKILL, wait until all are gone."""
