@@ -181,7 +181,7 @@ def _base_data(request: LaunchRequest) -> dict[str, Any] | None:
 
 # The spec's fields the command line sets, as a message names them (not by a spec path no one wrote)
 _FLAGS = {"run_root": "--run-root", "name": "--name", "training": "the command after --"}
-_NEWLINE_HINT = "contains a newline: put the code in a script file (python3 train.py), or join its lines with ';'"
+_NEWLINE_HINT = "contains a newline: put the code in a script file (python3 train.py)"
 
 
 def _by_flag(error: SpecError, updates: dict[str, Any]) -> LaunchError:
