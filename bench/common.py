@@ -22,8 +22,8 @@ from typing import Any
 import psutil
 
 from launcher.plan import LaunchPlan, PlanInputs, build_plan
-from launcher.ports import choose_free_ports
-from launcher.spec import ClusterSpec, parse_spec
+from launcher.preflight.ports import choose_free_ports
+from launcher.spec.models import ClusterSpec, parse_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"

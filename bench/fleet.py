@@ -1,6 +1,6 @@
 """Simulated fleets: what planning a large fleet costs the launcher, and what it sends the hosts.
 
-No processes and no sockets: the planner (launcher/spec.py, launcher/plan.py), the commands a
+No processes and no sockets: the planner (launcher/spec/models.py, launcher/plan.py), the commands a
 host's agent is sent (launcher/transport/payload.py) and the input of a Slurm step, for 256 hosts
 x 8 tasks and 4,096 hosts x 1 task, and the byte counts for smaller fleets of both shapes.
 
@@ -33,7 +33,7 @@ from typing import Any
 from bench.common import ROOT, save, summarize, table
 from launcher.agent.bootstrap import agent_line
 from launcher.plan import LaunchPlan, PlanInputs, TaskLaunch, build_plan
-from launcher.spec import ClusterSpec, parse_spec
+from launcher.spec.models import ClusterSpec, parse_spec
 from launcher.transport.payload import cluster_command, size, split_start, start_command
 
 FLEETS = ((256, 8), (4096, 1))

@@ -29,8 +29,8 @@ def _peak_kib() -> int:
 def main() -> None:
     began = time.perf_counter()
     from launcher.plan import PlanInputs, build_plan
-    from launcher.spec import parse_spec
-    from launcher.spec_json import decode_json, decode_text
+    from launcher.spec.models import parse_spec
+    from launcher.spec.strict_json import decode_json, decode_text
 
     imported = time.perf_counter()
     imported_kib = _peak_kib()

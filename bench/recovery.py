@@ -36,7 +36,7 @@ from bench.common import (
     worker_processes,
     write_spec,
 )
-from launcher.recovery import PHASES
+from launcher.supervise.recovery import PHASES
 
 KILL_AT = 40
 EVERY = 25

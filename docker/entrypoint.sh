@@ -98,8 +98,8 @@ wait_for_hosts() {
 import socket, sys, time
 from pathlib import Path
 
-from launcher.errors import LaunchError
-from launcher.spec import load_spec
+from launcher.common.errors import LaunchError
+from launcher.spec.models import load_spec
 
 wait_s, args = float(sys.argv[1]), sys.argv[2:]
 path = next((a.split("=", 1)[1] for a in args if a.startswith("--cluster=")), None)

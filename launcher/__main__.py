@@ -10,6 +10,6 @@ import sys
 if sys.path and os.path.abspath(sys.path[0] or ".") == os.getcwd():
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-from launcher.entry_point import entry  # noqa: E402  (after the path is set)
+from launcher.cli.entry_point import entry  # noqa: E402  (after the path is set)
 
 entry()

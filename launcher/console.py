@@ -4,7 +4,7 @@ Plain mode (a pipe, a file, CI): every task line prefixed with its task, `[worke
 Live mode (a terminal): a table drawn by `rich`, one row per task (state, attempt, step/total,
 steps/s, ETA, loss, last line), redrawn in place at most a few times a second; the launcher's
 notices scroll above it. Either way `<run dir>/status.json` is refreshed about once a second.
-TensorFlow's known-harmless start-up lines (launcher.benign_lines) stay out of the console and
+TensorFlow's known-harmless start-up lines (launcher.common.benign_lines) stay out of the console and
 of the last-line column unless `verbose`; `show` names the only tasks whose lines are echoed.
 Every task keeps its full log either way. This module only renders; it never starts or stops
 anything.
@@ -20,12 +20,12 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from launcher import json_lines, task_states
-from launcher.benign_lines import is_benign, opens_stragglers
-from launcher.durations import duration_text
-from launcher.gang import GangStatus
-from launcher.masking import printable
+from launcher.common import json_lines, task_states
+from launcher.common.benign_lines import is_benign, opens_stragglers
+from launcher.common.durations import duration_text
+from launcher.common.masking import printable
 from launcher.plan import TaskLaunch
+from launcher.supervise.gang import GangStatus
 from worker.contract import CONTINUED, DONE, JOINED, PROGRESS_EVENTS, STOPPED
 from worker.files import write_atomic
 

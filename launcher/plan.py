@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from launcher.agent.cluster import address
-from launcher.masking import redact, secret_arguments
-from launcher.python_script import split_python_command
-from launcher.spec import ClusterSpec, CommandTraining, HostSpec, is_url
+from launcher.common.masking import redact, secret_arguments
+from launcher.spec.models import ClusterSpec, CommandTraining, HostSpec, is_url
+from launcher.spec.python_script import split_python_command
 from worker.contract import (
     ARGV_TRAMPOLINE,
     ARGV_VAR,

@@ -19,19 +19,15 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from launcher.bundle import write_launch_record
-from launcher.checkpoint_mark import mark_checkpoints
+from launcher.common.errors import InterruptedLaunchError, PreflightError, RunDirError, UsageError
+from launcher.common.masking import printable
+from launcher.common.private_files import make_private_dir
 from launcher.console import Console
-from launcher.errors import InterruptedLaunchError, PreflightError, RunDirError, UsageError
-from launcher.faults import Fault
-from launcher.gang import RunResult
-from launcher.masking import printable
 from launcher.plan import LaunchPlan, PlanInputs, build_plan, host_python
-from launcher.policy import RestartPolicy
-from launcher.ports import check_local_ports, choose_free_ports, port_is_free
-from launcher.private_files import make_private_dir
-from launcher.report import write_summary
-from launcher.run_lock import (
+from launcher.preflight.ports import check_local_ports, choose_free_ports, port_is_free
+from launcher.rundir.bundle import write_launch_record
+from launcher.rundir.checkpoint_mark import mark_checkpoints
+from launcher.rundir.lock import (
     RunLock,
     check_run_dir,
     lock_run,
@@ -39,14 +35,18 @@ from launcher.run_lock import (
     refuse_if_running,
     refuse_unsafe_ancestry,
 )
-from launcher.spec import BuiltinTraining, ClusterSpec, FunctionTraining, is_url
-from launcher.supervisor import Supervisor
+from launcher.rundir.report import write_summary
+from launcher.spec.models import BuiltinTraining, ClusterSpec, FunctionTraining, is_url
+from launcher.supervise.faults import Fault
+from launcher.supervise.gang import RunResult
+from launcher.supervise.policy import RestartPolicy
+from launcher.supervise.supervisor import Supervisor
 from launcher.transport.base import Transport
 from launcher.transport.hosts import agent_hosts, host_transport
 from worker.contract import RunLayout
 
 if TYPE_CHECKING:
-    from launcher.preflight import PreflightReport
+    from launcher.preflight.check import PreflightReport
     from launcher.slurm.allocation import Allocation
 
 log = logging.getLogger(__name__)
@@ -128,7 +128,7 @@ def preflight(spec: ClusterSpec, plan: LaunchPlan, transport: Transport | None =
     """Check every host (local ones too) and the run directory; leaves nothing behind.
 
     Given the launch's transport, the checks run over the connections the tasks will use."""
-    from launcher.preflight import run_preflight
+    from launcher.preflight.check import run_preflight
 
     if transport is not None:
         return run_preflight(spec, plan, transport)
@@ -174,7 +174,7 @@ def _install_signals(supervisor: Supervisor, layout: RunLayout) -> SignalHandler
         state["stopping"] = True
         by = None
         if signum == signal.SIGINT:  # `launch stop`'s? (imported here: not on the way to starting the tasks)
-            from launcher.run_stop import stop_requester
+            from launcher.rundir.stop import stop_requester
 
             by = stop_requester(layout)
         raise InterruptedLaunchError(signum, by)

@@ -20,9 +20,9 @@ from tflaunch.events import record, report
 from tflaunch.leader import wait_for_leader
 
 if TYPE_CHECKING:
-    from launcher.errors import LaunchError as LaunchError
-    from launcher.errors import SpecError as SpecError
-    from launcher.errors import UsageError as UsageError
+    from launcher.common.errors import LaunchError as LaunchError
+    from launcher.common.errors import SpecError as SpecError
+    from launcher.common.errors import UsageError as UsageError
     from tflaunch.api import LaunchResult
 
 # `from tflaunch import *` gives what a training script uses, and never loads the launcher
@@ -44,7 +44,7 @@ def __getattr__(name: str) -> Any:
     errors are not there, as `launch` would not be."""
     if name in _ERRORS:
         try:
-            from launcher import errors
+            from launcher.common import errors
         except Exception as error:  # noqa: BLE001 - shadowed or broken: whatever it raised, the errors are not there
             raise AttributeError(f"tflaunch.{name} needs the launcher, which cannot be imported: {error}") from None
         return getattr(errors, name)

@@ -1,7 +1,7 @@
 """`tflaunch.launch(...)`: run a cluster spec from Python (a notebook, a pipeline step) and get its result.
 
 The same launch as the `launch` command: preflight, supervise, restart, summary.json. Bad input
-raises `launcher.errors.LaunchError` (a SpecError lists every problem); a failed run is a result,
+raises `launcher.common.errors.LaunchError` (a SpecError lists every problem); a failed run is a result,
 not an exception. The signal handlers a launch installs (SIGINT, SIGTERM, SIGHUP stop the gang)
 are put back as they were when it returns, whatever happens. Never imports TensorFlow.
 """
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO, cast
 
-from launcher import exit_codes
+from launcher.common import exit_codes
 from worker.contract import RunLayout
 
 __all__ = ["LaunchResult", "launch"]
@@ -58,14 +58,14 @@ def launch(
     `fresh`: move the run's old files aside instead of resuming; `echo`: print the tasks' output
     prefixed with their names (it is always logged in the run directory); `verbose`: echo TensorFlow's
     known-harmless start-up lines too; `show`: echo only these tasks (`["worker:0"]`)."""
+    from launcher.cli.request import LaunchRequest, request_spec, shown_tasks
+    from launcher.common.errors import AlreadyTrained, InterruptedLaunchError
     from launcher.console import Console
-    from launcher.errors import AlreadyTrained, InterruptedLaunchError
-    from launcher.gang import LaunchState
-    from launcher.report import failure_text, success_text
-    from launcher.request import LaunchRequest, request_spec, shown_tasks
-    from launcher.resume import PYTHON_WORDS, resume_or_start_over
     from launcher.run import launch as run_launch
     from launcher.run import run_dir_of
+    from launcher.rundir.report import failure_text, success_text
+    from launcher.rundir.resume import PYTHON_WORDS, resume_or_start_over
+    from launcher.supervise.gang import LaunchState
 
     cluster = os.fspath(spec) if isinstance(spec, (str, os.PathLike)) else spec
     request = LaunchRequest(cluster=cluster, name=name, run_root=run_root, command=tuple(command))

@@ -11,7 +11,8 @@ import traceback
 
 from worker.files import write_atomic
 
-# Where TensorFlow ran the failed op (`{{function_node __wrapped__...}} `), not what failed: launcher.log_reading's
+# Where TensorFlow ran the failed op (`{{function_node __wrapped__...}} `), not what failed:
+# launcher.common.log_reading's
 _FUNCTION_NODE = re.compile(r"^\{\{function_node [^}]*\}\}\s*")
 _NOT_THEIRS = (
     os.path.dirname(os.path.abspath(__file__)) + os.sep,

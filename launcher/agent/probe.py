@@ -5,7 +5,7 @@ alike. Standard library only; it never imports TensorFlow (metadata lookups are 
 take milliseconds). Requests and their answers:
 
     {"op": "info", "workdir": ..., "checkpoint_dir": ..., "need_worker": true, "gpus": true,
-     "programs": [...], "path": ...}     "gpus": also nvidia-smi's raw answers (parsed by launcher.gpus);
+     "programs": [...], "path": ...}     "gpus": also nvidia-smi's raw answers (parsed by launcher.preflight.gpus);
                                          "programs": why each task's program cannot run (PATH: "path")
                                          "functions": module:function targets whose module plainly lacks it
                                          "command_modules": the modules of `python -m MODULE` commands

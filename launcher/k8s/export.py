@@ -11,11 +11,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from launcher.errors import UsageError
+from launcher.common.errors import UsageError
 from launcher.k8s import jobset, tfjob
 from launcher.k8s.layout import Export, ExportOptions, task_groups
 from launcher.k8s.yaml_text import documents, scalar
-from launcher.spec import ClusterSpec
+from launcher.spec.models import ClusterSpec
 from worker.files import new_temporary
 
 # The file of each engine's own object: one directory holds the manifests of one engine only.

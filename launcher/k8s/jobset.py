@@ -41,7 +41,7 @@ from launcher.k8s.layout import (
     pod_spec,
     storage_notes,
 )
-from launcher.spec import ClusterSpec
+from launcher.spec.models import ClusterSpec
 from worker.contract import ATTEMPT_VAR
 
 API_VERSION = "jobset.x-k8s.io/v1alpha2"

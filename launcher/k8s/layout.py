@@ -15,7 +15,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from launcher.errors import SpecError, SpecProblem, UsageError
+from launcher.common.errors import SpecError, SpecProblem, UsageError
+from launcher.common.masking import mask_value, secret_arguments
 from launcher.k8s.names import (
     Toleration,
     check_label,
@@ -25,9 +26,8 @@ from launcher.k8s.names import (
     check_shown,
 )
 from launcher.k8s.yaml_text import scalar
-from launcher.masking import mask_value, secret_arguments
 from launcher.plan import runtime_env, task_slots
-from launcher.spec import ClusterSpec, CommandTraining, is_url
+from launcher.spec.models import ClusterSpec, CommandTraining, is_url
 from worker.contract import JOB_COMPLETION_INDEX_VAR, POD_LAYOUT_VAR, POD_TASK_TYPE_VAR, RunLayout
 from worker.pod import TASK_TYPES, PodLayout
 

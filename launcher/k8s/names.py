@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from launcher.errors import UsageError
+from launcher.common.errors import UsageError
 
 __all__ = [
     "EFFECTS",

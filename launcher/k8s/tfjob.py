@@ -35,7 +35,7 @@ from launcher.k8s.layout import (
     pod_spec,
     storage_notes,
 )
-from launcher.spec import ClusterSpec
+from launcher.spec.models import ClusterSpec
 from worker.contract import ATTEMPT_VAR, JOB_COMPLETION_INDEX_VAR
 
 API_VERSION = "kubeflow.org/v1"

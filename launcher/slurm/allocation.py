@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from launcher.errors import UsageError
-from launcher.spec import CHIEF_WITH_GPUS, ClusterSpec, SlurmSpec, uneven_node_split
+from launcher.common.errors import UsageError
+from launcher.spec.models import CHIEF_WITH_GPUS, ClusterSpec, SlurmSpec, uneven_node_split
 
 _NODE_ADDR = re.compile(r"\bNodeAddr=(\S+)")
 _NODE_NAME = re.compile(r"\bNodeName=(\S+)")

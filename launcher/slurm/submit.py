@@ -23,9 +23,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from launcher.errors import LaunchError, SpecError, SpecProblem, UsageError
-from launcher.private_files import make_private_dir, open_private
-from launcher.spec import ClusterSpec, SlurmSpec
+from launcher.common.errors import LaunchError, SpecError, SpecProblem, UsageError
+from launcher.common.private_files import make_private_dir, open_private
+from launcher.spec.models import ClusterSpec, SlurmSpec
 
 _POLL_S = 0.5
 _ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE")

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Union
 
-from launcher.errors import HostError
+from launcher.common.errors import HostError
 from launcher.plan import TaskLaunch
 
 _START_THREADS = 32

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from launcher.agent.bootstrap import agent_line
-from launcher.errors import HostError
+from launcher.common.errors import HostError
 from launcher.plan import TaskLaunch
 from launcher.transport import payload
 from launcher.transport.base import EventSink, Started, StartRequest

@@ -15,7 +15,7 @@ import sys
 from typing import IO, Any
 
 from launcher.agent.bootstrap import agent_argv
-from launcher.errors import HostError
+from launcher.common.errors import HostError
 from launcher.transport.channel import Channel
 
 # A local agent never ends itself on silence (its pipe closes with the launcher); it beats four

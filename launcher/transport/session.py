@@ -22,10 +22,10 @@ from typing import IO, Any
 
 from launcher.agent import frames
 from launcher.agent.tasks import kill_group
-from launcher.errors import HostError
-from launcher.masking import PemLines, redact
+from launcher.common.errors import HostError
+from launcher.common.masking import PemLines, redact
+from launcher.common.private_files import make_private_dir, open_private
 from launcher.plan import TaskLaunch
-from launcher.private_files import make_private_dir, open_private
 from launcher.transport.base import EventSink, ExitStatus, OutputLine, TaskExited, WorkerReport, exit_status_of
 from launcher.transport.channel import Channel
 from worker.contract import ALIVE, ERROR_FILE_VAR, EXIT, RESULT_FILE_VAR, STARTED

@@ -22,8 +22,8 @@ from collections import deque
 
 from launcher.agent import frames
 from launcher.agent.bootstrap import agent_argv
-from launcher.errors import HostError
-from launcher.private_files import make_private_dir, open_private
+from launcher.common.errors import HostError
+from launcher.common.private_files import make_private_dir, open_private
 from launcher.transport.session import Channel
 
 log = logging.getLogger(__name__)

@@ -13,10 +13,10 @@ import logging
 import threading
 from typing import Any
 
-from launcher.errors import HostError
-from launcher.malloc_arenas import limit_malloc_arenas
-from launcher.spec import HostSpec
+from launcher.common.errors import HostError
+from launcher.spec.models import HostSpec
 from launcher.transport.fleet import side_by_side
+from launcher.transport.malloc_arenas import limit_malloc_arenas
 from launcher.transport.session import Channel
 from launcher.transport.ssh_client import connect, resolve_target
 

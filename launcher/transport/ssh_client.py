@@ -27,8 +27,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from launcher.errors import HostError
-from launcher.spec import HostSpec, SshSpec
+from launcher.common.errors import HostError
+from launcher.spec.models import HostSpec, SshSpec
 from launcher.transport.deferred_invoke import defer_invoke
 from launcher.transport.host_keys import (
     HostKeyAction,

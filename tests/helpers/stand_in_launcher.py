@@ -18,7 +18,7 @@ import time
 
 import psutil
 
-from launcher.run_lock import lock_run
+from launcher.rundir.lock import lock_run
 
 
 def write_json(path: str, data: dict[str, object]) -> None:

@@ -269,8 +269,8 @@ def test_an_agent_that_ends_while_its_first_line_is_sent_is_named_with_its_words
     """A python that is not there ends the session while the agent's first line is still being written (a
     line larger than the SSH window makes sure; a short one can lose the race too): the host's error names
     the python and the shell's words, not a closed socket."""
-    from launcher.errors import HostError
-    from launcher.spec import HostSpec
+    from launcher.common.errors import HostError
+    from launcher.spec.models import HostSpec
     from launcher.transport.session import AgentSession
     from launcher.transport.ssh import SshMedium
 

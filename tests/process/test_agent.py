@@ -15,9 +15,9 @@ from typing import Any
 import psutil
 import pytest
 
-from launcher.errors import HostError
+from launcher.common.errors import HostError
 from launcher.plan import PlanInputs, TaskLaunch, build_plan
-from launcher.spec import ClusterSpec, parse_spec
+from launcher.spec.models import ClusterSpec, parse_spec
 from launcher.transport.base import Event, OutputLine, TaskExited, WorkerReport
 from launcher.transport.fleet import AgentTransport
 from launcher.transport.hosts import host_transport

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from launcher import __version__
-from launcher.arguments import SUBCOMMANDS, run_parser, sub_parsers
-from launcher.exit_codes import TABLE
+from launcher.cli.arguments import SUBCOMMANDS, run_parser, sub_parsers
+from launcher.common.exit_codes import TABLE
 from tests.conftest import HELPERS, REPO, launch_cmd, run_launch, write_spec
 
 TASK = str(HELPERS / "task.py")
@@ -528,7 +528,7 @@ def test_the_python_api_returns_the_result_and_restores_signal_handlers(
         assert failed.message.startswith("launch failed: ") and "root cause: worker:" in failed.message
         assert result.message.startswith("launch succeeded: api finished")
         assert all(signal.getsignal(s) is mine for s in before)
-        from launcher.errors import SpecError
+        from launcher.common.errors import SpecError
 
         with pytest.raises(SpecError, match="did you mean"):
             tflaunch.launch({**spec, "nmae": "x"})
@@ -542,7 +542,7 @@ def test_the_python_api_echoes_only_the_tasks_shown(
     work: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     import tflaunch
-    from launcher.errors import UsageError
+    from launcher.common.errors import UsageError
 
     monkeypatch.chdir(work)
     spec = {"name": "shown", "run_root": str(work / "runs"), "hosts": [{"address": "localhost", "workers": 2}]}

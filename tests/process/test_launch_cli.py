@@ -160,7 +160,7 @@ def test_dry_run_json_masks_secrets_and_starts_nothing(work: Path) -> None:
 
 def test_launcher_never_imports_tensorflow() -> None:
     code = (
-        "import sys, launcher.cli, launcher.supervisor, launcher.transport.fleet, launcher.agent.main;"
+        "import sys, launcher.cli.main, launcher.supervise.supervisor, launcher.transport.fleet, launcher.agent.main;"
         "sys.exit('tensorflow' in sys.modules or 'keras' in sys.modules)"
     )
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
@@ -214,14 +214,16 @@ def test_the_launch_command_loads_no_pydantic_plugin_and_a_library_user_keeps_th
     """Finding pydantic's plugins reads every installed distribution's metadata at each launch: the
     command skips it, in its own process only."""
     code = (
-        "import sys; from launcher import cli\n"
+        "import sys; from launcher.cli import main as cli\n"
         "sys.argv = ['launch', '--local', '1', '--dry-run', '--', 'python3', '-c', 'pass']\n"
         "try:\n    cli.entry()\nexcept SystemExit:\n    pass\n"
         "print('metadata' if 'importlib.metadata' in sys.modules else 'none')\n"
     )
     ran = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert ran.stdout.strip().splitlines()[-1] == "none", ran.stdout + ran.stderr
-    library = "import sys, launcher.spec as s; s.parse_spec({'name': 'a', 'hosts': [{'address': 'localhost'}]})\n"
+    library = (
+        "import sys, launcher.spec.models as s; s.parse_spec({'name': 'a', 'hosts': [{'address': 'localhost'}]})\n"
+    )
     library += "print('metadata' if 'importlib.metadata' in sys.modules else 'none')"
     ran = subprocess.run([sys.executable, "-c", library], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert ran.stdout.strip() == "metadata", ran.stdout + ran.stderr

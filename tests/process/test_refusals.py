@@ -18,7 +18,7 @@ from typing import Any
 import psutil
 import pytest
 
-from launcher import exit_codes
+from launcher.common import exit_codes
 from tests.conftest import HELPERS, launch_cmd, run_launch, wait_until_gone, write_spec
 
 TASK = str(HELPERS / "task.py")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.private_files import open_private
+from launcher.common.private_files import open_private
 from tests.conftest import launch_cmd, run_launch, write_spec
 from worker.files import write_atomic
 

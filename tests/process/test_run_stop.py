@@ -10,10 +10,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from launcher import exit_codes
-from launcher.errors import UsageError
-from launcher.run_status import describe_run
-from launcher.run_stop import stop_launcher, stop_run
+from launcher.common import exit_codes
+from launcher.common.errors import UsageError
+from launcher.rundir.status import describe_run
+from launcher.rundir.stop import stop_launcher, stop_run
 from tests.conftest import HELPERS
 from worker.contract import RunLayout
 

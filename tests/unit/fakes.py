@@ -5,9 +5,9 @@ from __future__ import annotations
 import signal
 from dataclasses import dataclass, field
 
-from launcher.errors import HostError
+from launcher.common.errors import HostError
 from launcher.plan import LaunchPlan, PlanInputs, TaskLaunch, build_plan
-from launcher.spec import ClusterSpec, parse_spec
+from launcher.spec.models import ClusterSpec, parse_spec
 from launcher.transport.base import (
     Agent,
     EventSink,

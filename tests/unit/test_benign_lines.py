@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.benign_lines import benign_lines, is_benign
+from launcher.common.benign_lines import benign_lines, is_benign
 
 # As TensorFlow 2.21 prints them on a CPU-only host (copied from a task log).
 BENIGN = [

@@ -9,10 +9,10 @@ import signal
 from pathlib import Path
 
 from launcher.console import Console
-from launcher.gang import GangStatus, TaskStatus
 from launcher.plan import PlanInputs, build_plan
-from launcher.run_status import describe_run
-from launcher.spec import parse_spec
+from launcher.rundir.status import describe_run
+from launcher.spec.models import parse_spec
+from launcher.supervise.gang import GangStatus, TaskStatus
 from launcher.transport.base import ExitStatus
 
 PLAN = build_plan(

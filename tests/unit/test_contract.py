@@ -116,7 +116,7 @@ def test_tflaunch_offers_the_errors_launch_raises_without_loading_the_launcher_f
         "import sys, tflaunch\n"
         "loaded_by_import = 'launcher' in sys.modules\n"
         "from tflaunch import LaunchError, SpecError, UsageError\n"
-        "import launcher.errors as errors\n"
+        "import launcher.common.errors as errors\n"
         "assert (LaunchError, SpecError, UsageError) == (errors.LaunchError, errors.SpecError, errors.UsageError)\n"
         "print(loaded_by_import, hasattr(tflaunch, 'Nope'), 'UsageError' in dir(tflaunch))\n"
     )

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from launcher.commands import Would, dry_run
+from launcher.cli.commands import Would, dry_run
 from launcher.plan import LaunchPlan, PlanInputs, build_plan
-from launcher.spec import parse_spec
+from launcher.spec.models import parse_spec
 
 INPUTS = PlanInputs(run_dir="/runs/r", attempt=1, launcher_python="/usr/bin/python3", launcher_cwd="/work")
 
@@ -51,7 +51,7 @@ def test_a_plan_that_would_start_leads_with_the_plan(capsys: pytest.CaptureFixtu
 def test_fresh_cannot_be_previewed_and_says_what_it_would_do(
     capsys: pytest.CaptureFixture[str], preview: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from launcher.cli import main
+    from launcher.cli.main import main
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "runs" / "local").mkdir(parents=True)

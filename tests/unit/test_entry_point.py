@@ -8,8 +8,9 @@ from collections.abc import Iterator
 
 import pytest
 
-import launcher.cli
-from launcher import entry_point, exit_codes
+import launcher.cli.main
+from launcher.cli import entry_point
+from launcher.common import exit_codes
 
 
 class _Panic(BaseException):
@@ -31,7 +32,7 @@ def test_an_interrupt_surfacing_as_another_exception_ends_with_130(monkeypatch: 
         except KeyboardInterrupt:
             raise _Panic("failed to import `datetime` C API") from None
 
-    monkeypatch.setattr(launcher.cli, "entry", interrupted_while_loading)
+    monkeypatch.setattr(launcher.cli.main, "entry", interrupted_while_loading)
     with pytest.raises(SystemExit) as ended:
         entry_point.entry()
     assert ended.value.code == exit_codes.INTERRUPTED == entry_point.INTERRUPTED
@@ -42,10 +43,10 @@ def test_without_an_interrupt_an_error_stays_an_error(monkeypatch: pytest.Monkey
     def broken() -> None:
         raise _Panic("a real bug")
 
-    monkeypatch.setattr(launcher.cli, "entry", broken)
+    monkeypatch.setattr(launcher.cli.main, "entry", broken)
     with pytest.raises(_Panic):
         entry_point.entry()
-    monkeypatch.setattr(launcher.cli, "entry", lambda: (_ for _ in ()).throw(SystemExit(3)))
+    monkeypatch.setattr(launcher.cli.main, "entry", lambda: (_ for _ in ()).throw(SystemExit(3)))
     with pytest.raises(SystemExit) as ended:
         entry_point.entry()
     assert ended.value.code == 3
@@ -53,7 +54,7 @@ def test_without_an_interrupt_an_error_stays_an_error(monkeypatch: pytest.Monkey
 
 def test_an_ignored_sigint_stays_ignored(monkeypatch: pytest.MonkeyPatch) -> None:
     seen = []
-    monkeypatch.setattr(launcher.cli, "entry", lambda: seen.append(signal.getsignal(signal.SIGINT)))
+    monkeypatch.setattr(launcher.cli.main, "entry", lambda: seen.append(signal.getsignal(signal.SIGINT)))
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         entry_point.entry()
@@ -63,7 +64,7 @@ def test_an_ignored_sigint_stays_ignored(monkeypatch: pytest.MonkeyPatch) -> Non
 
 
 def test_after_the_command_a_ctrl_c_changes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(launcher.cli, "entry", lambda: (_ for _ in ()).throw(SystemExit(0)))
+    monkeypatch.setattr(launcher.cli.main, "entry", lambda: (_ for _ in ()).throw(SystemExit(0)))
     with pytest.raises(SystemExit) as ended:
         entry_point.entry()
         raise AssertionError("entry() ends by SystemExit")

@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from launcher.errors import UsageError
-from launcher.faults import parse_fault, unfired
-from launcher.gang import TaskResult
+from launcher.common.errors import UsageError
+from launcher.supervise.faults import parse_fault, unfired
+from launcher.supervise.gang import TaskResult
 from tests.conftest import REPO
 from tflaunch.faults import FaultInjector
 
@@ -84,8 +84,8 @@ def test_a_fault_that_could_not_fire_is_said() -> None:
 
 
 def test_a_task_takes_one_fault() -> None:
-    from launcher.cli import _faults
-    from launcher.spec import parse_spec
+    from launcher.cli.main import _faults
+    from launcher.spec.models import parse_spec
 
     spec = parse_spec({"name": "f", "hosts": [{"address": "localhost", "workers": 2}]})
     assert len(_faults(spec, ["kill:worker:1@step=3", "exit=4:worker:0@step=5"])) == 2

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from launcher.agent import probe
-from launcher.gpus import GpuHost, GpuInventory, fleet_problems, inventory, parse_cuda_version, parse_gpu_list
+from launcher.preflight.gpus import GpuHost, GpuInventory, fleet_problems, inventory, parse_cuda_version, parse_gpu_list
 from tests.gpu_fakes import FAKE_VAR, OUTPUTS, install_nvidia_smi, outputs
 
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from launcher.errors import UsageError
-from launcher.run_logs import show_logs
-from launcher.run_status import describe_run
+from launcher.common.errors import UsageError
+from launcher.rundir.logs import show_logs
+from launcher.rundir.status import describe_run
 
 STATUS = {"launcher_started": 1.0, "updated": 1.0, "attempt": 0, "restarts": 0, "tasks": []}
 

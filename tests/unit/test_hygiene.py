@@ -6,8 +6,8 @@ import os
 import stat
 from pathlib import Path
 
-from launcher.masking import MASK, mask_env, printable
-from launcher.private_files import make_private_dir, open_private
+from launcher.common.masking import MASK, mask_env, printable
+from launcher.common.private_files import make_private_dir, open_private
 from launcher.transport.session import CUT_MARKER, MAX_LINE_BYTES, Lines
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from launcher.json_lines import dumps
+from launcher.common.json_lines import dumps
 
 SUMMARY = {
     "state": "succeeded",

@@ -22,15 +22,15 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from launcher import cli
-from launcher.errors import LaunchError, SpecError, UsageError
+from launcher.cli import main as cli
+from launcher.common.errors import LaunchError, SpecError, UsageError
 from launcher.k8s import jobset, tfjob
 from launcher.k8s.export import export, text, write
 from launcher.k8s.layout import ExportOptions, TaskGroup, task_groups
 from launcher.k8s.names import Toleration
 from launcher.k8s.yaml_text import documents, scalar
 from launcher.plan import PlanInputs, build_plan
-from launcher.spec import ClusterSpec, load_spec, parse_spec
+from launcher.spec.models import ClusterSpec, load_spec, parse_spec
 from tests.conftest import REPO
 from tests.unit.k8s_upstream import (
     COMPLETION_INDEX_ANNOTATION,

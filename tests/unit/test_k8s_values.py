@@ -17,14 +17,14 @@ from typing import Any
 import pytest
 import yaml
 
-from launcher import cli
-from launcher.errors import SpecError, UsageError
+from launcher.cli import main as cli
+from launcher.common.errors import SpecError, UsageError
 from launcher.k8s.export import export, text
 from launcher.k8s.layout import ExportOptions
 from launcher.k8s.names import Toleration
 from launcher.k8s.yaml_text import documents
-from launcher.spec import ClusterSpec, CommandTraining, parse_spec
-from launcher.spec_json import json_child
+from launcher.spec.models import ClusterSpec, CommandTraining, parse_spec
+from launcher.spec.strict_json import json_child
 from tests.unit.k8s_upstream import (
     COMPLETION_INDEX_ANNOTATION,
     container_environment,

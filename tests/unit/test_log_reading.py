@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from launcher.gang import AttemptResult, LaunchState, RunResult, TaskResult
-from launcher.known_failures import KNOWN_FAILURES, known_failure
-from launcher.log_reading import last_exception, read_end
-from launcher.report import failure_text, summary
+from launcher.common.log_reading import last_exception, read_end
+from launcher.rundir.known_failures import KNOWN_FAILURES, known_failure
+from launcher.rundir.report import failure_text, summary
+from launcher.supervise.gang import AttemptResult, LaunchState, RunResult, TaskResult
 from tests.conftest import REPO
 
 FRAMES = '  File "/tmp/train.py", line 4, in <module>\n    step()\n    ^^^^^^\n'
@@ -189,7 +189,7 @@ def test_the_log_tail_leaves_out_tensorflows_harmless_start_up_lines(tmp_path: P
 
 
 def test_launch_status_shows_the_exception_and_the_known_cause_as_the_report_does(tmp_path: Path) -> None:
-    from launcher.run_status import describe_run
+    from launcher.rundir.status import describe_run
 
     log = "Traceback (most recent call last):\n" + FRAMES + "ResourceExhaustedError: {{function_node x}} OOM when "
     result = _failed_run(tmp_path, log + "allocating tensor with shape[1048576,1048576]\n")
@@ -202,7 +202,7 @@ def test_launch_status_shows_the_exception_and_the_known_cause_as_the_report_doe
 
 
 def test_a_huge_line_in_the_log_tail_is_cut_so_the_error_below_it_shows(tmp_path: Path) -> None:
-    from launcher.report import TAIL_LINE_CHARS
+    from launcher.rundir.report import TAIL_LINE_CHARS
 
     text = failure_text(_failed_run(tmp_path, "[" + "0.5, " * 100_000 + "]\n" + "ValueError: bad batch\n"))
     assert max(len(line) for line in text.splitlines()) < TAIL_LINE_CHARS + 100
@@ -210,7 +210,7 @@ def test_a_huge_line_in_the_log_tail_is_cut_so_the_error_below_it_shows(tmp_path
 
 
 def test_only_a_traceback_that_ends_the_log_is_how_the_process_ended() -> None:
-    from launcher.log_reading import ending_exception
+    from launcher.common.log_reading import ending_exception
 
     died = 'step 3\nTraceback (most recent call last):\n  File "t.py", line 2\nValueError: bad batch\n'
     assert ending_exception(died) is not None and ending_exception(died).message == "bad batch"  # type: ignore[union-attr]

@@ -12,7 +12,7 @@ from tests.conftest import REPO
 
 _COUNT_ARENAS = """
 import ctypes, sys, threading
-from launcher.malloc_arenas import limit_malloc_arenas
+from launcher.transport.malloc_arenas import limit_malloc_arenas
 limited = sys.argv[1] == "limit" and limit_malloc_arenas(2)
 held = []
 together = threading.Barrier(8)
@@ -37,7 +37,7 @@ def _glibc() -> bool:
 
 
 def test_a_users_own_setting_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
-    from launcher.malloc_arenas import limit_malloc_arenas
+    from launcher.transport.malloc_arenas import limit_malloc_arenas
 
     monkeypatch.setenv("MALLOC_ARENA_MAX", "4")
     assert not limit_malloc_arenas()

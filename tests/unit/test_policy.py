@@ -6,9 +6,9 @@ import signal
 
 import pytest
 
-from launcher.gang import GangStatus, TaskStatus
-from launcher.policy import Action, Decision, FailureKind, RestartPolicy, short_message
-from launcher.spec import RestartSpec
+from launcher.spec.models import RestartSpec
+from launcher.supervise.gang import GangStatus, TaskStatus
+from launcher.supervise.policy import Action, Decision, FailureKind, RestartPolicy, short_message
 from launcher.transport.base import ExitStatus
 
 POLICY = RestartPolicy(RestartSpec(max_restarts=2, fatal_exit_codes=[2, 7], start_timeout_s=30, stall_timeout_s=60))

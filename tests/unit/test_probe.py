@@ -82,7 +82,7 @@ def test_host_facts_are_looked_up_once_and_shared_by_every_info(monkeypatch: obj
 
 
 def test_the_mesh_check_skips_only_pairs_of_local_hosts_on_loopback_addresses() -> None:
-    from launcher.preflight import _apart, _Host
+    from launcher.preflight.check import _apart, _Host
 
     def host(address: str, local: bool) -> _Host:
         return _Host(0, address, local, "python3", ".", [])
@@ -349,7 +349,7 @@ def test_a_checkpoint_dir_that_is_a_link_to_nothing_cannot_be_made(tmp_path: Pat
 def test_a_module_on_pythonpath_standing_in_for_the_runtime_is_found(tmp_path: Path) -> None:
     import shutil
 
-    from launcher.preflight import runtime_marks
+    from launcher.preflight.check import runtime_marks
 
     marks = runtime_marks()
     assert set(marks) == {"worker", "tflaunch"}

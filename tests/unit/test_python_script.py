@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from launcher.python_script import (
+from launcher.spec.python_script import (
     is_python,
     module_of,
     option_without_value,
@@ -96,8 +96,8 @@ def test_a_python_option_that_takes_a_value_given_none_is_named(argv: list[str],
 
 
 def test_a_spec_whose_python_is_given_a_bare_option_is_refused() -> None:
-    from launcher.errors import SpecError
-    from launcher.spec import parse_spec
+    from launcher.common.errors import SpecError
+    from launcher.spec.models import parse_spec
 
     spec = {"name": "m", "hosts": [{"address": "localhost", "workers": 1}]}
     with pytest.raises(SpecError, match=r"\$\.training\.argv: -m is given nothing after it: python would refuse it"):

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from launcher.agent.oom import oom_kills
-from launcher.gang import AttemptResult, LaunchState, RunResult, TaskResult
-from launcher.known_failures import known_failure
-from launcher.report import failure_text, failures, final_step, summary
+from launcher.rundir.known_failures import known_failure
+from launcher.rundir.report import failure_text, failures, final_step, summary
+from launcher.supervise.gang import AttemptResult, LaunchState, RunResult, TaskResult
 from launcher.transport.base import exit_status_of
 
 
@@ -80,7 +80,7 @@ def test_a_run_stopped_before_its_last_attempts_first_step_stands_at_the_step_be
 
 
 def test_running_out_of_free_ports_is_not_called_a_port_in_use() -> None:
-    from launcher.errors import PortInUseError
+    from launcher.common.errors import PortInUseError
 
     said = str(PortInUseError("worker:6610", "localhost", 0))
     assert "No free port was left on localhost for worker:6610" in said and "set the port to 0" not in said

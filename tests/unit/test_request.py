@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from launcher.checkpoint_mark import MARKER
-from launcher.errors import SpecError, UsageError
-from launcher.fresh import start_over
-from launcher.request import HOST_LIST_PORT, LaunchRequest, parse_host_list, read_hostfile, request_spec
+from launcher.cli.request import HOST_LIST_PORT, LaunchRequest, parse_host_list, read_hostfile, request_spec
+from launcher.common.errors import SpecError, UsageError
+from launcher.rundir.checkpoint_mark import MARKER
+from launcher.rundir.fresh import start_over
 from tests.conftest import REPO
 
 
@@ -255,8 +255,8 @@ def test_fresh_moves_a_checkpoint_dir_that_is_the_run_directory_itself_with_it(t
 
 
 def test_a_directory_of_the_users_named_as_the_run_directory_is_neither_written_nor_moved(tmp_path: Path) -> None:
-    from launcher.commands import check
-    from launcher.run_lock import refuse_if_not_a_run
+    from launcher.cli.commands import check
+    from launcher.rundir.lock import refuse_if_not_a_run
 
     request, run_dir = _run(tmp_path)
     run_dir.mkdir(parents=True)
@@ -284,7 +284,7 @@ def test_a_directory_of_the_users_named_as_the_run_directory_is_neither_written_
 
 
 def test_the_guess_of_local_hosts_counts_those_an_early_agent_can_serve(tmp_path: Path) -> None:
-    from launcher.request import local_hosts_here
+    from launcher.cli.request import local_hosts_here
 
     spec = tmp_path / "c.json"
     hosts = [

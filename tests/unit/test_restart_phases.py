@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from launcher.agent.tasks import spare_declines
-from launcher.gang import LaunchState
-from launcher.recovery import RestartTimes, restart_phases
-from launcher.spec import RestartSpec
+from launcher.spec.models import RestartSpec
+from launcher.supervise.gang import LaunchState
+from launcher.supervise.recovery import RestartTimes, restart_phases
 from tests.unit.test_supervisor import join_all, make
 
 TIMES = RestartTimes("retryable", failed_at=100.0, decided_at=100.5, stopped_at=101.0, started_at=101.0)

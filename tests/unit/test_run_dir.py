@@ -13,12 +13,13 @@ from pathlib import Path
 import psutil
 import pytest
 
-from launcher import exit_codes, run
+from launcher import run
+from launcher.common import exit_codes
+from launcher.common.errors import RunDirError
 from launcher.console import Console
-from launcher.errors import RunDirError
-from launcher.preflight import PreflightReport
-from launcher.run_status import SUMMARY_EXIT_CODES, RunStatusError, describe_run
-from launcher.spec import parse_spec
+from launcher.preflight.check import PreflightReport
+from launcher.rundir.status import SUMMARY_EXIT_CODES, RunStatusError, describe_run
+from launcher.spec.models import parse_spec
 from tests.unit.fakes import FakeTransport
 from worker.contract import RunLayout
 
@@ -113,7 +114,7 @@ def test_a_finished_run_exits_by_its_state(tmp_path: Path, state: str, code: int
 
 
 def test_every_terminal_launch_state_has_its_exit_code() -> None:
-    from launcher.gang import LaunchState
+    from launcher.supervise.gang import LaunchState
 
     assert set(SUMMARY_EXIT_CODES) == {state.value for state in LaunchState if state.is_terminal}
 
@@ -275,7 +276,7 @@ def test_only_outputs_that_exist_are_listed(tmp_path: Path) -> None:
 
 def test_a_checkpoint_directory_holding_only_the_mark_is_not_an_output(tmp_path: Path) -> None:
     """Every run makes and marks its checkpoint directory: a script that saves nothing wrote none."""
-    from launcher.checkpoint_mark import MARKER
+    from launcher.rundir.checkpoint_mark import MARKER
 
     layout = _layout(tmp_path)
     os.makedirs(layout.default_checkpoint_dir)
@@ -340,7 +341,7 @@ def test_a_status_naming_pid_0_is_never_a_live_launcher(tmp_path: Path) -> None:
 
 
 def test_a_resume_refuses_checkpoints_of_another_model_or_optimizer_but_not_other_steps() -> None:
-    from launcher.training_identity import what_trains
+    from launcher.rundir.training_identity import what_trains
 
     def trains(**changed: object) -> object:
         training = {"kind": "builtin", "steps": 200, "optimizer": "adam", "hidden_units": 64, "features": 16}
@@ -352,7 +353,7 @@ def test_a_resume_refuses_checkpoints_of_another_model_or_optimizer_but_not_othe
 
 
 def test_a_command_resumes_whatever_its_own_arguments_but_not_another_program() -> None:
-    from launcher.training_identity import what_trains
+    from launcher.rundir.training_identity import what_trains
 
     def trains(*argv: str) -> object:
         return what_trains({"training": {"kind": "command", "argv": list(argv)}})
@@ -392,7 +393,7 @@ def test_a_command_resumes_whatever_its_own_arguments_but_not_another_program() 
 def test_a_checkpoint_mark_is_believed_only_as_a_plain_file_of_ours(tmp_path: Path) -> None:
     import json
 
-    from launcher.checkpoint_mark import MARKER, marked_writer
+    from launcher.rundir.checkpoint_mark import MARKER, marked_writer
 
     mark = tmp_path / MARKER
     mark.write_text(json.dumps({"run_dir": "/runs/x"}))
@@ -421,8 +422,8 @@ def test_a_launch_waits_out_another_launchs_check_of_the_mark_but_not_a_launch(
     import fcntl
     import os
 
-    from launcher import checkpoint_mark
-    from launcher.errors import UsageError
+    from launcher.common.errors import UsageError
+    from launcher.rundir import checkpoint_mark
 
     spec = parse_spec({"name": "m", "hosts": [{"address": "localhost"}]})
     (tmp_path / checkpoint_mark.MARKER).write_text("{}")
@@ -456,8 +457,8 @@ def test_a_launch_waits_out_another_launchs_check_of_the_mark_but_not_a_launch(
 @pytest.mark.skipif(os.geteuid() != 0, reason="giving a directory to another user needs root")
 def test_fresh_does_not_move_another_users_checkpoint_dir(tmp_path: Path) -> None:
     """Root's `--fresh` would rename another user's directory and make its own in its place."""
-    from launcher.errors import UsageError
-    from launcher.resume import refuse_if_unsafe
+    from launcher.common.errors import UsageError
+    from launcher.rundir.resume import refuse_if_unsafe
 
     theirs = tmp_path / "theirs"
     theirs.mkdir()
@@ -468,7 +469,7 @@ def test_fresh_does_not_move_another_users_checkpoint_dir(tmp_path: Path) -> Non
 
 
 def test_a_run_directory_named_with_escapes_is_shown_as_plain_text(tmp_path: Path) -> None:
-    from launcher.run_status import RunStatusError
+    from launcher.rundir.status import RunStatusError
 
     with pytest.raises(RunStatusError) as caught:
         describe_run(str(tmp_path / "r\x1b[31mred\nline"))
@@ -478,7 +479,7 @@ def test_a_run_directory_named_with_escapes_is_shown_as_plain_text(tmp_path: Pat
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="giving a symbolic link to another user needs root")
 def test_a_run_root_through_another_users_symbolic_link_is_refused_before_it_is_resolved(tmp_path: Path) -> None:
-    from launcher.errors import UsageError
+    from launcher.common.errors import UsageError
 
     (tmp_path / "mine").mkdir(mode=0o700)
     link = tmp_path / "link"
@@ -491,7 +492,7 @@ def test_a_run_root_through_another_users_symbolic_link_is_refused_before_it_is_
 
 
 def test_the_checkpoint_a_resume_restores_is_the_one_tensorflows_index_names_when_it_is_there(tmp_path: Path) -> None:
-    from launcher.checkpoint_mark import latest_checkpoint
+    from launcher.rundir.checkpoint_mark import latest_checkpoint
 
     assert latest_checkpoint(str(tmp_path)) is None  # no index file
     (tmp_path / "checkpoint").write_text('model_checkpoint_path: "ckpt-7"\nall_model_checkpoint_paths: "ckpt-7"\n')
@@ -503,7 +504,7 @@ def test_the_checkpoint_a_resume_restores_is_the_one_tensorflows_index_names_whe
 
 
 def test_a_checkpoint_directory_is_resumed_from_only_when_checkpoints_were_written_there(tmp_path: Path) -> None:
-    from launcher.checkpoint_mark import MARKER, resumable
+    from launcher.rundir.checkpoint_mark import MARKER, resumable
 
     project = tmp_path / "project"  # `checkpoint_dir: "."`: a first launch finds the user's files there
     project.mkdir()
@@ -535,7 +536,7 @@ def test_a_checkpoint_directory_is_resumed_from_only_when_checkpoints_were_writt
 
 
 def test_the_mark_keeps_what_its_first_launch_found_in_the_directory(tmp_path: Path) -> None:
-    from launcher.checkpoint_mark import mark_checkpoints, read_mark, resumable
+    from launcher.rundir.checkpoint_mark import mark_checkpoints, read_mark, resumable
 
     spec = parse_spec({"name": "m", "hosts": [{"address": "localhost", "workers": 1}]})
     (tmp_path / "notes.txt").write_text("")
@@ -552,7 +553,7 @@ def test_the_mark_keeps_what_its_first_launch_found_in_the_directory(tmp_path: P
 
 
 def test_what_counts_as_checkpoints_follows_what_tensorflow_or_the_training_wrote(tmp_path: Path) -> None:
-    from launcher.checkpoint_mark import MARKER, mark_checkpoints, resumable
+    from launcher.rundir.checkpoint_mark import MARKER, mark_checkpoints, resumable
 
     run_dir = str(tmp_path / "runs" / "m")
     (tmp_path / "vectors.index").write_text("")  # a *.index of the user's own, not a CheckpointManager's
@@ -583,10 +584,10 @@ def test_checkpoints_no_launch_wrote_are_named_and_fresh_moves_them_only_when_th
 ) -> None:
     """Another tool's TensorFlow checkpoints, with no mark: a launch says that no launch wrote them, and
     `--fresh` moves the directory aside only when it holds nothing but TensorFlow's files."""
-    from launcher.checkpoint_mark import mark_checkpoints
-    from launcher.errors import UsageError
-    from launcher.fresh import start_over
-    from launcher.resume import resume_notice
+    from launcher.common.errors import UsageError
+    from launcher.rundir.checkpoint_mark import mark_checkpoints
+    from launcher.rundir.fresh import start_over
+    from launcher.rundir.resume import resume_notice
 
     monkeypatch.chdir(tmp_path)
     foreign = tmp_path / "foreign"

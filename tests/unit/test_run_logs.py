@@ -15,9 +15,9 @@ from typing import BinaryIO
 import psutil
 import pytest
 
-from launcher import exit_codes
-from launcher.errors import UsageError
-from launcher.run_logs import show_logs
+from launcher.common import exit_codes
+from launcher.common.errors import UsageError
+from launcher.rundir.logs import show_logs
 from worker.contract import RunLayout, task_stem
 
 FAST_POLL_S = 0.005

@@ -13,9 +13,9 @@ from types import FrameType
 import psutil
 import pytest
 
-from launcher import exit_codes
-from launcher.errors import UsageError
-from launcher.run_stop import stop_launcher
+from launcher.common import exit_codes
+from launcher.common.errors import UsageError
+from launcher.rundir.stop import stop_launcher
 from worker.contract import RunLayout
 
 

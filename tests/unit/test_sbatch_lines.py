@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from launcher.cli import main
-from launcher.errors import SpecError
+from launcher.cli.main import main
+from launcher.common.errors import SpecError
 from launcher.slurm import submit
 from launcher.slurm.submit import batch_script, sbatch_word, write_job
-from launcher.spec import parse_spec
+from launcher.spec.models import parse_spec
 from tests.conftest import write_spec
 
 C_SPACE = b" \t\n\v\f\r"  # C isspace() in the C locale

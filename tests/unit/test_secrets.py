@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.masking import MASK, Redactor, is_secret, looks_secret, mask_env, secret_arguments
+from launcher.common.masking import MASK, Redactor, is_secret, looks_secret, mask_env, secret_arguments
 
 PEM = "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7\n-----END PRIVATE KEY-----\n"
 SECRETS = {
@@ -76,8 +76,8 @@ def test_data_is_masked_by_key_and_value() -> None:
 
 
 def test_a_validation_error_never_echoes_a_secret() -> None:
-    from launcher.errors import SpecError
-    from launcher.spec import parse_spec
+    from launcher.common.errors import SpecError
+    from launcher.spec.models import parse_spec
 
     base = {"name": "a", "hosts": [{"address": "localhost", "workers": 1}]}
     for env in ({"DB_PASS": "hunter2-db\n"}, {"NOTE": SECRETS["HF_TOKEN"] + "\n"}, {"DB_PASS": "x", "DB_PASS ": "y"}):
@@ -90,7 +90,7 @@ def test_a_validation_error_never_echoes_a_secret() -> None:
 
 
 def test_names_run_together_and_declared_flags_with_hyphens_are_secret() -> None:
-    from launcher.masking import is_secret
+    from launcher.common.masking import is_secret
 
     for name in ("PGPASSWORD", "PGPASS", "DBPASS", "APITOKEN", "HFTOKEN", "SSHKEY", "HTPASSWD"):
         assert is_secret(name), name
@@ -102,7 +102,7 @@ def test_names_run_together_and_declared_flags_with_hyphens_are_secret() -> None
 def test_a_secret_printed_through_repr_or_json_is_masked_too() -> None:
     import json
 
-    from launcher.masking import Redactor
+    from launcher.common.masking import Redactor
 
     value = "q'uo\\te\"Pass1"
     redactor = Redactor([value])
@@ -111,14 +111,14 @@ def test_a_secret_printed_through_repr_or_json_is_masked_too() -> None:
 
 
 def test_authorization_headers_and_sas_are_masked() -> None:
-    from launcher.masking import redact
+    from launcher.common.masking import redact
 
     text = "BEARER abcdefgh12345678 bearer abcdefgh12345678 Basic dXNlcjpwYXNzd29yZA== SharedAccessSignature=sv=1&sig=x"
     assert "abcdefgh" not in redact(text) and "dXNlcj" not in redact(text) and "sig=x" not in redact(text)
 
 
 def test_a_private_key_printed_line_by_line_is_masked_in_the_log_and_on_the_console(tmp_path) -> None:
-    from launcher.masking import PemLines
+    from launcher.common.masking import PemLines
     from launcher.transport.session import RedactedLog
 
     key = [
@@ -140,7 +140,7 @@ def test_a_private_key_printed_line_by_line_is_masked_in_the_log_and_on_the_cons
 
 
 def test_url_passwords_holding_a_slash_or_an_at_sign_are_masked_whole() -> None:
-    from launcher.masking import redact
+    from launcher.common.masking import redact
 
     assert redact("https://user:pa/ss@host/p") == "https://user:****@host/p"
     assert redact("https://u:p@ss@host") == "https://u:****@host"
@@ -148,8 +148,8 @@ def test_url_passwords_holding_a_slash_or_an_at_sign_are_masked_whole() -> None:
 
 
 def test_a_declared_secret_too_short_to_mask_and_a_secret_that_is_no_name_are_refused_by_field() -> None:
-    from launcher.errors import SpecError
-    from launcher.spec import parse_spec
+    from launcher.common.errors import SpecError
+    from launcher.spec.models import parse_spec
 
     spec = {
         "name": "a",
@@ -168,8 +168,8 @@ def test_a_declared_secret_too_short_to_mask_and_a_secret_that_is_no_name_are_re
 def test_a_secret_exported_in_the_launchers_shell_is_masked_as_the_spec_s_own(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from launcher.request import redactor_of
-    from launcher.spec import parse_spec
+    from launcher.cli.request import redactor_of
+    from launcher.spec.models import parse_spec
 
     monkeypatch.setenv("DB_PASS", "hunter2-from-the-shell")
     spec = parse_spec({"name": "a", "hosts": [{"address": "localhost", "workers": 1}]})
@@ -178,8 +178,8 @@ def test_a_secret_exported_in_the_launchers_shell_is_masked_as_the_spec_s_own(
 
 
 def test_a_spec_secret_on_a_command_line_or_in_a_slurm_option_is_refused_by_field(tmp_path: Path) -> None:
-    from launcher.errors import SpecError
-    from launcher.request import LaunchRequest, request_spec
+    from launcher.cli.request import LaunchRequest, request_spec
+    from launcher.common.errors import SpecError
 
     spec = {
         "name": "a",
@@ -199,7 +199,7 @@ def test_a_spec_secret_on_a_command_line_or_in_a_slurm_option_is_refused_by_fiel
 
 
 def test_bidirectional_overrides_are_not_printed() -> None:
-    from launcher.masking import printable
+    from launcher.common.masking import printable
 
     assert printable("H\u202eevil\u202cI\u2066x\u2069") == "HevilIx"
 
@@ -222,7 +222,7 @@ def test_secrets_in_the_other_spellings_of_a_command_line() -> None:
 
 
 def test_words_after_basic_or_bearer_in_a_sentence_are_not_credentials() -> None:
-    from launcher.masking import redact
+    from launcher.common.masking import redact
 
     prose = "Using basic tokenization; running basic augmentation; Bearer capacity exceeded"
     assert redact(prose) == prose
@@ -239,14 +239,14 @@ def test_a_key_flag_is_a_secret_unless_it_names_another_kind_of_key_or_token() -
 
 
 def test_keras_names_after_basic_are_no_credentials() -> None:
-    from launcher.masking import redact
+    from launcher.common.masking import redact
 
     prose = "using basic Conv2DTranspose layers and a basic EfficientNetB0 model"
     assert redact(prose) == prose
 
 
 def test_secrets_in_a_urls_query_string_are_masked_and_kept_off_the_command_line() -> None:
-    from launcher.masking import redact
+    from launcher.common.masking import redact
 
     url = "https://h/api?access_token=abcd1234&page=2&sig=Zm9v%2Bbar&X-Amz-Signature=deadbeef00"
     assert (
@@ -282,7 +282,7 @@ def test_a_secret_among_other_words_of_an_argument_is_masked_alone() -> None:
 
 
 def test_query_parameters_are_secrets_by_name_and_plain_words_are_masked_in_their_url_only() -> None:
-    from launcher.masking import redact
+    from launcher.common.masking import redact
 
     for query in ("pwd=zoomPass99", "auth=abcdef123456", "X-Amz-Signature=deadbeef0011", "key=AIzaSyD-123456"):
         assert redact(f"https://h/x?{query}").endswith("=" + MASK), query
@@ -345,7 +345,7 @@ def test_a_secret_parameter_after_a_semicolon_or_in_a_fragment_is_masked_too() -
     ],
 )
 def test_credential_headers_an_http_debug_log_prints_are_masked(line: str, kept: str) -> None:
-    from launcher.masking import redact
+    from launcher.common.masking import redact
 
     assert kept in redact(line), redact(line)
 
@@ -355,7 +355,7 @@ def test_credential_headers_an_http_debug_log_prints_are_masked(line: str, kept:
     ["Epoch 3: cookies eaten 5", "tokens: 512", "batch-key: 7", "monkey: 3", "keyboard=us", "KeyError: 'x'"],
 )
 def test_lines_that_only_resemble_a_credential_header_are_left_alone(line: str) -> None:
-    from launcher.masking import redact
+    from launcher.common.masking import redact
 
     assert redact(line) == line
 
@@ -379,6 +379,6 @@ def test_lines_that_only_resemble_a_credential_header_are_left_alone(line: str) 
     ],
 )
 def test_a_credential_name_masks_its_value_and_leaves_the_rest_of_the_line(line: str, kept: str | None) -> None:
-    from launcher.masking import redact
+    from launcher.common.masking import redact
 
     assert redact(line) == (line if kept is None else kept)

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from launcher.cli import main
-from launcher.errors import UsageError
+from launcher.cli.main import main
+from launcher.common.errors import UsageError
 from launcher.slurm.allocation import Allocation, read_allocation
 from launcher.slurm.submit import batch_script
-from launcher.spec import parse_spec
+from launcher.spec.models import parse_spec
 
 NODES = Allocation("7", ["n1", "n2"], ["10.0.0.1", "10.0.0.2"], tasks_per_node=None, gpus_on_node=None, restart_count=0)
 
@@ -102,7 +102,7 @@ def test_the_batch_script_carries_the_slurm_section_and_no_secret() -> None:
 def test_an_sbatch_refusal_of_the_spec_exits_2_and_a_busy_slurm_exits_1(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, said: str, code: int, words: str
 ) -> None:
-    from launcher.errors import LaunchError
+    from launcher.common.errors import LaunchError
     from launcher.slurm.submit import submit
 
     fake = tmp_path / "sbatch"  # stands in for Slurm's answer; the refusal of a real one is in tests/integration

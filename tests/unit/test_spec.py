@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from launcher.cli import main
-from launcher.errors import SpecError
-from launcher.spec import ClusterSpec, is_loopback, json_schema, load_spec, parse_spec
+from launcher.cli.main import main
+from launcher.common.errors import SpecError
+from launcher.spec.models import ClusterSpec, is_loopback, json_schema, load_spec, parse_spec
 from tests.conftest import REPO
 
 GOOD: dict[str, Any] = {"name": "ok", "hosts": [{"address": "localhost", "workers": 2}]}
@@ -537,7 +537,7 @@ def test_a_spec_error_never_shows_a_secret_the_spec_holds() -> None:
 
 
 def test_a_cluster_too_large_for_one_environment_variable_is_refused_before_any_exec_fails() -> None:
-    from launcher.spec import MAX_TF_CONFIG_BYTES
+    from launcher.spec.models import MAX_TF_CONFIG_BYTES
 
     def fleet(hosts: int, per_host: int) -> dict[str, Any]:
         names = [f"gpu-node-{i:04d}.us-east1.internal.corp.example.com" for i in range(hosts)]

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from launcher.errors import SpecError
-from launcher.spec import SCHEMA_KEY, json_schema, parse_spec
-from launcher.spec_json import decode_json
+from launcher.common.errors import SpecError
+from launcher.spec.models import SCHEMA_KEY, json_schema, parse_spec
+from launcher.spec.strict_json import decode_json
 
 BASE = {"name": "r", "hosts": [{"address": "localhost", "workers": 2}]}
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import re
 
-from launcher.spec import json_schema
-from launcher.spec_reference import render, with_factory_defaults
+from launcher.spec.models import json_schema
+from launcher.spec.reference import render, with_factory_defaults
 from tests.conftest import REPO
 
 PAGE = REPO / "docs" / "spec-reference.md"
-REGENERATE = "python -m launcher.spec_reference > docs/spec-reference.md"
+REGENERATE = "python -m launcher.spec.reference > docs/spec-reference.md"
 
 
 def generated() -> str:

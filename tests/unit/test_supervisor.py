@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from launcher.gang import LaunchState
 from launcher.plan import TaskLaunch
-from launcher.policy import IDLE_PREEMPTIONS, RestartPolicy
-from launcher.supervisor import Supervisor
+from launcher.supervise.gang import LaunchState
+from launcher.supervise.policy import IDLE_PREEMPTIONS, RestartPolicy
+from launcher.supervise.supervisor import Supervisor
 from tests.unit.fakes import FakeClock, FakeTransport, fake_planner, fake_spec
 
 
@@ -149,7 +149,7 @@ def test_preemption_restarts_without_using_a_restart(tmp_path: Path) -> None:
     assert sup.step(0) is LaunchState.STARTING
     assert (sup.restarts, sup.preemptions, sup.plan.attempt) == (0, 1, 1)
     assert all(t.signals == [] for t in transport.started[:2]), "preempted workers are saving: no SIGTERM"
-    from launcher.report import failures
+    from launcher.rundir.report import failures
 
     assert sup.result is not None and all(t.preempted for t in sup.result.attempts[0].tasks)
     assert failures(sup.result) == [], "a preemption is not a failure (launch status showed 'first failure')"
@@ -518,7 +518,7 @@ def test_a_backoff_says_when_every_task_starts_again_and_only_while_it_lasts(tmp
 
 
 def test_a_stop_during_a_backoff_leaves_the_restart_it_said_uncounted(tmp_path: Path) -> None:
-    from launcher.errors import InterruptedLaunchError
+    from launcher.common.errors import InterruptedLaunchError
 
     spec = fake_spec(1, max_restarts=2, backoff_s=7)
     transport = FakeTransport()
@@ -539,7 +539,7 @@ def test_a_stop_during_a_backoff_leaves_the_restart_it_said_uncounted(tmp_path: 
 
 
 def test_an_end_that_is_the_injected_fault_is_said_to_be_it() -> None:
-    from launcher.supervisor import _as_injected
+    from launcher.supervise.supervisor import _as_injected
     from launcher.transport.base import ExitStatus
 
     class Launch:
@@ -560,7 +560,7 @@ def test_an_end_that_is_the_injected_fault_is_said_to_be_it() -> None:
 def test_the_injected_faults_task_is_named_before_a_peer_that_left_first() -> None:
     """With `--inject term:worker:0@...` both workers save and leave with the preemption code; the one
     that left first is the peer, not the rehearsed fault's task."""
-    from launcher.gang import GangStatus, TaskStatus
+    from launcher.supervise.gang import GangStatus, TaskStatus
     from launcher.transport.base import ExitStatus
 
     def task(name: str, exit: ExitStatus) -> TaskStatus:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import signal
 from types import FrameType
 
-INTERRUPTED = 130  # 128 + SIGINT, as launcher.exit_codes.INTERRUPTED (not imported: it must load nothing)
+INTERRUPTED = 130  # 128 + SIGINT, as launcher.common.exit_codes.INTERRUPTED (not imported: it must load nothing)
 
 
 class _Interrupts:
@@ -29,7 +29,7 @@ def entry() -> None:
     if ours:  # script's background job): that stays so
         signal.signal(signal.SIGINT, _interrupted)
     try:
-        from launcher.cli import entry as run
+        from launcher.cli.main import entry as run
 
         run()
     except BaseException as error:
@@ -37,4 +37,4 @@ def entry() -> None:
             signal.signal(signal.SIGINT, signal.SIG_IGN)
         if isinstance(error, SystemExit) or not (_Interrupts.seen or isinstance(error, KeyboardInterrupt)):
             raise
-        raise SystemExit(INTERRUPTED) from None  # quietly, as launcher.cli.main ends on a KeyboardInterrupt
+        raise SystemExit(INTERRUPTED) from None  # quietly, as launcher.cli.main.main ends on a KeyboardInterrupt

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import IO, Any
 
-from launcher.private_files import make_private_dir, open_private
+from launcher.common.private_files import make_private_dir, open_private
 from worker.contract import RECORD_STREAMS, RunLayout
 
 

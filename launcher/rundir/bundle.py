@@ -23,19 +23,19 @@ from fnmatch import fnmatch
 from typing import TYPE_CHECKING, Any
 
 from launcher import __version__
-from launcher.errors import UsageError
-from launcher.log_reading import read_end
-from launcher.masking import Redactor, redact, redacted
-from launcher.request import redactor_of
-from launcher.run_lock import is_run_dir
+from launcher.cli.request import redactor_of
+from launcher.common.errors import UsageError
+from launcher.common.log_reading import read_end
+from launcher.common.masking import Redactor, redact, redacted
+from launcher.rundir.lock import is_run_dir
 from worker.contract import RunLayout
 from worker.files import new_temporary, write_atomic
 
 if TYPE_CHECKING:
     import tarfile
 
-    from launcher.preflight import PreflightReport
-    from launcher.spec import ClusterSpec
+    from launcher.preflight.check import PreflightReport
+    from launcher.spec.models import ClusterSpec
 
 # Top-level files of a run directory that go into a bundle; everything in attempt-N/ goes too.
 _TOP_LEVEL = ("summary.json", "status.json", "spec.json", "preflight.json", "metrics.jsonl", "eval.jsonl")
@@ -164,7 +164,7 @@ def default_output(run_dir: str) -> str:
 
 def make_bundle(run_dir: str, output: str | None = None) -> BundleResult:
     """Pack the run's post-mortem files into one tar.gz (never checkpoints or models); see the module docstring."""
-    from launcher.run_status import no_run_files, not_a_run_dir
+    from launcher.rundir.status import no_run_files, not_a_run_dir
 
     if not os.path.isdir(run_dir):
         raise BundleError(not_a_run_dir(run_dir))

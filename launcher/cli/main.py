@@ -26,16 +26,16 @@ import types
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, TextIO
 
-from launcher import exit_codes
-from launcher.arguments import SUBCOMMANDS, run_parser, sub_parsers
-from launcher.errors import LaunchError, UsageError
-from launcher.faults import Fault, parse_fault
-from launcher.masking import printable, redact
-from launcher.request import LaunchRequest, parse_host_list, read_hostfile, shown_tasks, task_names
+from launcher.cli.arguments import SUBCOMMANDS, run_parser, sub_parsers
+from launcher.cli.request import LaunchRequest, parse_host_list, read_hostfile, shown_tasks, task_names
+from launcher.common import exit_codes
+from launcher.common.errors import LaunchError, UsageError
+from launcher.common.masking import printable, redact
+from launcher.supervise.faults import Fault, parse_fault
 
 if TYPE_CHECKING:
-    from launcher.commands import Would
-    from launcher.spec import ClusterSpec
+    from launcher.cli.commands import Would
+    from launcher.spec.models import ClusterSpec
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +96,7 @@ def _quiet_libraries(verbose: bool) -> None:
 
 def _start_agents_early(args: argparse.Namespace) -> None:
     from launcher.agent.bootstrap import agent_line
-    from launcher.request import local_hosts_here
+    from launcher.cli.request import local_hosts_here
     from launcher.transport.local import LOCAL_BEAT_S, start_early
 
     count = local_hosts_here(args.cluster, args.local, args.hosts)
@@ -105,7 +105,7 @@ def _start_agents_early(args: argparse.Namespace) -> None:
 
 
 def _run(own: list[str], command: list[str]) -> int:
-    from launcher import commands
+    from launcher.cli import commands
 
     args = run_parser().parse_args(own)
     _quiet_libraries(args.verbose)
@@ -128,7 +128,7 @@ def _run(own: list[str], command: list[str]) -> int:
     fresh_refused = args.fresh and (args.dry_run or args.check)  # refused below, naming the run directory
     if not args.dry_run and not fresh_refused and allocation is None:
         _start_agents_early(args)
-    from launcher.request import request_spec
+    from launcher.cli.request import request_spec
 
     notes: list[str] = []
     spec = request_spec(request, allocation.hosts if allocation is not None else None, notes)
@@ -169,10 +169,10 @@ def _would(spec: ClusterSpec) -> Would:
     """What a launch of `spec` would do with the run's earlier checkpoints, as `--check` says it, or why
     its run directory or checkpoints would refuse it before it starts (another training's checkpoints,
     a run still going). The hosts are `--check`'s to judge."""
-    from launcher.commands import Would
-    from launcher.resume import resume_notice
+    from launcher.cli.commands import Would
     from launcher.run import run_dir_of
-    from launcher.run_lock import refuse_if_not_a_run
+    from launcher.rundir.lock import refuse_if_not_a_run
+    from launcher.rundir.resume import resume_notice
 
     try:
         refuse_if_not_a_run(str(run_dir_of(spec)))
@@ -189,7 +189,7 @@ def _run_dir_named(value: str, run_root: str | None = None) -> str:
     """RUN_DIR as given, or, for a bare name, that run under `run_root` (`launch status example
     --run-root /data/runs`); without one, under the default run_root (`launch status example` for
     runs/example) when it is a run there and `value` is no run directory here."""
-    from launcher.run_lock import is_run_dir
+    from launcher.rundir.lock import is_run_dir
     from worker.contract import DEFAULT_RUN_ROOT
 
     if os.sep in value:
@@ -203,32 +203,32 @@ def _run_dir_named(value: str, run_root: str | None = None) -> str:
 
 
 def _subcommand(name: str, own: list[str], command: list[str]) -> int:
-    from launcher import commands
+    from launcher.cli import commands
 
     args = sub_parsers()[name].parse_args(own)
     if getattr(args, "run_dir", None) is not None:
         args.run_dir = _run_dir_named(args.run_dir, args.run_root)
     if name == "status":
-        from launcher.run_status import describe_run
+        from launcher.rundir.status import describe_run
 
         description = describe_run(args.run_dir)
         _say(description.text)
         return description.exit_code
     if name == "logs":
-        from launcher.run_logs import show_logs
+        from launcher.rundir.logs import show_logs
 
         return show_logs(
             args.run_dir, sys.stdout, follow=args.follow, tasks=args.task, attempt=args.attempt, notes=sys.stderr
         )
     if name == "stop":
-        from launcher.run_stop import stop_run
+        from launcher.rundir.stop import stop_run
 
         return stop_run(args.run_dir, timeout_s=args.timeout, say=_say)
     if name == "schema":
         return commands.schema(args.output)
     if name == "bundle":
         return commands.bundle(args.run_dir, args.output)
-    from launcher.request import request_spec
+    from launcher.cli.request import request_spec
 
     args.local = args.hosts = args.hostfile = None
     if name == "slurm":
@@ -292,7 +292,7 @@ def _without_pydantic_plugins() -> None:
     break `launch`. Only the command's own process: `import launcher` as a library changes nothing."""
     name = "pydantic.plugin._loader"
     if name not in sys.modules:
-        loader = types.ModuleType(name, "pydantic's plugin loader, finding none (launcher/cli.py)")
+        loader = types.ModuleType(name, "pydantic's plugin loader, finding none (launcher/cli/main.py)")
         loader.get_plugins = lambda: ()  # type: ignore[attr-defined]
         sys.modules[name] = loader
 

@@ -11,8 +11,8 @@ import re
 from dataclasses import dataclass
 from enum import Enum
 
-from launcher.gang import GangStatus, TaskStatus
-from launcher.spec import RestartSpec
+from launcher.spec.models import RestartSpec
+from launcher.supervise.gang import GangStatus, TaskStatus
 
 
 class Action(str, Enum):

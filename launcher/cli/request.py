@@ -16,13 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from launcher.errors import LaunchError, SpecError, UsageError
-from launcher.masking import Redactor, redact, secret_arguments, set_secrets, without_password
-from launcher.python_script import split_python_command
-from launcher.spec_limits import MAX_HOSTS, MAX_WORKERS_PER_HOST
+from launcher.common.errors import LaunchError, SpecError, UsageError
+from launcher.common.masking import Redactor, redact, secret_arguments, set_secrets, without_password
+from launcher.spec.limits import MAX_HOSTS, MAX_WORKERS_PER_HOST
+from launcher.spec.python_script import split_python_command
 
 if TYPE_CHECKING:  # pydantic: imported by the paths that validate
-    from launcher.spec import ClusterSpec, HostsFrom
+    from launcher.spec.models import ClusterSpec, HostsFrom
 
 __all__ = ["LaunchRequest", "parse_host_list", "read_hostfile", "request_spec"]
 
@@ -167,7 +167,7 @@ def _base_data(request: LaunchRequest) -> dict[str, Any] | None:
             **_quiet_tensorflow(),
         }
     if request.hosts:
-        from launcher.spec import is_this_machine
+        from launcher.spec.models import is_this_machine
 
         hosts: list[dict[str, Any]] = []
         for host, count in request.hosts:
@@ -209,7 +209,7 @@ def request_spec(
 ) -> ClusterSpec:
     """Validate what was asked for; raises SpecError or UsageError (exit 2), starts nothing. What the
     command line changed of the spec's own settings without a word is added to `notes`."""
-    from launcher.spec import CommandTraining, load_spec, parse_spec
+    from launcher.spec.models import CommandTraining, load_spec, parse_spec
 
     for flag, value in (("name", request.name), ("run-root", request.run_root)):
         if value is not None and not value.strip():
@@ -263,8 +263,8 @@ def _refuse_run_root_in_a_run(spec: ClusterSpec) -> None:
     """A run_root that is a run's directory, or lies inside one (`--run-root runs/mine`, runs/mine/attempt-0,
     a run directory as the working directory), would put this run inside that run (runs/mine/mine),
     starting over where a resume was meant, or writing among its checkpoints."""
-    from launcher.masking import escaped
-    from launcher.run_lock import run_around
+    from launcher.common.masking import escaped
+    from launcher.rundir.lock import run_around
 
     root = os.path.realpath(os.path.expanduser(spec.run_root))
     around = run_around(root, 4)  # the run_root itself, then three directories up
@@ -286,7 +286,7 @@ _SETTINGS = frozenset(("0", "1", "y", "n", "t", "f", "yes", "no", "on", "off")) 
 def _secrets_too_short(spec: ClusterSpec) -> list[str]:
     """A secret's value shorter than MIN_MASKED is never masked (it would mask ordinary text): say so,
     where the spec's own env holds one (--dry-run shows it masked, by its name)."""
-    from launcher.masking import MIN_MASKED, is_secret
+    from launcher.common.masking import MIN_MASKED, is_secret
 
     envs = [("env", spec.env), *((f"hosts[{i}].env", host.env) for i, host in enumerate(spec.hosts))]
     short = sorted(
@@ -315,7 +315,7 @@ def _refuse_visible_secrets(spec: ClusterSpec, source: str) -> None:
     in /proc) only when the command is a python: its arguments then travel in its environment. A
     Slurm job's options are shown to every user (squeue, scontrol): none may hold one. A secret is a
     flag of a secret name, a value of the spec's secrets, or a secret's form (`redact` finds the last two)."""
-    from launcher.errors import SpecError, SpecProblem
+    from launcher.common.errors import SpecError, SpecProblem
 
     def holding(args: list[str], first: int) -> list[int]:
         hidden = set(secret_arguments(args[first:], spec.secrets))
@@ -366,7 +366,7 @@ def shown_tasks(spec: ClusterSpec, text: str | None, flag: str = "--show") -> fr
     """The tasks `--show worker:0,worker:1` names; every name must be one of the spec's tasks."""
     if text is None:
         return frozenset()
-    from launcher.run_logs import as_given, task_order
+    from launcher.rundir.logs import as_given, task_order
 
     wanted = frozenset(part.strip() for part in text.split(",") if part.strip())
     if not wanted:  # `--show "$T"`, T unset: no task, not all

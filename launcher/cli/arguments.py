@@ -1,6 +1,6 @@
 """The argument parsers of `launch` and its subcommands (stdlib argparse), with their help texts.
 
-Parsing only: launcher/cli.py decides what each parsed command does.
+Parsing only: launcher/cli/main.py decides what each parsed command does.
 """
 
 from __future__ import annotations
@@ -9,9 +9,10 @@ import argparse
 import sys
 from typing import Any
 
-from launcher import __version__, exit_codes
-from launcher.errors import UsageError
-from launcher.request import HOST_LIST_PORT
+from launcher import __version__
+from launcher.cli.request import HOST_LIST_PORT
+from launcher.common import exit_codes
+from launcher.common.errors import UsageError
 
 __all__ = ["SUBCOMMANDS", "run_parser", "sub_parsers"]
 

@@ -8,7 +8,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from launcher.checkpoint_mark import (
+from launcher.common.errors import AlreadyTrained, UsageError
+from launcher.common.masking import printable
+from launcher.rundir.checkpoint_mark import (
     SPEC_LIMIT,
     latest_checkpoint,
     parsed,
@@ -18,12 +20,10 @@ from launcher.checkpoint_mark import (
     writer_of,
     written_before_any_launch,
 )
-from launcher.errors import AlreadyTrained, UsageError
-from launcher.masking import printable
-from launcher.training_identity import argv_of, shown_training, what_trains
+from launcher.rundir.training_identity import argv_of, shown_training, what_trains
 
 if TYPE_CHECKING:
-    from launcher.spec import ClusterSpec
+    from launcher.spec.models import ClusterSpec
 
 __all__ = [
     "CLI_WORDS",
@@ -56,7 +56,7 @@ def resume_or_start_over(
     from launcher.run import run_dir_of
 
     if fresh:
-        from launcher.fresh import start_over
+        from launcher.rundir.fresh import start_over
 
         for line in start_over(spec, run_dir_of(spec), os.getcwd()):
             say(f"{words.fresh}: moved {line}")
@@ -106,7 +106,7 @@ class Resuming:
 
 def new_run_would(checkpoint_dir: str) -> str:
     """What `--check` and `--dry-run` say of a launch that finds no checkpoint to resume from."""
-    from launcher.spec import is_url
+    from launcher.spec.models import is_url
 
     if is_url(checkpoint_dir):
         return (
@@ -122,7 +122,7 @@ def resume_notice(spec: ClusterSpec, words: ResumeWords = CLI_WORDS) -> Resuming
     checkpoints are another training's."""
     from launcher.plan import checkpoint_dir_of
     from launcher.run import run_dir_of
-    from launcher.run_lock import check_run_dir, refuse_if_running
+    from launcher.rundir.lock import check_run_dir, refuse_if_running
     from worker.contract import RunLayout
 
     layout = RunLayout(str(run_dir_of(spec)))
@@ -133,7 +133,7 @@ def resume_notice(spec: ClusterSpec, words: ResumeWords = CLI_WORDS) -> Resuming
     refuse_if_unsafe(checkpoints)  # as the preflight would, but before any word of resuming
     if not resumable(checkpoints, layout.run_dir):
         return None
-    from launcher.bundle import recorded_spec
+    from launcher.rundir.bundle import recorded_spec
 
     marked = read_mark(checkpoints)  # what wrote them, whichever run it was
     writer = writer_of(marked)
@@ -198,7 +198,7 @@ def refuse_if_unsafe(checkpoints: str, to_move: bool = False) -> None:
     (`to_move`: only the directories above count, the directory itself being set aside)."""
     from launcher.agent.probe import foreign_owner
     from launcher.agent.safe_paths import unsafe_ancestry
-    from launcher.spec import is_url
+    from launcher.spec.models import is_url
 
     if is_url(checkpoints):
         return
@@ -222,6 +222,6 @@ def refuse_if_unsafe(checkpoints: str, to_move: bool = False) -> None:
 
 def _read_json(path: str) -> dict[str, Any] | None:
     """The JSON object in `path` (the run's spec.json), or None when there is none to read."""
-    from launcher.log_reading import read_end
+    from launcher.common.log_reading import read_end
 
     return parsed(read_end(path, SPEC_LIMIT))

@@ -18,10 +18,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from launcher.errors import UsageError
+from launcher.common.errors import UsageError
 
 if TYPE_CHECKING:
-    from launcher.gang import TaskResult
+    from launcher.supervise.gang import TaskResult
 
 _FAULT = re.compile(
     r"^(?P<kind>kill|term|hang|exit(?:=(?P<code>\d{1,3}))?):(?P<task>(?:chief|worker):\d+)@step=(?P<step>\d+)$"

@@ -3,7 +3,7 @@
 Per host: reachable and authenticated (SSH), python and TensorFlow present with the same versions
 everywhere, the worker runtime installed (when the spec uses it), on hosts given GPUs a working
 nvidia-smi with the same driver and CUDA versions everywhere and every GPU id of the spec (see
-launcher.gpus), the working directory and the checkpoint directory present, the checkpoint
+launcher.preflight.gpus), the working directory and the checkpoint directory present, the checkpoint
 directory really shared (a marker written on one host is read on all), each task's port free, the
 script of a `python script.py` command and the modules of the spec's `module:function` targets
 present (found, never run), and every host able to open a TCP connection to
@@ -24,12 +24,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
 from launcher.agent.probe import RUNTIME_PACKAGES, creatable, package_digest
-from launcher.errors import HostError
-from launcher.gpus import GpuHost, fleet_problems, inventory
-from launcher.masking import redact, redacted
+from launcher.common.errors import HostError
+from launcher.common.masking import redact, redacted
 from launcher.plan import LaunchPlan, TaskLaunch
-from launcher.python_script import module_of, script_of
-from launcher.spec import BuiltinTraining, ClusterSpec, CommandTraining, FunctionTraining, is_url, machine_key
+from launcher.preflight.gpus import GpuHost, fleet_problems, inventory
+from launcher.spec.models import BuiltinTraining, ClusterSpec, CommandTraining, FunctionTraining, is_url, machine_key
+from launcher.spec.python_script import module_of, script_of
 from launcher.transport.base import Agent, Transport
 
 log = logging.getLogger(__name__)

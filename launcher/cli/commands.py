@@ -1,7 +1,7 @@
 """What each `launch` subcommand does once its arguments are parsed; only the CLI calls these.
 
 These may print (they are the command line's output); the library modules below them never do.
-Each returns the exit code (launcher/exit_codes.py) or raises a LaunchError.
+Each returns the exit code (launcher/common/exit_codes.py) or raises a LaunchError.
 """
 
 from __future__ import annotations
@@ -15,17 +15,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-from launcher import exit_codes
-from launcher.errors import PreflightError, UsageError
-from launcher.masking import printable, redact, redacted
+from launcher.common import exit_codes
+from launcher.common.errors import PreflightError, UsageError
+from launcher.common.masking import printable, redact, redacted
 from worker.contract import TF_CONFIG
 
 if TYPE_CHECKING:
-    from launcher.faults import Fault
     from launcher.k8s.layout import ExportOptions
     from launcher.plan import LaunchPlan
     from launcher.slurm.allocation import Allocation
-    from launcher.spec import ClusterSpec
+    from launcher.spec.models import ClusterSpec
+    from launcher.supervise.faults import Fault
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ def dry_run(plan: LaunchPlan, as_json: bool, remote: str = "ssh", would: Would |
     """Print every task's TF_CONFIG, environment and command; `remote`: how a remote host is reached;
     `would`: what the launch would do with the run's earlier checkpoints (the JSON's `would`)."""
     if would is not None and would.says is None:
-        from launcher.resume import new_run_would
+        from launcher.rundir.resume import new_run_would
 
         would = would._replace(says=new_run_would(plan.checkpoint_dir))
     if as_json:
@@ -117,9 +117,9 @@ def dry_run(plan: LaunchPlan, as_json: bool, remote: str = "ssh", would: Would |
 def check(spec: ClusterSpec, allocation: Allocation | None) -> int:
     """The preflight, and what the launch would refuse in its run directory (another user's, a run
     still going, another training's checkpoints), without starting anything."""
-    from launcher.resume import new_run_would, resume_notice
     from launcher.run import make_planner, make_transport, preflight, run_dir_of
-    from launcher.run_lock import check_run_dir, refuse_if_not_a_run, refuse_if_running
+    from launcher.rundir.lock import check_run_dir, refuse_if_not_a_run, refuse_if_running
+    from launcher.rundir.resume import new_run_would, resume_notice
 
     freeze_start_up()
     run_dir = str(run_dir_of(spec))
@@ -150,11 +150,11 @@ def run(
     fresh: bool = False,
 ) -> int:
     from launcher.console import Console
-    from launcher.faults import unfired
-    from launcher.gang import LaunchState
-    from launcher.report import failure_text, success_text
-    from launcher.resume import resume_or_start_over
     from launcher.run import launch
+    from launcher.rundir.report import failure_text, success_text
+    from launcher.rundir.resume import resume_or_start_over
+    from launcher.supervise.faults import unfired
+    from launcher.supervise.gang import LaunchState
 
     freeze_start_up()
     console = Console(
@@ -188,7 +188,7 @@ def describe_size(size: int) -> str:
 
 
 def bundle(run_dir: str, output: str | None) -> int:
-    from launcher.bundle import make_bundle
+    from launcher.rundir.bundle import make_bundle
 
     result = make_bundle(run_dir, output)
     print(f"bundle: {result.path} ({describe_size(result.size)}, {result.members} files)")
@@ -208,7 +208,7 @@ def _is_our_schema(path: Path) -> bool:
 
 
 def schema(output: str | None) -> int:
-    from launcher.spec import json_schema
+    from launcher.spec.models import json_schema
 
     text = json.dumps(json_schema(), indent=2) + "\n"
     if output is None or output == "-":

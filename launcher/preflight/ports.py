@@ -10,9 +10,9 @@ from __future__ import annotations
 import errno
 import socket
 
-from launcher.errors import PortInUseError
+from launcher.common.errors import PortInUseError
 from launcher.plan import LaunchPlan, task_slots
-from launcher.spec import ClusterSpec
+from launcher.spec.models import ClusterSpec
 
 _PICK_TRIES = 100
 

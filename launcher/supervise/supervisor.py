@@ -19,13 +19,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from launcher.errors import HostError, InterruptedLaunchError
-from launcher.gang import AttemptResult, GangStatus, LaunchState, RunResult, TaskResult, TaskStatus
+from launcher.common.errors import HostError, InterruptedLaunchError
+from launcher.common.private_files import make_private_dir
 from launcher.plan import LaunchPlan, TaskLaunch
-from launcher.policy import PREEMPTED_SAYS, Action, Decision, FailureKind, RestartPolicy, ended
-from launcher.private_files import make_private_dir
-from launcher.records import RecordFiles
-from launcher.recovery import FIRST_STEP, RestartTimes, restart_phases
+from launcher.supervise.gang import AttemptResult, GangStatus, LaunchState, RunResult, TaskResult, TaskStatus
+from launcher.supervise.policy import PREEMPTED_SAYS, Action, Decision, FailureKind, RestartPolicy, ended
+from launcher.supervise.records import RecordFiles
+from launcher.supervise.recovery import FIRST_STEP, RestartTimes, restart_phases
 from launcher.transport.base import (
     Event,
     ExitStatus,
@@ -100,7 +100,7 @@ def _exception_in_log(path: str) -> tuple[str, str] | None:
     script that writes no error file died, for the root cause's words and to tell a failure bound to
     repeat. Only a traceback that ends the log (TensorFlow's C++ log lines aside) counts: one the
     script printed and handled before it exited for another reason is not why it exited."""
-    from launcher.log_reading import ending_exception, read_end
+    from launcher.common.log_reading import ending_exception, read_end
 
     found = ending_exception(read_end(path))
     return None if found is None else (found.short_type, found.message.split("\n", 1)[0].strip())

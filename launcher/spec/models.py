@@ -19,8 +19,9 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from launcher.errors import SpecError, SpecProblem
-from launcher.masking import (
+from launcher.cli.request import STDIN_NAME
+from launcher.common.errors import SpecError, SpecProblem
+from launcher.common.masking import (
     MASK,
     MIN_MASKED,
     Redactor,
@@ -31,10 +32,9 @@ from launcher.masking import (
     secret_arguments,
     without_password,
 )
-from launcher.python_script import option_without_value, runs_nothing
-from launcher.request import STDIN_NAME
-from launcher.spec_json import decode_json, decode_text, json_child, raw_problems
-from launcher.spec_limits import MAX_HOSTS, MAX_SPEC_BYTES, MAX_WORKERS_PER_HOST
+from launcher.spec.limits import MAX_HOSTS, MAX_SPEC_BYTES, MAX_WORKERS_PER_HOST
+from launcher.spec.python_script import option_without_value, runs_nothing
+from launcher.spec.strict_json import decode_json, decode_text, json_child, raw_problems
 from worker.contract import DEFAULT_RUN_ROOT, ENV_PREFIX, PREEMPTION_EXIT_CODE
 from worker.training_spec import (  # noqa: F401 - re-exported: the spec's `training` section
     TRAINING_KINDS,

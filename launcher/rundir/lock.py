@@ -16,8 +16,8 @@ import stat
 from fnmatch import fnmatch
 
 from launcher.agent.safe_paths import unsafe_ancestry
-from launcher.errors import RunDirError, UsageError
-from launcher.masking import printable
+from launcher.common.errors import RunDirError, UsageError
+from launcher.common.masking import printable
 from worker.contract import RunLayout
 
 __all__ = [

@@ -13,16 +13,16 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from launcher import json_lines
-from launcher.benign_lines import benign_lines
-from launcher.gang import RunResult, TaskResult
-from launcher.log_reading import LoggedException, last_exception, read_end, tail_lines
-from launcher.masking import printable, redact, redacted
+from launcher.common import json_lines
+from launcher.common.benign_lines import benign_lines
+from launcher.common.log_reading import LoggedException, last_exception, read_end, tail_lines
+from launcher.common.masking import printable, redact, redacted
+from launcher.supervise.gang import RunResult, TaskResult
 from worker.contract import RunLayout
 from worker.files import write_atomic
 
 if TYPE_CHECKING:
-    from launcher.known_failures import KnownFailure
+    from launcher.rundir.known_failures import KnownFailure
 
 LOG_TAIL_LINES = 15
 TAIL_LINE_CHARS = 1000  # of one line of the tail: a printed tensor must not bury the error below it
@@ -61,7 +61,7 @@ class Diagnosis:
 
 
 def diagnose(task: TaskResult) -> Diagnosis:
-    from launcher.known_failures import known_failure  # a failure's only: not loaded by every launch
+    from launcher.rundir.known_failures import known_failure  # a failure's only: not loaded by every launch
 
     text = read_end(task.log_path)
     tail = "\n".join(tail_lines(text, _MATCHED_LINES))

@@ -15,8 +15,8 @@ import math
 import re
 from typing import Any
 
-from launcher.errors import SpecProblem
-from launcher.masking import MASK, is_secret, looks_secret, secret_arguments
+from launcher.common.errors import SpecProblem
+from launcher.common.masking import MASK, is_secret, looks_secret, secret_arguments
 
 # No spec nests deeper than $.hosts[i].tasks[j].port (5 levels); anything far deeper is not a spec.
 MAX_DEPTH = 16

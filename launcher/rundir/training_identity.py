@@ -6,8 +6,8 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from launcher.masking import printable
-from launcher.python_script import program_of
+from launcher.common.masking import printable
+from launcher.spec.python_script import program_of
 
 __all__ = ["argv_of", "shown_training", "what_trains"]
 

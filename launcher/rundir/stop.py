@@ -19,10 +19,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from launcher import exit_codes
-from launcher.errors import UsageError
-from launcher.run_lock import check_run_dir, holder_of, is_run_dir
-from launcher.run_status import RunFiles, launcher_process, no_run_files, read_run, summary_outcome
+from launcher.common import exit_codes
+from launcher.common.errors import UsageError
+from launcher.rundir.lock import check_run_dir, holder_of, is_run_dir
+from launcher.rundir.status import RunFiles, launcher_process, no_run_files, read_run, summary_outcome
 from worker.contract import RunLayout
 
 if TYPE_CHECKING:
@@ -119,7 +119,7 @@ def stop_requester(layout: RunLayout) -> str | None:
     the request is used up. None for any other signal (a Ctrl-C, a kill)."""
     import json
 
-    from launcher.log_reading import read_end
+    from launcher.common.log_reading import read_end
 
     try:
         request = json.loads(read_end(layout.stop_request_file, 4096))

@@ -13,7 +13,10 @@ import os
 import time
 from pathlib import Path
 
-from launcher.checkpoint_mark import (
+from launcher.common.errors import UsageError
+from launcher.common.masking import printable
+from launcher.plan import checkpoint_dir_of
+from launcher.rundir.checkpoint_mark import (
     MARKER,
     has_checkpoints,
     read_mark,
@@ -22,11 +25,8 @@ from launcher.checkpoint_mark import (
     tensorflow_file,
     writer_of,
 )
-from launcher.errors import UsageError
-from launcher.masking import printable
-from launcher.plan import checkpoint_dir_of
-from launcher.run_lock import check_run_dir, refuse_if_not_a_run, refuse_if_running
-from launcher.spec import ClusterSpec, is_url
+from launcher.rundir.lock import check_run_dir, refuse_if_not_a_run, refuse_if_running
+from launcher.spec.models import ClusterSpec, is_url
 from worker.contract import RunLayout
 
 __all__ = ["start_over"]
@@ -138,7 +138,7 @@ def start_over(spec: ClusterSpec, run_dir: Path, launcher_cwd: str) -> list[str]
     refuse_if_running(str(run_dir))
     refuse_if_in_use(checkpoints, str(run_dir))  # another run may write there (inside this run directory, too)
     if outside:  # a rename there could be raced, and the run would be refused after it
-        from launcher.resume import refuse_if_unsafe
+        from launcher.rundir.resume import refuse_if_unsafe
 
         refuse_if_unsafe(checkpoints, to_move=True)
     if outside and has_checkpoints(checkpoints):

@@ -2,7 +2,7 @@
 
 Reads `status.json` (refreshed by a live launcher about once a second) and `summary.json`
 (written when a launch ends), and says what they tell with the exit code of the run's state
-(launcher/exit_codes.py). Either file may be missing, cut short by a crash, or not ours at all;
+(launcher/common/exit_codes.py). Either file may be missing, cut short by a crash, or not ours at all;
 every such case is a RunStatusError naming the file, never a traceback. `read_run` and
 `launcher_process` also serve `launch logs -f` and `launch stop`. Never starts, signals or writes
 anything.
@@ -20,11 +20,11 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from launcher import exit_codes, task_states
-from launcher.durations import duration_text
-from launcher.errors import UsageError
-from launcher.log_reading import LoggedException
-from launcher.masking import escaped, printable, redact
+from launcher.common import exit_codes, task_states
+from launcher.common.durations import duration_text
+from launcher.common.errors import UsageError
+from launcher.common.log_reading import LoggedException
+from launcher.common.masking import escaped, printable, redact
 from worker.contract import RunLayout
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ __all__ = [
     "summary_outcome",
 ]
 
-# The exit code of each terminal state a summary can hold (the values of launcher.gang.LaunchState's
+# The exit code of each terminal state a summary can hold (the values of launcher.supervise.gang.LaunchState's
 # terminal members; spelled here because importing that module costs `launch status` the spec's
 # pydantic models, and a unit test keeps the two in step).
 SUMMARY_EXIT_CODES: dict[str, int] = {
@@ -61,7 +61,7 @@ class RunStatusError(UsageError):
 
 @dataclass(frozen=True)
 class RunDescription:
-    """What `launch status` prints, and what it exits with (see launcher/exit_codes.py)."""
+    """What `launch status` prints, and what it exits with (see launcher/common/exit_codes.py)."""
 
     text: str
     exit_code: int
@@ -210,7 +210,7 @@ def not_a_run_dir(run_dir: str) -> str:
 def _run_above(path: str) -> str:
     """` It lies inside the run R: give that.` for a path inside a run (an attempt-N directory, a log file
     in it, its checkpoints), looked for up to three directories up; else ""."""
-    from launcher.run_lock import run_around
+    from launcher.rundir.lock import run_around
 
     around = run_around(os.path.dirname(os.path.realpath(path)), 3)
     return f" It lies inside the run {escaped(around[0])}: give that." if around is not None else ""
@@ -360,7 +360,7 @@ def _present(where: str) -> bool:
     """Whether an output is there to be found: a URL is another system's and kept; a path must exist
     (a pattern such as attempt-* must match something), and a directory must hold something besides
     the launcher's checkpoint mark (the checkpoint directory is made, and marked, for every run)."""
-    from launcher.checkpoint_mark import has_checkpoints
+    from launcher.rundir.checkpoint_mark import has_checkpoints
 
     if _URL_SCHEME in where:
         return True

@@ -1,8 +1,8 @@
 """Render the cluster spec's JSON Schema as a Markdown reference: one table per object of the spec.
 
-    python -m launcher.spec_reference > docs/spec-reference.md
+    python -m launcher.spec.reference > docs/spec-reference.md
 
-Reads the schema that `launcher.spec.json_schema()` generates from the models, plus the defaults
+Reads the schema that `launcher.spec.models.json_schema()` generates from the models, plus the defaults
 pydantic leaves out of a schema (those made by a default factory, such as `restart.fatal_exit_codes`),
 so the page cannot say anything the models do not. It never reads a spec or touches the file system.
 """
@@ -22,7 +22,7 @@ HEADER = """\
 # Cluster spec reference
 
 Every field of `cluster.json`, generated from the spec's models by
-`python -m launcher.spec_reference > docs/spec-reference.md` (do not edit by hand). `launch schema`
+`python -m launcher.spec.reference > docs/spec-reference.md` (do not edit by hand). `launch schema`
 prints the same as a JSON Schema. A path such as `hosts[].ssh.user` means the `user` field of the
 `ssh` object of any entry of `hosts`. Unknown fields are refused. Bounds are inclusive unless
 written with `<` or `>`. The rules that span several fields are in [the cluster spec](cluster-spec.md).
@@ -162,7 +162,7 @@ def with_factory_defaults(schema: Node) -> Node:
     defaults, plus its `kind` (which picks the training form), e.g. `{}` or `{"kind": "builtin"}`."""
     from pydantic import BaseModel
 
-    from launcher import spec
+    from launcher.spec import models as spec
 
     for node in [schema, *schema.get("$defs", {}).values()]:
         model = getattr(spec, str(node.get("title")), None)
@@ -181,7 +181,7 @@ def with_factory_defaults(schema: Node) -> Node:
 
 
 def main() -> None:
-    from launcher.spec import json_schema
+    from launcher.spec.models import json_schema
 
     sys.stdout.write(render(with_factory_defaults(json_schema())))
 

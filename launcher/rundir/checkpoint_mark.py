@@ -13,12 +13,12 @@ import stat
 import time
 from typing import TYPE_CHECKING, Any
 
-from launcher.errors import UsageError
-from launcher.masking import printable
-from launcher.run_lock import RunLock
+from launcher.common.errors import UsageError
+from launcher.common.masking import printable
+from launcher.rundir.lock import RunLock
 
 if TYPE_CHECKING:
-    from launcher.spec import ClusterSpec
+    from launcher.spec.models import ClusterSpec
 
 MARKER = ".tflaunch-training.json"  # in a checkpoint directory: which run and training write there
 _CHECK_WAIT_S = 1.0  # how long a check's shared hold of the mark may delay a launch's lock
@@ -154,7 +154,7 @@ def mark_checkpoints(spec: ClusterSpec, run_dir: str, checkpoints: str) -> RunLo
     the launch runs: a later launch checks both, whatever its run directory (two runs may share a
     `checkpoint_dir`). UsageError when another launch holds it. Only a directory of this machine,
     of the user's own, is marked; elsewhere the run's spec.json serves alone."""
-    from launcher.bundle import recorded_spec
+    from launcher.rundir.bundle import recorded_spec
 
     existed = os.path.lexists(os.path.join(checkpoints, MARKER))
     fd = _open_mark(checkpoints, os.O_RDWR | os.O_CREAT)
