@@ -19,8 +19,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from launcher.common.errors import InterruptedLaunchError, PreflightError, RunDirError, UsageError
-from launcher.common.masking import printable
+from launcher.common.errors import InterruptedLaunchError, PreflightError, RunDirError
 from launcher.common.private_files import make_private_dir
 from launcher.console import Console
 from launcher.plan import LaunchPlan, PlanInputs, build_plan, host_python
@@ -33,7 +32,7 @@ from launcher.rundir.lock import (
     lock_run,
     refuse_if_not_a_run,
     refuse_if_running,
-    refuse_unsafe_ancestry,
+    run_dir_of,
 )
 from launcher.rundir.report import write_summary
 from launcher.spec.models import BuiltinTraining, ClusterSpec, FunctionTraining, is_url
@@ -51,30 +50,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 Planner = Callable[[int], LaunchPlan]
-
-
-def run_dir_of(spec: ClusterSpec) -> Path:
-    """The run directory, with the run root's symbolic links resolved once no other user could have
-    swapped one of them (after resolving, a link of theirs would no longer show)."""
-    refuse_unsafe_ancestry(os.path.join(os.path.abspath(spec.run_root), spec.name))
-    _refuse_dangling_links(os.path.abspath(spec.run_root))
-    return Path(spec.run_root).resolve() / spec.name
-
-
-def _refuse_dangling_links(path: str) -> None:
-    """UsageError when a symbolic link on `path` points nowhere (a file system not mounted, say): the
-    directories the launch makes would go where the link points, where nobody looks for them."""
-    at = "/"
-    for part in path.strip("/").split("/"):
-        at = os.path.join(at, part)
-        if os.path.islink(at) and not os.path.exists(at):
-            raise UsageError(
-                f"run_root {printable(path)}: {printable(at)} is a symbolic link to {printable(os.readlink(at))}, "
-                "which does not exist (a file system not mounted?); mount or fix it, or give another --run-root. "
-                "Nothing was started."
-            )
-        if not os.path.lexists(at):
-            return
 
 
 def next_attempt(run_dir: Path) -> int:

@@ -24,10 +24,11 @@ fi
 
 bash scripts/setup.sh test
 
-# Lint, format and types first: cheap, and they fail fast.
+# Lint, format, types and the import layers first: cheap, and they fail fast.
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy
+.venv/bin/lint-imports --no-logo  # the contracts in pyproject.toml: stages import downwards, no cycles
 .venv/bin/hadolint docker/Dockerfile tests/data/containers/python-base.Containerfile
 
 set +e

@@ -62,7 +62,7 @@ def launch(
     from launcher.common.errors import AlreadyTrained, InterruptedLaunchError
     from launcher.console import Console
     from launcher.run import launch as run_launch
-    from launcher.run import run_dir_of
+    from launcher.rundir.lock import run_dir_of
     from launcher.rundir.report import failure_text, success_text
     from launcher.rundir.resume import PYTHON_WORDS, resume_or_start_over
     from launcher.supervise.gang import LaunchState

@@ -117,8 +117,8 @@ def dry_run(plan: LaunchPlan, as_json: bool, remote: str = "ssh", would: Would |
 def check(spec: ClusterSpec, allocation: Allocation | None) -> int:
     """The preflight, and what the launch would refuse in its run directory (another user's, a run
     still going, another training's checkpoints), without starting anything."""
-    from launcher.run import make_planner, make_transport, preflight, run_dir_of
-    from launcher.rundir.lock import check_run_dir, refuse_if_not_a_run, refuse_if_running
+    from launcher.run import make_planner, make_transport, preflight
+    from launcher.rundir.lock import check_run_dir, refuse_if_not_a_run, refuse_if_running, run_dir_of
     from launcher.rundir.resume import new_run_would, resume_notice
 
     freeze_start_up()
@@ -230,7 +230,7 @@ def schema(output: str | None) -> int:
 
 
 def slurm_submit(spec: ClusterSpec, print_only: bool, wait: bool) -> int:
-    from launcher.run import run_dir_of
+    from launcher.rundir.lock import run_dir_of
     from launcher.slurm import submit as slurm
 
     run_dir = run_dir_of(spec)

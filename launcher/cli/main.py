@@ -133,7 +133,7 @@ def _run(own: list[str], command: list[str]) -> int:
     notes: list[str] = []
     spec = request_spec(request, allocation.hosts if allocation is not None else None, notes)
     if fresh_refused:
-        from launcher.run import run_dir_of
+        from launcher.rundir.lock import run_dir_of
 
         run_dir = run_dir_of(spec)
         named = printable(str(run_dir))
@@ -170,8 +170,7 @@ def _would(spec: ClusterSpec) -> Would:
     its run directory or checkpoints would refuse it before it starts (another training's checkpoints,
     a run still going). The hosts are `--check`'s to judge."""
     from launcher.cli.commands import Would
-    from launcher.run import run_dir_of
-    from launcher.rundir.lock import refuse_if_not_a_run
+    from launcher.rundir.lock import refuse_if_not_a_run, run_dir_of
     from launcher.rundir.resume import resume_notice
 
     try:

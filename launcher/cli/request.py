@@ -17,9 +17,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from launcher.common.errors import LaunchError, SpecError, UsageError
-from launcher.common.masking import Redactor, redact, secret_arguments, set_secrets, without_password
+from launcher.common.masking import redact, secret_arguments, set_secrets, without_password
 from launcher.spec.limits import MAX_HOSTS, MAX_WORKERS_PER_HOST
 from launcher.spec.python_script import split_python_command
+from launcher.spec.secrets import redactor_of
+from launcher.spec.sources import STDIN_FLAG, STDIN_NAME
 
 if TYPE_CHECKING:  # pydantic: imported by the paths that validate
     from launcher.spec.models import ClusterSpec, HostsFrom
@@ -27,8 +29,6 @@ if TYPE_CHECKING:  # pydantic: imported by the paths that validate
 __all__ = ["LaunchRequest", "parse_host_list", "read_hostfile", "request_spec"]
 
 _MAX_HOSTFILE_BYTES = 4 * 2**20  # 4,096 lines of a long name and a count fit many times over
-STDIN_FLAG = "-"  # `--cluster -`: the spec comes on standard input (`./-` names a file called -)
-STDIN_NAME = "standard input"  # how messages name a spec given so
 HOST_LIST_PORT = 23456  # -H/--hostfile: TF ports of a remote host's tasks, upward from here (preflight checks them)
 _HOST_ENTRY = re.compile(r"^(?P<host>\[[0-9A-Fa-f:.]+\]|[^\s:,\[\]]+)(?::(?P<n>\d+))?$")
 _HOSTFILE_LINE = re.compile(
@@ -380,13 +380,6 @@ def shown_tasks(spec: ClusterSpec, text: str | None, flag: str = "--show") -> fr
             f"(tasks: {', '.join(sorted(names, key=task_order))})."
         )
     return wanted
-
-
-def redactor_of(spec: ClusterSpec) -> Redactor:
-    """The secrets of a spec: its env's and hosts' env's secret values, and its command's; and those of
-    this environment, which a local host's tasks inherit (a `DB_PASS` exported in the shell)."""
-    argv = getattr(spec.training, "argv", None) or []
-    return Redactor.for_values([os.environ, spec.env, *(host.env for host in spec.hosts)], [argv], spec.secrets)
 
 
 _THIS_MACHINE = ("localhost", "127.0.0.1", "::1")

@@ -23,11 +23,11 @@ from fnmatch import fnmatch
 from typing import TYPE_CHECKING, Any
 
 from launcher import __version__
-from launcher.cli.request import redactor_of
 from launcher.common.errors import UsageError
 from launcher.common.log_reading import read_end
-from launcher.common.masking import Redactor, redact, redacted
+from launcher.common.masking import redact
 from launcher.rundir.lock import is_run_dir
+from launcher.spec.secrets import masked_spec, recorded_spec
 from worker.contract import RunLayout
 from worker.files import new_temporary, write_atomic
 
@@ -57,23 +57,8 @@ class BundleResult:
     left_out: list[str]
 
 
-def masked_spec(data: Any, declared: list[str] | None = None) -> Any:
-    """A spec (as JSON data) with the values of secret names (known, or declared in its `secrets`),
-    the current launch's secret values and every secret-looking value masked."""
-    if declared is None:
-        names = data.get("secrets") if isinstance(data, dict) else None
-        declared = [n for n in names if isinstance(n, str)] if isinstance(names, list) else []
-    return Redactor(declared=declared).data(redacted(data))
-
-
 def _write_json(path: str, data: Any) -> None:
     write_atomic(path, json.dumps(data, indent=2, default=str) + "\n")
-
-
-def recorded_spec(spec: ClusterSpec) -> dict[str, Any]:
-    """The spec as a run keeps it in spec.json: secret values masked."""
-    data: dict[str, Any] = masked_spec(redactor_of(spec).data(spec.model_dump(mode="json")))
-    return data
 
 
 def write_launch_record(spec: ClusterSpec, report: PreflightReport, run_dir: str) -> None:

@@ -154,7 +154,7 @@ def mark_checkpoints(spec: ClusterSpec, run_dir: str, checkpoints: str) -> RunLo
     the launch runs: a later launch checks both, whatever its run directory (two runs may share a
     `checkpoint_dir`). UsageError when another launch holds it. Only a directory of this machine,
     of the user's own, is marked; elsewhere the run's spec.json serves alone."""
-    from launcher.rundir.bundle import recorded_spec
+    from launcher.spec.secrets import recorded_spec
 
     existed = os.path.lexists(os.path.join(checkpoints, MARKER))
     fd = _open_mark(checkpoints, os.O_RDWR | os.O_CREAT)
@@ -286,3 +286,32 @@ def parsed(text: str | bytes) -> dict[str, Any] | None:
     except (ValueError, RecursionError):  # none (an older run), cut short, or not ours
         return None
     return data if isinstance(data, dict) else None
+
+
+def refuse_if_unsafe(checkpoints: str, to_move: bool = False) -> None:
+    """UsageError when another user could put a checkpoint in `checkpoints` on this machine (theirs, open to
+    anybody, or below a directory they could swap): a run would restore it. The preflight asks each host
+    the same; here it is asked before a launch says it resumes, or `--fresh` moves anything aside
+    (`to_move`: only the directories above count, the directory itself being set aside)."""
+    from launcher.agent.probe import foreign_owner
+    from launcher.agent.safe_paths import unsafe_ancestry
+    from launcher.spec.models import is_url
+
+    if is_url(checkpoints):
+        return
+    if to_move:  # its own mode does not matter, it is set aside; whose it is does: not ours to move
+        above = unsafe_ancestry(checkpoints)
+        problem = None if above is None else f"is not safe: {above}"
+        try:
+            owner = os.stat(checkpoints).st_uid
+        except OSError:
+            owner = os.geteuid()
+        if problem is None and owner not in (os.geteuid(), 0):
+            problem = f"belongs to uid {owner}, not to you (uid {os.geteuid()})"
+    else:
+        problem = foreign_owner(checkpoints)
+    if problem is not None:
+        raise UsageError(
+            f"checkpoint_dir {printable(checkpoints)} {printable(problem)}: a checkpoint planted there would be "
+            "restored; use a directory of your own (chmod o-w, or another checkpoint_dir). Nothing was started."
+        )

@@ -138,7 +138,7 @@ def start_over(spec: ClusterSpec, run_dir: Path, launcher_cwd: str) -> list[str]
     refuse_if_running(str(run_dir))
     refuse_if_in_use(checkpoints, str(run_dir))  # another run may write there (inside this run directory, too)
     if outside:  # a rename there could be raced, and the run would be refused after it
-        from launcher.rundir.resume import refuse_if_unsafe
+        from launcher.rundir.checkpoint_mark import refuse_if_unsafe
 
         refuse_if_unsafe(checkpoints, to_move=True)
     if outside and has_checkpoints(checkpoints):

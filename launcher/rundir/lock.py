@@ -14,11 +14,16 @@ import fcntl
 import os
 import stat
 from fnmatch import fnmatch
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from launcher.agent.safe_paths import unsafe_ancestry
 from launcher.common.errors import RunDirError, UsageError
 from launcher.common.masking import printable
 from worker.contract import RunLayout
+
+if TYPE_CHECKING:
+    from launcher.spec.models import ClusterSpec
 
 __all__ = [
     "RunLock",
@@ -59,6 +64,30 @@ _RUN_LAYOUT = _ONLY_A_LAUNCH | {
     _LAYOUT.export_dir,
     _LAYOUT.tensorboard_dir,
 }
+
+
+def run_dir_of(spec: ClusterSpec) -> Path:
+    """The run directory, with the run root's symbolic links resolved once no other user could have
+    swapped one of them (after resolving, a link of theirs would no longer show)."""
+    refuse_unsafe_ancestry(os.path.join(os.path.abspath(spec.run_root), spec.name))
+    _refuse_dangling_links(os.path.abspath(spec.run_root))
+    return Path(spec.run_root).resolve() / spec.name
+
+
+def _refuse_dangling_links(path: str) -> None:
+    """UsageError when a symbolic link on `path` points nowhere (a file system not mounted, say): the
+    directories the launch makes would go where the link points, where nobody looks for them."""
+    at = "/"
+    for part in path.strip("/").split("/"):
+        at = os.path.join(at, part)
+        if os.path.islink(at) and not os.path.exists(at):
+            raise UsageError(
+                f"run_root {printable(path)}: {printable(at)} is a symbolic link to {printable(os.readlink(at))}, "
+                "which does not exist (a file system not mounted?); mount or fix it, or give another --run-root. "
+                "Nothing was started."
+            )
+        if not os.path.lexists(at):
+            return
 
 
 def _only_a_launch_writes(name: str) -> bool:

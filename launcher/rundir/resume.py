@@ -16,6 +16,7 @@ from launcher.rundir.checkpoint_mark import (
     parsed,
     read_mark,
     refuse_if_in_use,
+    refuse_if_unsafe,
     resumable,
     writer_of,
     written_before_any_launch,
@@ -30,7 +31,6 @@ __all__ = [
     "PYTHON_WORDS",
     "ResumeWords",
     "Resuming",
-    "refuse_if_unsafe",
     "resume_notice",
     "resume_or_start_over",
 ]
@@ -53,7 +53,7 @@ def resume_or_start_over(
 ) -> None:
     """Before a launch, from the command line or Python alike: with `fresh` move the run's old files
     aside, else refuse another training's checkpoints and say when this one resumes its own."""
-    from launcher.run import run_dir_of
+    from launcher.rundir.lock import run_dir_of
 
     if fresh:
         from launcher.rundir.fresh import start_over
@@ -121,8 +121,7 @@ def resume_notice(spec: ClusterSpec, words: ResumeWords = CLI_WORDS) -> Resuming
     directory or the checkpoint directory is not safe to use, its run is still going, or its
     checkpoints are another training's."""
     from launcher.plan import checkpoint_dir_of
-    from launcher.run import run_dir_of
-    from launcher.rundir.lock import check_run_dir, refuse_if_running
+    from launcher.rundir.lock import check_run_dir, refuse_if_running, run_dir_of
     from worker.contract import RunLayout
 
     layout = RunLayout(str(run_dir_of(spec)))
@@ -133,7 +132,7 @@ def resume_notice(spec: ClusterSpec, words: ResumeWords = CLI_WORDS) -> Resuming
     refuse_if_unsafe(checkpoints)  # as the preflight would, but before any word of resuming
     if not resumable(checkpoints, layout.run_dir):
         return None
-    from launcher.rundir.bundle import recorded_spec
+    from launcher.spec.secrets import recorded_spec
 
     marked = read_mark(checkpoints)  # what wrote them, whichever run it was
     writer = writer_of(marked)
@@ -189,35 +188,6 @@ def _finished_at(summary_file: str, spec: ClusterSpec, latest: str | None) -> in
     if named is None or int(named[1]) < steps:
         return None
     return int(named[1])
-
-
-def refuse_if_unsafe(checkpoints: str, to_move: bool = False) -> None:
-    """UsageError when another user could put a checkpoint in `checkpoints` on this machine (theirs, open to
-    anybody, or below a directory they could swap): a run would restore it. The preflight asks each host
-    the same; here it is asked before a launch says it resumes, or `--fresh` moves anything aside
-    (`to_move`: only the directories above count, the directory itself being set aside)."""
-    from launcher.agent.probe import foreign_owner
-    from launcher.agent.safe_paths import unsafe_ancestry
-    from launcher.spec.models import is_url
-
-    if is_url(checkpoints):
-        return
-    if to_move:  # its own mode does not matter, it is set aside; whose it is does: not ours to move
-        above = unsafe_ancestry(checkpoints)
-        problem = None if above is None else f"is not safe: {above}"
-        try:
-            owner = os.stat(checkpoints).st_uid
-        except OSError:
-            owner = os.geteuid()
-        if problem is None and owner not in (os.geteuid(), 0):
-            problem = f"belongs to uid {owner}, not to you (uid {os.geteuid()})"
-    else:
-        problem = foreign_owner(checkpoints)
-    if problem is not None:
-        raise UsageError(
-            f"checkpoint_dir {printable(checkpoints)} {printable(problem)}: a checkpoint planted there would be "
-            "restored; use a directory of your own (chmod o-w, or another checkpoint_dir). Nothing was started."
-        )
 
 
 def _read_json(path: str) -> dict[str, Any] | None:

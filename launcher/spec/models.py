@@ -19,7 +19,6 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from launcher.cli.request import STDIN_NAME
 from launcher.common.errors import SpecError, SpecProblem
 from launcher.common.masking import (
     MASK,
@@ -34,6 +33,7 @@ from launcher.common.masking import (
 )
 from launcher.spec.limits import MAX_HOSTS, MAX_SPEC_BYTES, MAX_WORKERS_PER_HOST
 from launcher.spec.python_script import option_without_value, runs_nothing
+from launcher.spec.sources import STDIN_NAME
 from launcher.spec.strict_json import decode_json, decode_text, json_child, raw_problems
 from worker.contract import DEFAULT_RUN_ROOT, ENV_PREFIX, PREEMPTION_EXIT_CODE
 from worker.training_spec import (  # noqa: F401 - re-exported: the spec's `training` section

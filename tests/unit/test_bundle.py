@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 
 from launcher.preflight.check import PreflightReport
-from launcher.rundir.bundle import BundleError, make_bundle, masked_spec, write_launch_record
+from launcher.rundir.bundle import BundleError, make_bundle, write_launch_record
 from launcher.spec.models import parse_spec
+from launcher.spec.secrets import masked_spec
 
 
 def test_masked_spec_hides_secret_env_values_everywhere_and_url_passwords() -> None:

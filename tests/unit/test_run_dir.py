@@ -18,6 +18,7 @@ from launcher.common import exit_codes
 from launcher.common.errors import RunDirError
 from launcher.console import Console
 from launcher.preflight.check import PreflightReport
+from launcher.rundir.lock import run_dir_of
 from launcher.rundir.status import SUMMARY_EXIT_CODES, RunStatusError, describe_run
 from launcher.spec.models import parse_spec
 from tests.unit.fakes import FakeTransport
@@ -458,7 +459,7 @@ def test_a_launch_waits_out_another_launchs_check_of_the_mark_but_not_a_launch(
 def test_fresh_does_not_move_another_users_checkpoint_dir(tmp_path: Path) -> None:
     """Root's `--fresh` would rename another user's directory and make its own in its place."""
     from launcher.common.errors import UsageError
-    from launcher.rundir.resume import refuse_if_unsafe
+    from launcher.rundir.checkpoint_mark import refuse_if_unsafe
 
     theirs = tmp_path / "theirs"
     theirs.mkdir()
@@ -485,10 +486,10 @@ def test_a_run_root_through_another_users_symbolic_link_is_refused_before_it_is_
     link = tmp_path / "link"
     link.symlink_to(tmp_path / "mine")
     spec = parse_spec({"name": "r", "run_root": str(link), "hosts": [{"address": "localhost", "workers": 1}]})
-    assert run.run_dir_of(spec) == (tmp_path / "mine" / "r").resolve()  # our own link: followed
+    assert run_dir_of(spec) == (tmp_path / "mine" / "r").resolve()  # our own link: followed
     os.lchown(link, 65534, 65534)
     with pytest.raises(UsageError, match="is a symbolic link of uid 65534"):
-        run.run_dir_of(spec)
+        run_dir_of(spec)
 
 
 def test_the_checkpoint_a_resume_restores_is_the_one_tensorflows_index_names_when_it_is_there(tmp_path: Path) -> None:

@@ -168,8 +168,8 @@ def test_a_declared_secret_too_short_to_mask_and_a_secret_that_is_no_name_are_re
 def test_a_secret_exported_in_the_launchers_shell_is_masked_as_the_spec_s_own(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from launcher.cli.request import redactor_of
     from launcher.spec.models import parse_spec
+    from launcher.spec.secrets import redactor_of
 
     monkeypatch.setenv("DB_PASS", "hunter2-from-the-shell")
     spec = parse_spec({"name": "a", "hosts": [{"address": "localhost", "workers": 1}]})
