@@ -23,7 +23,8 @@ import psutil
 
 from launcher.plan import LaunchPlan, PlanInputs, build_plan
 from launcher.preflight.ports import choose_free_ports
-from launcher.spec.models import ClusterSpec, parse_spec
+from launcher.spec.load import parse_spec
+from launcher.spec.models import ClusterSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"

@@ -33,7 +33,8 @@ from typing import Any
 from bench.common import ROOT, save, summarize, table
 from launcher.agent.bootstrap import agent_line
 from launcher.plan import LaunchPlan, PlanInputs, TaskLaunch, build_plan
-from launcher.spec.models import ClusterSpec, parse_spec
+from launcher.spec.load import parse_spec
+from launcher.spec.models import ClusterSpec
 from launcher.transport.payload import cluster_command, size, split_start, start_command
 
 FLEETS = ((256, 8), (4096, 1))

@@ -29,7 +29,7 @@ def _peak_kib() -> int:
 def main() -> None:
     began = time.perf_counter()
     from launcher.plan import PlanInputs, build_plan
-    from launcher.spec.models import parse_spec
+    from launcher.spec.load import parse_spec
     from launcher.spec.strict_json import decode_json, decode_text
 
     imported = time.perf_counter()

@@ -99,7 +99,7 @@ import socket, sys, time
 from pathlib import Path
 
 from launcher.common.errors import LaunchError
-from launcher.spec.models import load_spec
+from launcher.spec.load import load_spec
 
 wait_s, args = float(sys.argv[1]), sys.argv[2:]
 path = next((a.split("=", 1)[1] for a in args if a.startswith("--cluster=")), None)

@@ -15,7 +15,7 @@ from typing import Any
 
 from launcher.agent.cluster import address
 from launcher.common.masking import redact, secret_arguments
-from launcher.spec.models import ClusterSpec, CommandTraining, HostSpec, is_url
+from launcher.spec.models import ClusterSpec, HostSpec
 from launcher.spec.python_script import split_python_command
 from worker.contract import (
     ARGV_TRAMPOLINE,
@@ -28,9 +28,11 @@ from worker.contract import (
     UMASK_VAR,
     RunLayout,
     TaskEnv,
+    is_url,
     task_stem,
     with_python,
 )
+from worker.training_spec import CommandTraining
 
 WORKER_MODULE = "worker"
 

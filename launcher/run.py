@@ -35,14 +35,15 @@ from launcher.rundir.lock import (
     run_dir_of,
 )
 from launcher.rundir.report import write_summary
-from launcher.spec.models import BuiltinTraining, ClusterSpec, FunctionTraining, is_url
+from launcher.spec.models import ClusterSpec
 from launcher.supervise.faults import Fault
 from launcher.supervise.gang import RunResult
 from launcher.supervise.policy import RestartPolicy
 from launcher.supervise.supervisor import Supervisor
 from launcher.transport.base import Transport
 from launcher.transport.hosts import agent_hosts, host_transport
-from worker.contract import RunLayout
+from worker.contract import RunLayout, is_url
+from worker.training_spec import BuiltinTraining, FunctionTraining
 
 if TYPE_CHECKING:
     from launcher.preflight.check import PreflightReport

@@ -16,6 +16,22 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
+# A checkpoint_dir (or any path of a spec) in this form is an object-store location, handed to
+# TensorFlow's file system untouched: the one test of the whole project, the host agent's included.
+URL_SCHEME = r"[A-Za-z][A-Za-z0-9+.\-]*"  # gs, s3, hdfs, ...
+_URL = re.compile(URL_SCHEME + r"://\S+")
+
+
+def is_url(path: str) -> bool:
+    """An object-store location such as gs://bucket/run, handed to TensorFlow's file system untouched."""
+    return bool(_URL.fullmatch(path))
+
+
+# A task's output line longer than this is shown cut (the log file keeps all of it), by the console
+# as the task prints and by `launch logs` reading the file back, with the same marker.
+MAX_LINE_BYTES = 64 * 1024
+CUT_MARKER = " [... line cut at 64 KiB]"
+
 ENV_PREFIX = "TFLAUNCH_"
 TF_CONFIG = "TF_CONFIG"
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import errno
 import os
-import re
 import socket
 import sys
 import threading
@@ -27,11 +26,11 @@ from typing import Any
 from launcher.agent.module_names import top_level_names
 from launcher.agent.safe_paths import unsafe_ancestry
 from launcher.agent.spawn import exec_path, exec_refusal, read_head, shebang
+from worker.contract import is_url
 
 _listeners: list[socket.socket] = []
 _wakes: list[int] = []  # write ends of the pipes that end each `bind`'s accepting thread
 _created: list[str] = []  # directories write_marker made; "remove" takes them away again
-_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://\S+")
 
 
 def creatable(path: str) -> bool:
@@ -230,7 +229,7 @@ def _info(request: dict[str, Any]) -> dict[str, Any]:
     facts = host_facts()
     workdir = os.path.expanduser(request.get("workdir") or ".")
     checkpoint_dir = os.path.join(workdir, os.path.expanduser(request.get("checkpoint_dir") or ""))
-    url = bool(_URL.fullmatch(request.get("checkpoint_dir") or ""))
+    url = is_url(request.get("checkpoint_dir") or "")
     answer: dict[str, Any] = {
         **{key: facts[key] for key in ("hostname", "python", "executable", "tensorflow")},
         "workdir_ok": os.path.isdir(workdir),

@@ -208,7 +208,7 @@ def _is_our_schema(path: Path) -> bool:
 
 
 def schema(output: str | None) -> int:
-    from launcher.spec.models import json_schema
+    from launcher.spec.load import json_schema
 
     text = json.dumps(json_schema(), indent=2) + "\n"
     if output is None or output == "-":

@@ -19,12 +19,13 @@ from typing import TYPE_CHECKING, Any
 from launcher.common.errors import LaunchError, SpecError, UsageError
 from launcher.common.masking import redact, secret_arguments, set_secrets, without_password
 from launcher.spec.limits import MAX_HOSTS, MAX_WORKERS_PER_HOST
+from launcher.spec.masked import redactor_of
 from launcher.spec.python_script import split_python_command
-from launcher.spec.secrets import redactor_of
 from launcher.spec.sources import STDIN_FLAG, STDIN_NAME
 
 if TYPE_CHECKING:  # pydantic: imported by the paths that validate
-    from launcher.spec.models import ClusterSpec, HostsFrom
+    from launcher.spec.load import HostsFrom
+    from launcher.spec.models import ClusterSpec
 
 __all__ = ["LaunchRequest", "parse_host_list", "read_hostfile", "request_spec"]
 
@@ -167,7 +168,7 @@ def _base_data(request: LaunchRequest) -> dict[str, Any] | None:
             **_quiet_tensorflow(),
         }
     if request.hosts:
-        from launcher.spec.models import is_this_machine
+        from launcher.spec.addresses import is_this_machine
 
         hosts: list[dict[str, Any]] = []
         for host, count in request.hosts:
@@ -209,7 +210,8 @@ def request_spec(
 ) -> ClusterSpec:
     """Validate what was asked for; raises SpecError or UsageError (exit 2), starts nothing. What the
     command line changed of the spec's own settings without a word is added to `notes`."""
-    from launcher.spec.models import CommandTraining, load_spec, parse_spec
+    from launcher.spec.load import load_spec, parse_spec
+    from worker.training_spec import CommandTraining
 
     for flag, value in (("name", request.name), ("run-root", request.run_root)):
         if value is not None and not value.strip():

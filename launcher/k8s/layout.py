@@ -27,9 +27,10 @@ from launcher.k8s.names import (
 )
 from launcher.k8s.yaml_text import scalar
 from launcher.plan import runtime_env, task_slots
-from launcher.spec.models import ClusterSpec, CommandTraining, is_url
-from worker.contract import JOB_COMPLETION_INDEX_VAR, POD_LAYOUT_VAR, POD_TASK_TYPE_VAR, RunLayout
+from launcher.spec.models import ClusterSpec
+from worker.contract import JOB_COMPLETION_INDEX_VAR, POD_LAYOUT_VAR, POD_TASK_TYPE_VAR, RunLayout, is_url
 from worker.pod import TASK_TYPES, PodLayout
+from worker.training_spec import CommandTraining
 
 FORMATS = ("jobset", "tfjob")
 DEFAULT_PORT = 2222  # TFJob's default; every task has a pod, and so an address, of its own

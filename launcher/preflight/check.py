@@ -28,9 +28,12 @@ from launcher.common.errors import HostError
 from launcher.common.masking import redact, redacted
 from launcher.plan import LaunchPlan, TaskLaunch
 from launcher.preflight.gpus import GpuHost, fleet_problems, inventory
-from launcher.spec.models import BuiltinTraining, ClusterSpec, CommandTraining, FunctionTraining, is_url, machine_key
+from launcher.spec.addresses import machine_key
+from launcher.spec.models import ClusterSpec
 from launcher.spec.python_script import module_of, script_of
 from launcher.transport.base import Agent, Transport
+from worker.contract import is_url
+from worker.training_spec import BuiltinTraining, CommandTraining, FunctionTraining
 
 log = logging.getLogger(__name__)
 # What the spec's env may set that decides whether a python starts at all: checked by starting one with them.

@@ -27,7 +27,7 @@ from launcher.common.errors import UsageError
 from launcher.common.log_reading import read_end
 from launcher.common.masking import redact
 from launcher.rundir.lock import is_run_dir
-from launcher.spec.secrets import masked_spec, recorded_spec
+from launcher.spec.masked import masked_spec, recorded_spec
 from worker.contract import RunLayout
 from worker.files import new_temporary, write_atomic
 

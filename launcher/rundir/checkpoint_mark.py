@@ -154,7 +154,7 @@ def mark_checkpoints(spec: ClusterSpec, run_dir: str, checkpoints: str) -> RunLo
     the launch runs: a later launch checks both, whatever its run directory (two runs may share a
     `checkpoint_dir`). UsageError when another launch holds it. Only a directory of this machine,
     of the user's own, is marked; elsewhere the run's spec.json serves alone."""
-    from launcher.spec.secrets import recorded_spec
+    from launcher.spec.masked import recorded_spec
 
     existed = os.path.lexists(os.path.join(checkpoints, MARKER))
     fd = _open_mark(checkpoints, os.O_RDWR | os.O_CREAT)
@@ -295,7 +295,7 @@ def refuse_if_unsafe(checkpoints: str, to_move: bool = False) -> None:
     (`to_move`: only the directories above count, the directory itself being set aside)."""
     from launcher.agent.probe import foreign_owner
     from launcher.agent.safe_paths import unsafe_ancestry
-    from launcher.spec.models import is_url
+    from worker.contract import is_url
 
     if is_url(checkpoints):
         return

@@ -26,8 +26,8 @@ from launcher.rundir.checkpoint_mark import (
     writer_of,
 )
 from launcher.rundir.lock import check_run_dir, refuse_if_not_a_run, refuse_if_running
-from launcher.spec.models import ClusterSpec, is_url
-from worker.contract import RunLayout
+from launcher.spec.models import ClusterSpec
+from worker.contract import RunLayout, is_url
 
 __all__ = ["start_over"]
 

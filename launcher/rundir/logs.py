@@ -24,8 +24,7 @@ from launcher.common import exit_codes
 from launcher.common.errors import UsageError
 from launcher.common.masking import printable, redact
 from launcher.rundir.status import RunStatusError, launcher_process, no_run_files, not_a_run_dir, read_run
-from launcher.transport.session import CUT_MARKER, MAX_LINE_BYTES
-from worker.contract import RunLayout, task_stem
+from worker.contract import CUT_MARKER, MAX_LINE_BYTES, RunLayout, task_stem
 
 __all__ = ["POLL_S", "attempts_of", "pick_attempt", "pick_tasks", "show_logs", "task_logs"]
 

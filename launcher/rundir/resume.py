@@ -106,7 +106,7 @@ class Resuming:
 
 def new_run_would(checkpoint_dir: str) -> str:
     """What `--check` and `--dry-run` say of a launch that finds no checkpoint to resume from."""
-    from launcher.spec.models import is_url
+    from worker.contract import is_url
 
     if is_url(checkpoint_dir):
         return (
@@ -132,7 +132,7 @@ def resume_notice(spec: ClusterSpec, words: ResumeWords = CLI_WORDS) -> Resuming
     refuse_if_unsafe(checkpoints)  # as the preflight would, but before any word of resuming
     if not resumable(checkpoints, layout.run_dir):
         return None
-    from launcher.spec.secrets import recorded_spec
+    from launcher.spec.masked import recorded_spec
 
     marked = read_mark(checkpoints)  # what wrote them, whichever run it was
     writer = writer_of(marked)

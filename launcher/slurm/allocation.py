@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from launcher.common.errors import UsageError
-from launcher.spec.models import CHIEF_WITH_GPUS, ClusterSpec, SlurmSpec, uneven_node_split
+from launcher.spec.models import ClusterSpec, SlurmSpec
+from launcher.spec.placement import CHIEF_WITH_GPUS, uneven_node_split
 
 _NODE_ADDR = re.compile(r"\bNodeAddr=(\S+)")
 _NODE_NAME = re.compile(r"\bNodeName=(\S+)")

@@ -1,189 +1,59 @@
-"""The cluster spec: what a user writes in cluster.json, parsed and validated.
+"""The cluster spec's models: what a user writes in cluster.json, and the rules between its fields.
 
 This step only reads and checks. It never opens a socket, starts a process or touches the
 environment. Every model is frozen and rejects unknown keys; cross-field rules live in model
-validators and report every problem with its JSON path at once (see `load_spec`).
-"""
+validators and report every problem with its JSON path at once (see launcher/spec/load.py).
+Addresses, paths, secrets, GPU placement and Slurm's options are checked by the modules beside
+this one, which know nothing of pydantic."""
 
 from __future__ import annotations
 
-import functools
-import ipaddress
-import json
 import os
 import re
-import sys
-from collections.abc import Callable
-from pathlib import Path
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from launcher.common.errors import SpecError, SpecProblem
 from launcher.common.masking import (
-    MASK,
-    MIN_MASKED,
-    Redactor,
-    escaped,
-    is_declared,
-    is_secret,
-    looks_secret,
-    secret_arguments,
     without_password,
 )
-from launcher.spec.limits import MAX_HOSTS, MAX_SPEC_BYTES, MAX_WORKERS_PER_HOST
+from launcher.spec.addresses import (
+    IP_LIKE,
+    SCHEME_SLIP,
+    URL_SLIP,
+    check_store_url,
+    host_port,
+    is_loopback,
+    is_this_machine,
+    localhost_hint,
+    machine_key,
+    not_a_url,
+    parse_ip,
+    plain_ip,
+)
+from launcher.spec.limits import MAX_HOSTS, MAX_WORKERS_PER_HOST
+from launcher.spec.paths import MAX_PATH_BYTES, all_visible, brief, path_that_fits
+from launcher.spec.placement import CHIEF_WITH_GPUS, GPU_SHARING, either, gpus_named, uneven_node_split
 from launcher.spec.python_script import option_without_value, runs_nothing
-from launcher.spec.sources import STDIN_NAME
-from launcher.spec.strict_json import decode_json, decode_text, json_child, raw_problems
-from worker.contract import DEFAULT_RUN_ROOT, ENV_PREFIX, PREEMPTION_EXIT_CODE
-from worker.training_spec import (  # noqa: F401 - re-exported: the spec's `training` section
-    TRAINING_KINDS,
+from launcher.spec.secrets import check_env, check_secrets
+from launcher.spec.slurm_options import SBATCH_OPTION, SBATCH_OWN, SBATCH_REFUSED, SLURM_TIME, SRUN_OWN
+from worker.contract import DEFAULT_RUN_ROOT, PREEMPTION_EXIT_CODE, is_url
+from worker.training_spec import (
     BuiltinTraining,
     CommandTraining,
-    FitTraining,
-    FunctionTraining,
     StrictModel,
     TrainingSpec,
 )
 
-LOOPBACK_NAMES = frozenset({"localhost", "ip6-localhost", "ip6-loopback", "localhost.localdomain"})
-_SCHEME = r"[A-Za-z][A-Za-z0-9+.\-]*"  # gs, s3, hdfs, ...
-_URL = re.compile(_SCHEME + r"://\S+")
-_SCHEME_SLIP = re.compile(f"(?:{_SCHEME})?:+/")  # a scheme's colon then a slash: `gs:/b`, `gs:://b`, `://b`
-_IP_LIKE = re.compile(r"[0-9.]+|.*:.*")  # every IP address has this form (not every match is one)
-_THIS_MACHINE_IPS = (ipaddress.IPv4Address("127.0.0.1"), ipaddress.IPv6Address("::1"))
-
-
-def _not_a_url(text: str) -> str:
-    """Why `text`, which holds `://`, is not taken for a URL (see is_url)."""
-    if any(c.isspace() for c in text):
-        return "a URL has no spaces"
-    scheme = text.partition("://")[0]
-    if not re.fullmatch(_SCHEME, scheme):
-        if not scheme:
-            return "no scheme before '://'"
-        return (
-            f"{_brief(scheme)} is no scheme: a scheme is a letter, then letters, digits, '+', '.' or '-', as gs or s3"
-        )
-    return "nothing follows '://'"  # with a scheme and no space, anything after it would make a URL
-
-
-def is_url(path: str) -> bool:
-    """An object-store location such as gs://bucket/run, handed to TensorFlow's file system untouched."""
-    return bool(_URL.fullmatch(path))
-
-
-@functools.lru_cache(maxsize=8192)  # a host's address is parsed by several checks: parse it once
-def _ip(address: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
-    if not _IP_LIKE.fullmatch(address.strip("[]")):  # a host name: skip ipaddress's two failing parses
-        return None
-    try:
-        return ipaddress.ip_address(address.strip("[]"))
-    except ValueError:
-        return None
-
-
-def _plain_ip(address: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
-    ip = _ip(address)
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        return ip.ipv4_mapped
-    return ip
-
-
-def is_loopback(address: str) -> bool:
-    """Whether `address` only works on this machine: localhost, 127.0.0.0/8, ::1 in any spelling.
-
-    No other machine can reach such an address, so it cannot be mixed with real remote hosts."""
-    name = address.lower().rstrip(".")
-    if name in LOOPBACK_NAMES or name.endswith(".localhost"):
-        return True
-    ip = _plain_ip(name)
-    return ip is not None and ip.is_loopback
-
-
-def is_this_machine(address: str) -> bool:
-    """localhost, 127.0.0.1 or ::1, however spelled: the launcher's own machine.
-
-    Other 127.x.y.z aliases are separate simulated hosts (each may run its own sshd)."""
-    name = address.lower().rstrip(".")
-    if name in LOOPBACK_NAMES or name.endswith(".localhost"):
-        return True
-    ip = _plain_ip(name)
-    return ip is not None and ip in _THIS_MACHINE_IPS
-
-
-MAX_NAME_BYTES = 255  # one component of a path (NAME_MAX of Linux file systems)
-MAX_PATH_BYTES = 3800  # a whole path, leaving PATH_MAX (4096) room for the run's own names under it
-
-
-# Characters a screen does not show (a soft hyphen, zero-width ones, direction overrides, a BOM): in a
-# path, what the launcher and the dry run print would not be the path the tasks use
-_UNSEEN_IN_PATH = re.compile(r"[\u00ad\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]")
-
-
-def _brief(value: str) -> str:
-    """`value` quoted for a message, cut to its first 80 characters."""
-    return repr(value) if len(value) <= 80 else repr(value[:77]) + "..."
-
-
-def _seen(value: str) -> str:
-    """`value` when every character of it shows on a screen; else ValueError naming the one that does not."""
-    unseen = _UNSEEN_IN_PATH.search(value)
-    if unseen is not None:
-        raise ValueError(
-            f"holds U+{ord(unseen.group()):04X}, a character no screen shows, so the path printed would not be the "
-            "path used: remove it"
-        )
-    return value
-
-
-def _path_that_fits(value: str) -> str:
-    """`value` when a file system can hold it: no component over 255 bytes, the whole well under PATH_MAX,
-    and no character a screen does not show."""
-    if not value.strip():
-        raise ValueError("is blank: give a directory")
-    if value != value.strip():  # pasted with a space or a no-break space: a directory no one meant
-        end, blank = ("starts", value[0]) if value[0].isspace() else ("ends", value[-1])
-        what = "a space" if blank == " " else f"U+{ord(blank):04X}, a blank character"
-        raise ValueError(
-            f"{_brief(value)} {end} with {what}, which a directory name almost never does on purpose: remove it"
-        )
-    _seen(value)
-    encoded = value.encode("utf-8", "surrogateescape")
-    longest = max((len(part) for part in encoded.split(b"/")), default=0)
-    if longest > MAX_NAME_BYTES:
-        raise ValueError(f"has a path component of {longest} bytes; a file system takes at most {MAX_NAME_BYTES}")
-    if len(encoded) > MAX_PATH_BYTES:
-        raise ValueError(f"is {len(encoded)} bytes long; give a path of at most {MAX_PATH_BYTES}")
-    return value
-
-
-def _localhost_hint(address: str) -> str:
-    """` (did you mean localhost?)` for an address that reads like a misspelt `localhost`."""
-    import difflib
-
-    near = address.lower() != "localhost" and difflib.SequenceMatcher(None, address.lower(), "localhost").ratio() >= 0.8
-    return f"; or, if {address} was meant to be this machine: did you mean localhost?" if near else ""
-
-
-def _host_port(address: str, port: int) -> str:
-    """`host:port`, with an IPv6 address in brackets as URLs and TF_CONFIG write it."""
-    return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
-
-
-def machine_key(address: str) -> str:
-    """One key per machine: every spelling of this machine is 'localhost'; IPs in canonical form."""
-    if is_this_machine(address):
-        return "localhost"
-    ip = _plain_ip(address)
-    return ip.compressed if ip is not None else address.lower().rstrip(".")
-
-
 _HOST_PATTERN = r"^(?:[A-Za-z0-9](?:[A-Za-z0-9.\-]{0,251}[A-Za-z0-9])?|[0-9A-Fa-f:]{2,39})$"
+
+
 _NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._\-]{0,63}$"
-_ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
 
 Port = Annotated[int, Field(ge=0, le=65535)]
+
+
 HOSTS_LATER = "hosts_later"  # validation context: the hosts come from a Slurm allocation
 
 
@@ -193,53 +63,6 @@ class CrossFieldProblems(ValueError):
     def __init__(self, problems: list[tuple[str, str]]) -> None:
         self.problems = problems
         super().__init__("; ".join(f"{path}: {message}" for path, message in problems))
-
-
-def _check_env(env: dict[str, str], where: str) -> list[tuple[str, str]]:
-    problems = []
-    for key in env:
-        if not _ENV_KEY.fullmatch(key):
-            problems.append(
-                (
-                    f"{where}.{key}",
-                    "an environment variable name is letters, digits and _ and does not start with a digit",
-                )
-            )
-        elif key == "TF_CONFIG" or key.startswith(ENV_PREFIX):
-            problems.append(
-                (
-                    f"{where}.{key}",
-                    f"TF_CONFIG and {ENV_PREFIX}* are set by the launcher for each task; remove this key",
-                )
-            )
-    return problems
-
-
-_SECRET_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
-
-
-def _check_secrets(secrets: list[str], envs: list[tuple[str, dict[str, str]]]) -> list[tuple[str, str]]:
-    """A declared secret must be a name, and a value it names long enough to be masked."""
-    problems = [
-        (
-            f"secrets[{i}]",
-            f"{name!r} is not a variable or flag name: letters, digits, '_', '-' and '.' (a flag without its dashes)",
-        )
-        for i, name in enumerate(secrets)
-        if not _SECRET_NAME.fullmatch(name)
-    ]
-    for where, env in envs:
-        for key, value in env.items():
-            if 0 < len(value) < MIN_MASKED and is_declared(key, secrets):
-                problems.append(
-                    (
-                        f"{where}.{key}",
-                        f"is listed in secrets, but its value has {len(value)} character(s): one shorter than "
-                        f"{MIN_MASKED} cannot be masked in output without hiding ordinary text; use a longer value, "
-                        f"or take {key} out of secrets",
-                    )
-                )
-    return problems
 
 
 class SshSpec(StrictModel):
@@ -293,22 +116,6 @@ class TaskSpec(StrictModel):
         description="GPU ids of this task alone (its CUDA_VISIBLE_DEVICES), shared with no other task; then every "
         "training task of the host lists its own. Default: the host's gpus split evenly among its training tasks.",
     )
-
-
-_GPU_SHARING = (
-    "each TensorFlow process takes nearly all the memory of every GPU it sees, and NCCL does not run two ranks on one "
-    "GPU"
-)
-
-
-def _gpus_named(ids: list[int]) -> str:
-    """'GPU 3' or 'GPUs 1, 2'."""
-    return f"GPU{'s' if len(ids) != 1 else ''} {', '.join(str(i) for i in ids)}"
-
-
-def _either(values: list[int]) -> str:
-    words = [str(v) for v in values]
-    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} or {words[-1]}"
 
 
 class HostSpec(StrictModel):
@@ -394,11 +201,11 @@ class HostSpec(StrictModel):
     @field_validator("address")
     @classmethod
     def _address_is_valid(cls, value: str) -> str:
-        if _IP_LIKE.fullmatch(value) and _ip(value) is None:
+        if IP_LIKE.fullmatch(value) and parse_ip(value) is None:
             raise ValueError(
                 f"{value!r} looks like an IP address but is not a valid one; write it as 10.1.2.3 or fd00::3"
             )
-        ip = _plain_ip(value)
+        ip = plain_ip(value)
         if ip is not None and ip.is_unspecified:
             raise ValueError(
                 f"{value!r} is the unspecified address, which no host can reach; give the address or name "
@@ -443,7 +250,7 @@ class HostSpec(StrictModel):
         split = self._split_problem()
         if split is not None:
             problems.append(("gpus", split))
-        problems += _check_env(self.env, "env")
+        problems += check_env(self.env, "env")
         if problems:
             raise CrossFieldProblems(problems)
         return self
@@ -466,7 +273,7 @@ class HostSpec(StrictModel):
         else:
             chief = 1 if self.chief else 0
             counts = [d - chief for d in range(1, gpus + 1) if gpus % d == 0 and d - chief >= 1]
-            fix = f"set workers to {_either(counts)}" if counts else "run the chief on another host"
+            fix = f"set workers to {either(counts)}" if counts else "run the chief on another host"
             if self.worker_per_gpu and self.chief:
                 fix = f"drop worker_per_gpu and {fix} (the chief trains too and needs a GPU of its own)"
             elif chief:
@@ -478,12 +285,12 @@ class HostSpec(StrictModel):
             idle = self.gpus[each * trainers :]
             return (
                 f"{gpus} GPUs do not divide evenly among this host's {trainers} training tasks "
-                f"({self._trainers_text()}): each would get {each} and {_gpus_named(idle)} would stay idle. To use "
+                f"({self._trainers_text()}): each would get {each} and {gpus_named(idle)} would stay idle. To use "
                 f"every GPU, {fix}; or list only the GPUs to use"
             )
         return (
             f"{gpus} GPU(s) for this host's {trainers} training tasks ({self._trainers_text()}): tasks would share a "
-            f"GPU, which fails at start ({_GPU_SHARING}). Give each training task its own GPUs: {fix}; or list more "
+            f"GPU, which fails at start ({GPU_SHARING}). Give each training task its own GPUs: {fix}; or list more "
             f"GPUs"
         )
 
@@ -503,7 +310,7 @@ class HostSpec(StrictModel):
                 problems.append(
                     (
                         f"tasks[{j}].gpus",
-                        f"{_gpus_named(foreign)} not in this host's gpus {self.gpus}; add them there or remove them "
+                        f"{gpus_named(foreign)} not in this host's gpus {self.gpus}; add them there or remove them "
                         f"here",
                     )
                 )
@@ -513,7 +320,7 @@ class HostSpec(StrictModel):
                         (
                             f"tasks[{j}].gpus",
                             f"GPU {gpu} is also given to tasks[{owner[gpu]}]; a GPU belongs to one task "
-                            f"({_GPU_SHARING})",
+                            f"({GPU_SHARING})",
                         )
                     )
                 owner.setdefault(gpu, j)
@@ -531,7 +338,7 @@ class HostSpec(StrictModel):
             problems.append(
                 (
                     "gpus",
-                    f"{_gpus_named(unused)} given to no task, so idle; give each to a task or remove it from gpus",
+                    f"{gpus_named(unused)} given to no task, so idle; give each to a task or remove it from gpus",
                 )
             )
         return problems
@@ -712,51 +519,6 @@ class RestartSpec(StrictModel):
         return self
 
 
-_SLURM_TIME = r"^(\d+|\d+:\d{2}(:\d{2})?|\d+-\d{1,2}(:\d{2}(:\d{2})?)?|UNLIMITED|INFINITE)$"
-_SBATCH_OPTION = r"^--[a-z][a-z0-9-]*(=.*)?$"
-# What the launcher writes itself, and what to use instead: a later line of the user's would win.
-_SBATCH_OWN = {
-    "job-name": "name",
-    "nodes": "slurm.nodes",
-    "ntasks": "slurm.tasks_per_node",
-    "ntasks-per-node": "slurm.tasks_per_node",
-    "gpus-per-node": "slurm.gpus_per_node",
-    "output": "run_root (the launcher follows that file)",
-    "error": "run_root (the launcher follows one file)",
-    "open-mode": "run_root (a requeued job appends)",
-    "chdir": "workdir",
-    "requeue": "slurm.requeue",
-    "no-requeue": "slurm.requeue",
-    "signal": "slurm.signal_before_end_s",
-    "partition": "slurm.partition",
-    "account": "slurm.account",
-    "time": "slurm.time_limit",
-}
-_SBATCH_REFUSED = {
-    "wrap": "the batch script is the launcher's: give your command after -- instead",
-    "array": "a run is one job (an array's jobs would share the run directory)",
-}
-# The srun step's own options: the agents' channel (input, output, labels) and their placement.
-_SRUN_OWN = ("input", "output", "error", "label", "pty", "open-mode", "nodes", "ntasks", "ntasks-per-node",
-             "nodelist", "distribution", "kill-on-bad-exit")  # fmt: skip
-
-
-CHIEF_WITH_GPUS = (
-    "the first node would run one training task more than the others, and every training task needs the same "
-    "number of GPUs; leave chief out (worker 0 then leads the gang)"
-)
-
-
-def uneven_node_split(workers: int, gpus: int | None) -> str | None:
-    """Why `workers` tasks per node cannot share a node's `gpus` GPUs evenly; None when they can."""
-    if not gpus or gpus % workers == 0:
-        return None
-    return (
-        f"{workers} task(s) per node do not split a node's {gpus} GPUs evenly (one would stay idle or be "
-        f"shared); set slurm.tasks_per_node to a divisor of {gpus}, or slurm.worker_per_gpu: true"
-    )
-
-
 class SlurmSpec(StrictModel):
     """Running on a Slurm allocation instead of a host list (`launch --slurm`, `launch slurm submit`)."""
 
@@ -782,7 +544,7 @@ class SlurmSpec(StrictModel):
     partition: str | None = Field(None, pattern=r"^[A-Za-z0-9_.,\-]+$", description="sbatch --partition.")
     account: str | None = Field(None, pattern=r"^[A-Za-z0-9_.\-]+$", description="sbatch --account.")
     time_limit: str | None = Field(
-        None, pattern=_SLURM_TIME, description="sbatch --time, in Slurm's format (minutes, HH:MM:SS, D-HH:MM)."
+        None, pattern=SLURM_TIME, description="sbatch --time, in Slurm's format (minutes, HH:MM:SS, D-HH:MM)."
     )
     signal_before_end_s: int = Field(
         120,
@@ -796,12 +558,12 @@ class SlurmSpec(StrictModel):
         description="Submitted jobs are requeueable: a preemption (every worker saved) requeues the job, which "
         "resumes from the checkpoint. Off: a preemption restarts inside the allocation.",
     )
-    sbatch_options: list[Annotated[str, Field(pattern=_SBATCH_OPTION)]] = Field(
+    sbatch_options: list[Annotated[str, Field(pattern=SBATCH_OPTION)]] = Field(
         default_factory=list,
         max_length=64,
         description="Further sbatch options, one '--name=value' each (e.g. '--qos=high', '--constraint=a100').",
     )
-    srun_options: list[Annotated[str, Field(pattern=_SBATCH_OPTION)]] = Field(
+    srun_options: list[Annotated[str, Field(pattern=SBATCH_OPTION)]] = Field(
         default_factory=list,
         max_length=64,
         description="Further options of the srun step that runs the tasks, one '--name=value' each.",
@@ -822,15 +584,15 @@ class SlurmSpec(StrictModel):
             problems.append(("tasks_per_node", uneven))
         for i, option in enumerate(self.sbatch_options):
             name = option[2:].split("=", 1)[0]
-            if name in _SBATCH_OWN:
+            if name in SBATCH_OWN:
                 problems.append(
-                    (f"sbatch_options[{i}]", f"the launcher writes --{name} from {_SBATCH_OWN[name]}; set that")
+                    (f"sbatch_options[{i}]", f"the launcher writes --{name} from {SBATCH_OWN[name]}; set that")
                 )
-            elif name in _SBATCH_REFUSED:
-                problems.append((f"sbatch_options[{i}]", f"--{name}: {_SBATCH_REFUSED[name]}"))
+            elif name in SBATCH_REFUSED:
+                problems.append((f"sbatch_options[{i}]", f"--{name}: {SBATCH_REFUSED[name]}"))
         for i, option in enumerate(self.srun_options):
             name = option[2:].split("=", 1)[0]
-            if name in _SRUN_OWN:
+            if name in SRUN_OWN:
                 problems.append(
                     (
                         f"srun_options[{i}]",
@@ -908,42 +670,42 @@ class ClusterSpec(StrictModel):
     def _run_root_is_local(cls, value: str) -> str:
         if is_url(value):
             raise ValueError(
-                f"{_brief(value)} is a URL; run_root is a directory on the launcher's machine (logs, summary)"
+                f"{brief(value)} is a URL; run_root is a directory on the launcher's machine (logs, summary)"
             )
-        if _SCHEME_SLIP.match(value):  # `gs:/b`, `gs:://b`, `://b`: a URL mistyped, not a directory meant
+        if SCHEME_SLIP.match(value):  # `gs:/b`, `gs:://b`, `://b`: a URL mistyped, not a directory meant
             raise ValueError(
-                f"{_brief(value)} looks like a URL; run_root is a directory on the launcher's machine (logs, "
-                f"summary); for a local directory of that name, write {_brief('./' + value)}"
+                f"{brief(value)} looks like a URL; run_root is a directory on the launcher's machine (logs, "
+                f"summary); for a local directory of that name, write {brief('./' + value)}"
             )
-        return _path_that_fits(os.path.expanduser(value))
+        return path_that_fits(os.path.expanduser(value))
 
     @field_validator("checkpoint_dir")
     @classmethod
     def _url_or_path(cls, value: str | None) -> str | None:
-        slip = _URL_SLIP.match(value or "")
+        slip = URL_SLIP.match(value or "")
         if slip is not None:  # `gs:/bucket` or `gs//bucket` would be a local directory named so
             scheme, rest = slip.group(1), (value[slip.end() :] if value else "").lstrip(":/")
             rest = rest if len(rest) <= 80 else rest[:77] + "..."
             raise ValueError(
-                f"{_brief(value or '')} looks like a {scheme}:// URL with a slash or colon missing (or one too "
+                f"{brief(value or '')} looks like a {scheme}:// URL with a slash or colon missing (or one too "
                 f"many), and would be taken as a local directory: write {scheme}://{rest}"
             )
         if value is not None and is_url(value):
-            _seen(value)
+            all_visible(value)
             size = len(value.encode("utf-8", "surrogatepass"))
             if size > MAX_PATH_BYTES:  # every task gets it in its environment
                 raise ValueError(f"is {size} bytes long; give a URL of at most {MAX_PATH_BYTES}")
-            _check_store_url(value)
+            check_store_url(value)
         if value is not None and "://" in value and not is_url(value):  # else a local directory named gs:
             raise ValueError(
-                f"{_brief(value)} looks like a URL but is not one ({_not_a_url(value)}): write it as "
+                f"{brief(value)} looks like a URL but is not one ({not_a_url(value)}): write it as "
                 "scheme://bucket/path, or give a directory path without '://'"
             )
-        return value if value is None or is_url(value) else _path_that_fits(os.path.expanduser(value))
+        return value if value is None or is_url(value) else path_that_fits(os.path.expanduser(value))
 
     @model_validator(mode="after")
     def _check(self, info: ValidationInfo) -> ClusterSpec:
-        problems: list[tuple[str, str]] = _check_env(self.env, "env")
+        problems: list[tuple[str, str]] = check_env(self.env, "env")
         if isinstance(self.training, CommandTraining) and runs_nothing(self.training.argv):
             problems.append(
                 (
@@ -958,7 +720,7 @@ class ClusterSpec(StrictModel):
             what = "a module name (-m train)" if bare == "-m" else "the code to run (-c 'import ...')"
             problems.append(("training.argv", f"{bare} is given nothing after it: python would refuse it; give {what}"))
         envs = [("env", self.env), *((f"hosts[{i}].env", h.env) for i, h in enumerate(self.hosts))]
-        problems += _check_secrets(self.secrets, envs)
+        problems += check_secrets(self.secrets, envs)
         if not self.hosts:
             if (info.context or {}).get(HOSTS_LATER):
                 return self  # the allocation's nodes become the hosts; checked again with them
@@ -1018,7 +780,7 @@ class ClusterSpec(StrictModel):
                                     else f"a remote host needs explicit ports: give {host.address} one per task "
                                     "(its peers dial them)"
                                 )
-                                + _localhost_hint(host.address),
+                                + localhost_hint(host.address),
                             )
                         )
                         break
@@ -1028,7 +790,7 @@ class ClusterSpec(StrictModel):
                     problems.append(
                         (
                             where,
-                            f"{_host_port(host.address, task.port)} is used twice (also in hosts[{seen[key]}]); "
+                            f"{host_port(host.address, task.port)} is used twice (also in hosts[{seen[key]}]); "
                             "every task needs its own host:port",
                         )
                     )
@@ -1139,28 +901,6 @@ class ClusterSpec(StrictModel):
         return len({machine_key(h.address) for h in self.hosts}) > 1
 
 
-_BUCKETED = ("gs", "s3", "s3a", "az", "abfs", "abfss", "wasb", "wasbs")  # scheme://BUCKET/path
-
-
-def _check_store_url(url: str) -> None:
-    """ValueError for an object-store URL TensorFlow would refuse only once every task runs: its file
-    systems are looked up by the scheme as written (`GS://` is none of them), Google Cloud Storage's
-    is `gs` (not `gcs`), and a bucket-addressed scheme needs its bucket (`gs:///run` has none)."""
-    scheme, _, rest = url.partition("://")
-    if scheme.lower() == "gcs":
-        raise ValueError(f"{url!r}: TensorFlow names Google Cloud Storage gs://, not gcs://: write gs://{rest}")
-    if scheme != scheme.lower():
-        raise ValueError(
-            f"{url!r}: TensorFlow finds a file system by its scheme as written, in lower case: "
-            f"write {scheme.lower()}://{rest}"
-        )
-    if scheme in _BUCKETED and (rest.startswith("/") or not rest.split("/", 1)[0]):
-        raise ValueError(f"{url!r} names no bucket: write {scheme}://BUCKET/{rest.lstrip('/')}")
-
-
-# An object store's scheme with `://` mistyped (`gs:/b`, `gs//b`, `s3:b`): never meant as a directory name.
-_URL_SLIP = re.compile(r"(gs|s3|s3a|hdfs|az|abfss?|wasbs?|viewfs|ram)(?::/?(?!/)|//)", re.IGNORECASE)
-
 # Linux takes one environment string of at most 32 pages (MAX_ARG_STRLEN, "TF_CONFIG=" and its NUL
 # included); a longer one fails every task's exec with E2BIG.
 MAX_TF_CONFIG_BYTES = 32 * 4096 - len("TF_CONFIG=") - 1
@@ -1188,341 +928,3 @@ def _tf_config_size_problems(hosts: list[HostSpec], entries: list[list[TaskSpec]
             "worker_per_gpu), or shorter host addresses (IP addresses instead of long names)",
         )
     ]
-
-
-SCHEMA_KEY = "$schema"
-
-
-def json_schema() -> dict[str, Any]:
-    """The JSON Schema of cluster.json, generated from the models (plus `$schema`, which editors
-    use to attach it to a file and the reader ignores)."""
-    schema = ClusterSpec.model_json_schema()
-    schema["properties"] = {
-        SCHEMA_KEY: {"type": "string", "description": "the JSON Schema this file follows (for editors); ignored"},
-        **schema["properties"],
-    }
-    return schema
-
-
-def _json_path(loc: tuple[int | str, ...]) -> str:
-    path = "$"
-    for part in loc:
-        if part in ("builtin", "fit", "function", "command") and path.endswith("training"):
-            continue  # pydantic inserts the union tag; users never write it
-        path = json_child(path, part)
-    return path
-
-
-_TRAINING_KINDS = TRAINING_KINDS
-
-
-def _model_in(annotation: Any) -> type[BaseModel] | None:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for arg in get_args(annotation):
-        found = _model_in(arg)
-        if found is not None:
-            return found
-    return None
-
-
-def _field_help(loc: tuple[int | str, ...]) -> str | None:
-    """The description of the field at `loc`, used as the fix hint."""
-    model: type[BaseModel] | None = ClusterSpec
-    description = None
-    for part in loc:
-        if isinstance(part, int) or model is None:
-            continue
-        if part in _TRAINING_KINDS:
-            model = _TRAINING_KINDS[part]
-            continue
-        field = model.model_fields.get(part)
-        if field is None:
-            return None
-        description = field.description
-        model = _model_in(field.annotation)
-    return description
-
-
-def _keys_beside(loc: tuple[int | str, ...]) -> list[str]:
-    """The keys the model at the parent of `loc` accepts (its fields and their aliases)."""
-    model: type[BaseModel] | None = ClusterSpec
-    for part in loc[:-1]:
-        if isinstance(part, int) or model is None:
-            continue
-        if part in _TRAINING_KINDS:
-            model = _TRAINING_KINDS[part]
-            continue
-        field = model.model_fields.get(part)
-        model = _model_in(field.annotation) if field is not None else None
-    if model is None:
-        return []
-    return [field.alias or name for name, field in model.model_fields.items()]
-
-
-# Names other tools give these settings, too far from ours for a spelling match to find them
-_KNOWN_AS = {
-    "batch_size": "batch_per_replica",
-    "batchsize": "batch_per_replica",
-    "per_replica_batch_size": "batch_per_replica",
-    "lr": "learning_rate",
-    "num_workers": "workers",
-    "num_steps": "steps",
-    "max_steps": "steps",
-}
-
-
-def _close_key(loc: tuple[int | str, ...]) -> str | None:
-    """The accepted key an unknown key at `loc` was most likely meant to be."""
-    import difflib
-
-    if not loc or not isinstance(loc[-1], str):
-        return None
-    beside = _keys_beside(loc)
-    known = _KNOWN_AS.get(loc[-1].lower().replace("-", "_"))
-    if known in beside:
-        return known
-    close = difflib.get_close_matches(loc[-1], beside, n=1, cutoff=0.6)
-    return close[0] if close else None
-
-
-def _problems(error: ValidationError, under: tuple[str, ...] = ()) -> list[SpecProblem]:
-    """Every problem of `error`, with its JSON path (`under`: where the validated object lies in the spec)."""
-    problems: list[SpecProblem] = []
-    for item in error.errors():
-        loc = under + tuple(item["loc"])
-        if item["type"] == "union_tag_invalid":
-            loc += ("kind",)  # the problem is the kind, not the section it selects
-        cause = (item.get("ctx") or {}).get("error")
-        if isinstance(cause, CrossFieldProblems):
-            for sub_path, message in cause.problems:
-                problems.append(SpecProblem(_json_path(loc + _loc_of(sub_path)), message))
-            continue
-        message = _message(item)
-        if item["type"] == "extra_forbidden" and (close := _close_key(loc)):
-            message = f"unknown key; did you mean {json.dumps(close)}?"
-        hint = _field_help(loc) if item["type"] not in ("extra_forbidden", "union_tag_invalid") else None
-        problems.append(SpecProblem(_json_path(loc), f"{message}. {hint}" if hint else message))
-    return problems
-
-
-def _message(item: Any) -> str:
-    kind = item["type"]
-    value = item.get("input")
-    name = item["loc"][-1] if item.get("loc") and isinstance(item["loc"][-1], str) else ""
-    named = is_secret(name) and tuple(item["loc"]) != ("secrets",)  # the list of secrets' names holds none
-    if (named and not isinstance(value, (dict, list))) or (isinstance(value, str) and looks_secret(value)):
-        value = _MASKED  # an error message must not carry a secret (of any type) to the screen or a CI log
-    if kind == "extra_forbidden":
-        return "unknown key; remove it or check its spelling (`launch schema` lists every key)"
-    if kind == "missing":
-        return "is required"
-    if kind == "union_tag_invalid":
-        given = _given_kind(item)
-        if isinstance(given, str) and secret_arguments(given.split()):
-            return f"got {_shown(MASK)}; use 'builtin', 'fit', 'function' or 'command'"
-        if not isinstance(given, str):
-            return f"got {_shown(given)}; the kind is a string: 'builtin', 'fit', 'function' or 'command'"
-        close = _close_kind(given)
-        guess = f"did you mean {json.dumps(close)}? " if close else ""
-        return f"got {_shown(given)}; {guess}use 'builtin', 'fit', 'function' or 'command'"
-    if kind == "union_tag_not_found":
-        return "training.kind is required: 'builtin', 'fit', 'function' or 'command'"
-    if kind == "string_pattern_mismatch" and isinstance(value, str):
-        if name == "user" and ":" in value:  # `bob:password`, as a URL would carry it
-            return f"got {_shown(value.partition(':')[0] + ':' + MASK)}: give the user name alone (logins use keys)"
-        return f"got {_shown(value)}, which has characters or a form not allowed here"
-    if kind == "value_error":
-        return str((item.get("ctx") or {}).get("error", item["msg"]))
-    if kind in _WANTED:
-        wanted = _WANTED["int_from_float"] if kind == "int_type" and isinstance(value, float) else _WANTED[kind]
-        return f"got {_shown(value)}; {wanted}"
-    said = str(item["msg"])
-    return f"got {_shown(value)}: {said[:1].lower()}{said[1:]}"  # in the sentence, as every message here reads
-
-
-_WHOLE = "give a whole number, without quotes (e.g. 2)"
-_NUMBER = "give a number, without quotes (e.g. 5 or 0.5)"
-_BOOLEAN = "give true or false, without quotes"
-_OBJECT = "give an object: {...}"
-# What to write instead, for the JSON types a field can be given wrongly (pydantic's error types)
-_WANTED = {
-    "int_type": _WHOLE,
-    "int_parsing": _WHOLE,
-    "int_from_float": "give a whole number (e.g. 2)",
-    "float_type": _NUMBER,
-    "float_parsing": _NUMBER,
-    "bool_type": _BOOLEAN,
-    "bool_parsing": _BOOLEAN,
-    "string_type": "give a string, in double quotes",
-    "list_type": "give a list: [...]",
-    "dict_type": _OBJECT,
-    "model_type": _OBJECT,
-    "model_attributes_type": _OBJECT,
-}
-
-
-class _Masked:
-    """A secret's value in a message: shown as masked, of no type (it may not be the string a mask reads as)."""
-
-
-_MASKED = _Masked()
-
-
-def _shown(value: Any) -> str:
-    """What the user wrote, briefly: a JSON literal, or the kind of a container."""
-    if value is _MASKED:
-        return f"a secret's value ({MASK})"
-    if isinstance(value, dict):
-        return "an object"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, (str, int, float, bool)) or value is None:
-        text = json.dumps(value)
-        return text if len(text) <= 60 else text[:57] + "..."
-    return type(value).__name__
-
-
-HostsFrom = Callable[[ClusterSpec], list[dict[str, Any]] | None]  # None: a spec without hosts (sbatch)
-
-
-def parse_spec(data: Any, source: str = "cluster spec", hosts_from: HostsFrom | None = None) -> ClusterSpec:
-    """Validate already-decoded JSON; raise SpecError listing every problem.
-
-    `hosts_from` (Slurm): the spec is first validated without hosts, then with the host entries
-    it returns for that spec (they replace any `hosts` the file has)."""
-    if not isinstance(data, dict):
-        raise SpecError(source, [SpecProblem("$", f"the spec must be a JSON object, got {_shown(data)}")])
-    if isinstance(data.get(SCHEMA_KEY), str):  # how editors attach a schema; not part of the spec
-        data = {key: value for key, value in data.items() if key != SCHEMA_KEY}
-    problems = raw_problems(data)
-    if problems:
-        raise SpecError(source, [_with_help(problem) for problem in problems])
-    try:
-        if hosts_from is None:
-            return ClusterSpec.model_validate(data)
-        first = ClusterSpec.model_validate({**data, "hosts": []}, context={HOSTS_LATER: True})
-        hosts = hosts_from(first)
-        return first if hosts is None else ClusterSpec.model_validate({**data, "hosts": hosts})
-    except ValidationError as error:
-        problems = _problems(error) + _problems_beside_a_misspelt_kind(data, error)
-        hide = _redactor_of_raw(data)  # a message quotes what the user wrote, secrets included
-        raise SpecError(source, [SpecProblem(p.path, hide.text(p.message)) for p in problems]) from None
-
-
-def _redactor_of_raw(data: dict[str, Any]) -> Redactor:
-    """The masking of a spec that did not validate: its env values under secret names (top level and
-    every host's) and its command's secret arguments (an argv written as one string is split)."""
-
-    def strings(mapping: object) -> dict[str, str]:
-        return {k: v for k, v in mapping.items() if isinstance(v, str)} if isinstance(mapping, dict) else {}
-
-    def listed(value: object) -> list[Any]:
-        return value if isinstance(value, list) else []
-
-    envs = [
-        strings(data.get("env")),
-        *(strings(h.get("env")) for h in listed(data.get("hosts")) if isinstance(h, dict)),
-    ]
-    training = data.get("training")
-    argv = training.get("argv") if isinstance(training, dict) else None
-    words = argv.split() if isinstance(argv, str) else [a for a in listed(argv) if isinstance(a, str)]
-    declared = [name for name in listed(data.get("secrets")) if isinstance(name, str)]
-    return Redactor.for_values(envs, [words], declared)
-
-
-def _problems_beside_a_misspelt_kind(data: dict[str, Any], error: ValidationError) -> list[SpecProblem]:
-    """A misspelt `training.kind` hides every other problem of the section (the kind decides which
-    fields it has): when the kind is close to one, the section is checked again as that kind, so that
-    the user sees every problem at once."""
-    training = data.get("training")
-    misspelt = any(
-        item["type"] == "union_tag_invalid" and tuple(item["loc"]) == ("training",) for item in error.errors()
-    )
-    if not misspelt or not isinstance(training, dict) or not isinstance(training.get("kind"), str):
-        return []
-    close = _close_kind(training["kind"])
-    if close is None:
-        return []
-    try:
-        TRAINING_KINDS[close].model_validate({**training, "kind": close})
-    except ValidationError as beside:
-        return [
-            SpecProblem(problem.path, f"{problem.message} (checked as kind {json.dumps(close)})")
-            for problem in _problems(beside, ("training",))
-        ]
-    return []
-
-
-def _given_kind(item: Any) -> object:
-    """The `kind` the user wrote, as JSON gave it (pydantic's own copy of it is a string)."""
-    section = item.get("input")
-    return section.get("kind") if isinstance(section, dict) else (item.get("ctx") or {}).get("tag")
-
-
-def _close_kind(given: str) -> str | None:
-    """The training kind a misspelt one is close to, if any."""
-    import difflib
-
-    close = difflib.get_close_matches(given, list(TRAINING_KINDS), n=1, cutoff=0.6)
-    return close[0] if close else None
-
-
-def _loc_of(path: str) -> tuple[int | str, ...]:
-    """`hosts[0].workers` (a JSON path without its `$`) as pydantic's loc: ("hosts", 0, "workers")."""
-    return tuple(int(part) if part.isdigit() else part for part in re.split(r"[.\[\]]+", path) if part)
-
-
-def _with_help(problem: SpecProblem) -> SpecProblem:
-    """A problem found before validation (NaN, a huge integer), with what its field takes, as validation's say."""
-    if not problem.message.startswith("got "):
-        return problem
-    hint = _field_help(_loc_of(problem.path[1:]))
-    return SpecProblem(problem.path, f"{problem.message}. {hint}") if hint else problem
-
-
-_EXAMPLE = "cluster.example.json"
-
-
-def _start_from(missing: Path) -> str:
-    """How to get a spec where `missing` is not: the project's example beside it to copy, or the flags."""
-    import shlex
-
-    example = missing.parent / _EXAMPLE
-    try:
-        beside = missing.suffix == ".json" and missing.name != _EXAMPLE and example.is_file()
-    except OSError:  # a path at the length limit: the example's is over it
-        beside = False
-    if beside:
-        target = os.path.join(".", missing) if missing.name.startswith("-") else str(missing)  # not an option
-        copy = f"cp {shlex.quote(str(example))} {shlex.quote(target)}"
-        return f" (to start from the example beside it: {escaped(copy)})"
-    return " (or launch without one: launch --local 2 [-- python3 train.py])"
-
-
-def load_spec(path: Path | None, hosts_from: HostsFrom | None = None) -> ClusterSpec:
-    """Read and validate a cluster.json file (None: standard input, `--cluster -`); raise SpecError
-    (exit 2) on any problem."""
-    name, where = (escaped(str(path)), "; check the --cluster path") if path is not None else (STDIN_NAME, "")
-    try:
-        if path is None:
-            if sys.stdin.isatty():  # else the launcher would seem to hang at a prompt
-                print("[launch] reading the cluster spec from standard input (end it with Ctrl-D)", file=sys.stderr)
-            raw = sys.stdin.buffer.read(MAX_SPEC_BYTES + 1)
-        else:
-            with path.open("rb") as handle:  # bounded: /dev/zero or a huge file is refused, not read until memory ends
-                raw = handle.read(MAX_SPEC_BYTES + 1)
-    except OSError as error:
-        what = "the file" if path is not None else "standard input"
-        if path is not None and isinstance(error, FileNotFoundError):
-            where += _start_from(path)
-        raise SpecError(name, [SpecProblem("$", f"cannot read {what} ({error.strerror}){where}")]) from None
-    if len(raw) > MAX_SPEC_BYTES:
-        big = f"larger than {MAX_SPEC_BYTES // 2**20} MiB, which no cluster spec is{where}"
-        raise SpecError(name, [SpecProblem("$", big)])
-    text, problems = decode_text(raw)
-    if text is not None:
-        data, problems = decode_json(text)
-    if problems:
-        raise SpecError(name, problems)
-    return parse_spec(data, name, hosts_from)

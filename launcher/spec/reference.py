@@ -2,7 +2,7 @@
 
     python -m launcher.spec.reference > docs/spec-reference.md
 
-Reads the schema that `launcher.spec.models.json_schema()` generates from the models, plus the defaults
+Reads the schema that `launcher.spec.load.json_schema()` generates from the models, plus the defaults
 pydantic leaves out of a schema (those made by a default factory, such as `restart.fatal_exit_codes`),
 so the page cannot say anything the models do not. It never reads a spec or touches the file system.
 """
@@ -162,10 +162,12 @@ def with_factory_defaults(schema: Node) -> Node:
     defaults, plus its `kind` (which picks the training form), e.g. `{}` or `{"kind": "builtin"}`."""
     from pydantic import BaseModel
 
-    from launcher.spec import models as spec
+    from launcher.spec import models
+    from worker import training_spec
 
     for node in [schema, *schema.get("$defs", {}).values()]:
-        model = getattr(spec, str(node.get("title")), None)
+        title = str(node.get("title"))
+        model = getattr(models, title, None) or getattr(training_spec, title, None)
         if not (isinstance(model, type) and issubclass(model, BaseModel)):
             continue
         for name, field in model.model_fields.items():
@@ -181,7 +183,7 @@ def with_factory_defaults(schema: Node) -> Node:
 
 
 def main() -> None:
-    from launcher.spec.models import json_schema
+    from launcher.spec.load import json_schema
 
     sys.stdout.write(render(with_factory_defaults(json_schema())))
 

@@ -1,35 +1,80 @@
-"""What in a validated spec is secret, for masking everything the launcher shows or writes.
-
-Without pydantic: it reads a spec's fields, it never validates one."""
+"""What in a spec is secret: the checks of its env and secrets fields, and the masking of a spec
+that did not validate (its raw JSON), for the messages that quote it. Without pydantic."""
 
 from __future__ import annotations
 
-import os
-from typing import TYPE_CHECKING, Any
+import re
+from typing import Any
 
-from launcher.common.masking import Redactor, redacted
+from launcher.common.masking import MIN_MASKED, Redactor, is_declared
+from worker.contract import ENV_PREFIX
 
-if TYPE_CHECKING:
-    from launcher.spec.models import ClusterSpec
-
-
-def redactor_of(spec: ClusterSpec) -> Redactor:
-    """The secrets of a spec: its env's and hosts' env's secret values, and its command's; and those of
-    this environment, which a local host's tasks inherit (a `DB_PASS` exported in the shell)."""
-    argv = getattr(spec.training, "argv", None) or []
-    return Redactor.for_values([os.environ, spec.env, *(host.env for host in spec.hosts)], [argv], spec.secrets)
+_ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-def masked_spec(data: Any, declared: list[str] | None = None) -> Any:
-    """A spec (as JSON data) with the values of secret names (known, or declared in its `secrets`),
-    the current launch's secret values and every secret-looking value masked."""
-    if declared is None:
-        names = data.get("secrets") if isinstance(data, dict) else None
-        declared = [n for n in names if isinstance(n, str)] if isinstance(names, list) else []
-    return Redactor(declared=declared).data(redacted(data))
+def check_env(env: dict[str, str], where: str) -> list[tuple[str, str]]:
+    problems = []
+    for key in env:
+        if not _ENV_KEY.fullmatch(key):
+            problems.append(
+                (
+                    f"{where}.{key}",
+                    "an environment variable name is letters, digits and _ and does not start with a digit",
+                )
+            )
+        elif key == "TF_CONFIG" or key.startswith(ENV_PREFIX):
+            problems.append(
+                (
+                    f"{where}.{key}",
+                    f"TF_CONFIG and {ENV_PREFIX}* are set by the launcher for each task; remove this key",
+                )
+            )
+    return problems
 
 
-def recorded_spec(spec: ClusterSpec) -> dict[str, Any]:
-    """The spec as a run keeps it in spec.json: secret values masked."""
-    data: dict[str, Any] = masked_spec(redactor_of(spec).data(spec.model_dump(mode="json")))
-    return data
+_SECRET_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+
+
+def check_secrets(secrets: list[str], envs: list[tuple[str, dict[str, str]]]) -> list[tuple[str, str]]:
+    """A declared secret must be a name, and a value it names long enough to be masked."""
+    problems = [
+        (
+            f"secrets[{i}]",
+            f"{name!r} is not a variable or flag name: letters, digits, '_', '-' and '.' (a flag without its dashes)",
+        )
+        for i, name in enumerate(secrets)
+        if not _SECRET_NAME.fullmatch(name)
+    ]
+    for where, env in envs:
+        for key, value in env.items():
+            if 0 < len(value) < MIN_MASKED and is_declared(key, secrets):
+                problems.append(
+                    (
+                        f"{where}.{key}",
+                        f"is listed in secrets, but its value has {len(value)} character(s): one shorter than "
+                        f"{MIN_MASKED} cannot be masked in output without hiding ordinary text; use a longer value, "
+                        f"or take {key} out of secrets",
+                    )
+                )
+    return problems
+
+
+def redactor_of_raw(data: dict[str, Any]) -> Redactor:
+    """The masking of a spec that did not validate: its env values under secret names (top level and
+    every host's) and its command's secret arguments (an argv written as one string is split)."""
+
+    def strings(mapping: object) -> dict[str, str]:
+        return {k: v for k, v in mapping.items() if isinstance(v, str)} if isinstance(mapping, dict) else {}
+
+    def listed(value: object) -> list[Any]:
+        return value if isinstance(value, list) else []
+
+    envs = [
+        strings(data.get("env")),
+        *(strings(h.get("env")) for h in listed(data.get("hosts")) if isinstance(h, dict)),
+    ]
+    training = data.get("training")
+    argv = training.get("argv") if isinstance(training, dict) else None
+    words = argv.split() if isinstance(argv, str) else [a for a in listed(argv) if isinstance(a, str)]
+    declared = [name for name in listed(data.get("secrets")) if isinstance(name, str)]
+    return Redactor.for_values(envs, [words], declared)

@@ -28,13 +28,11 @@ from launcher.common.private_files import make_private_dir, open_private
 from launcher.plan import TaskLaunch
 from launcher.transport.base import EventSink, ExitStatus, OutputLine, TaskExited, WorkerReport, exit_status_of
 from launcher.transport.channel import Channel
-from worker.contract import ALIVE, ERROR_FILE_VAR, EXIT, RESULT_FILE_VAR, STARTED
+from worker.contract import ALIVE, CUT_MARKER, ERROR_FILE_VAR, EXIT, MAX_LINE_BYTES, RESULT_FILE_VAR, STARTED
 from worker.files import write_atomic
 
 log = logging.getLogger(__name__)
 
-MAX_LINE_BYTES = 64 * 1024  # a longer line is cut for the console (the log file keeps all of it)
-CUT_MARKER = " [... line cut at 64 KiB]"
 READY_TIMEOUT_S = 60.0  # an agent is up in well under a second; a host this slow is not usable
 PROBE_TIMEOUT_S = 30.0
 SPARE = "spare"  # a standby's report that its spare is ready (or will not be): counted, not shown

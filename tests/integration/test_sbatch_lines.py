@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from launcher.slurm.submit import batch_script
-from launcher.spec.models import parse_spec
+from launcher.spec.load import parse_spec
 
 ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL")
 

@@ -17,7 +17,8 @@ import pytest
 
 from launcher.common.errors import HostError
 from launcher.plan import PlanInputs, TaskLaunch, build_plan
-from launcher.spec.models import ClusterSpec, parse_spec
+from launcher.spec.load import parse_spec
+from launcher.spec.models import ClusterSpec
 from launcher.transport.base import Event, OutputLine, TaskExited, WorkerReport
 from launcher.transport.fleet import AgentTransport
 from launcher.transport.hosts import host_transport

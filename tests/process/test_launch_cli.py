@@ -221,9 +221,7 @@ def test_the_launch_command_loads_no_pydantic_plugin_and_a_library_user_keeps_th
     )
     ran = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert ran.stdout.strip().splitlines()[-1] == "none", ran.stdout + ran.stderr
-    library = (
-        "import sys, launcher.spec.models as s; s.parse_spec({'name': 'a', 'hosts': [{'address': 'localhost'}]})\n"
-    )
+    library = "import sys, launcher.spec.load as s; s.parse_spec({'name': 'a', 'hosts': [{'address': 'localhost'}]})\n"
     library += "print('metadata' if 'importlib.metadata' in sys.modules else 'none')"
     ran = subprocess.run([sys.executable, "-c", library], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert ran.stdout.strip() == "metadata", ran.stdout + ran.stderr

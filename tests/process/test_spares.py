@@ -20,7 +20,7 @@ from typing import Any
 import psutil
 
 from launcher.plan import PlanInputs, TaskLaunch, build_plan
-from launcher.spec.models import parse_spec
+from launcher.spec.load import parse_spec
 from launcher.transport.base import Event, OutputLine, TaskExited, WorkerReport
 from launcher.transport.fleet import AgentTransport
 from launcher.transport.hosts import host_transport

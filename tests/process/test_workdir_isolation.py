@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from launcher.plan import PlanInputs, build_plan
-from launcher.spec.models import parse_spec
+from launcher.spec.load import parse_spec
 from launcher.transport.base import OutputLine
 from tests.conftest import REPO, free_port
 from tests.process.test_spares import local_transport, run_to_end, standing_by, warm_report

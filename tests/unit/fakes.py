@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 
 from launcher.common.errors import HostError
 from launcher.plan import LaunchPlan, PlanInputs, TaskLaunch, build_plan
-from launcher.spec.models import ClusterSpec, parse_spec
+from launcher.spec.load import parse_spec
+from launcher.spec.models import ClusterSpec
 from launcher.transport.base import (
     Agent,
     EventSink,

@@ -13,8 +13,8 @@ import pytest
 
 from launcher.preflight.check import PreflightReport
 from launcher.rundir.bundle import BundleError, make_bundle, write_launch_record
-from launcher.spec.models import parse_spec
-from launcher.spec.secrets import masked_spec
+from launcher.spec.load import parse_spec
+from launcher.spec.masked import masked_spec
 
 
 def test_masked_spec_hides_secret_env_values_everywhere_and_url_passwords() -> None:

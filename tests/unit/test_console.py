@@ -11,7 +11,7 @@ from pathlib import Path
 from launcher.console import Console
 from launcher.plan import PlanInputs, build_plan
 from launcher.rundir.status import describe_run
-from launcher.spec.models import parse_spec
+from launcher.spec.load import parse_spec
 from launcher.supervise.gang import GangStatus, TaskStatus
 from launcher.transport.base import ExitStatus
 

@@ -18,7 +18,7 @@ import tomllib
 import yaml
 from packaging.requirements import Requirement
 
-from launcher.spec.models import load_spec
+from launcher.spec.load import load_spec
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKER = REPO / "docker"

@@ -9,7 +9,7 @@ import pytest
 
 from launcher.cli.commands import Would, dry_run
 from launcher.plan import LaunchPlan, PlanInputs, build_plan
-from launcher.spec.models import parse_spec
+from launcher.spec.load import parse_spec
 
 INPUTS = PlanInputs(run_dir="/runs/r", attempt=1, launcher_python="/usr/bin/python3", launcher_cwd="/work")
 

@@ -12,7 +12,7 @@ import pytest
 from launcher.agent.bootstrap import remote_command
 from launcher.agent.main import _gpu_slots
 from launcher.plan import LaunchPlan, PlanInputs, build_plan
-from launcher.spec.models import parse_spec
+from launcher.spec.load import parse_spec
 from launcher.transport.payload import standby_command, start_command
 
 GPU_ENV = {

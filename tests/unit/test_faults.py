@@ -85,7 +85,7 @@ def test_a_fault_that_could_not_fire_is_said() -> None:
 
 def test_a_task_takes_one_fault() -> None:
     from launcher.cli.main import _faults
-    from launcher.spec.models import parse_spec
+    from launcher.spec.load import parse_spec
 
     spec = parse_spec({"name": "f", "hosts": [{"address": "localhost", "workers": 2}]})
     assert len(_faults(spec, ["kill:worker:1@step=3", "exit=4:worker:0@step=5"])) == 2

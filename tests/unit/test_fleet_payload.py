@@ -15,7 +15,8 @@ import pytest
 from launcher.agent.bootstrap import agent_line
 from launcher.agent.cluster import tf_config, unpack
 from launcher.plan import LaunchPlan, PlanInputs, TaskLaunch, build_plan
-from launcher.spec.models import ClusterSpec, parse_spec
+from launcher.spec.load import parse_spec
+from launcher.spec.models import ClusterSpec
 from launcher.transport.payload import cluster_command, size, start_command
 
 PER_HOST = 8

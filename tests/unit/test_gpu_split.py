@@ -9,7 +9,7 @@ import pytest
 from launcher.common.errors import SpecError, UsageError
 from launcher.plan import PlanInputs, build_plan
 from launcher.slurm.allocation import Allocation
-from launcher.spec.models import parse_spec
+from launcher.spec.load import parse_spec
 
 INPUTS = PlanInputs(run_dir="/runs/g", attempt=0, launcher_python="/usr/bin/python3", launcher_cwd="/work")
 PORTS = {f"{kind}:{i}": 6000 + 10 * k + i for k, kind in enumerate(("chief", "worker", "evaluator")) for i in range(8)}

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from launcher.common.masking import MASK, mask_env, printable
 from launcher.common.private_files import make_private_dir, open_private
-from launcher.transport.session import CUT_MARKER, MAX_LINE_BYTES, Lines
+from launcher.transport.session import Lines
+from worker.contract import CUT_MARKER, MAX_LINE_BYTES
 
 
 def test_terminal_control_sequences_are_stripped_for_the_screen() -> None:

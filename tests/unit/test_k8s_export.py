@@ -30,7 +30,8 @@ from launcher.k8s.layout import ExportOptions, TaskGroup, task_groups
 from launcher.k8s.names import Toleration
 from launcher.k8s.yaml_text import documents, scalar
 from launcher.plan import PlanInputs, build_plan
-from launcher.spec.models import ClusterSpec, load_spec, parse_spec
+from launcher.spec.load import load_spec, parse_spec
+from launcher.spec.models import ClusterSpec
 from tests.conftest import REPO
 from tests.unit.k8s_upstream import (
     COMPLETION_INDEX_ANNOTATION,

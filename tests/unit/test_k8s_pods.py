@@ -21,7 +21,7 @@ from launcher.cli import main as cli
 from launcher.k8s.export import export
 from launcher.k8s.layout import ExportOptions
 from launcher.k8s.names import Toleration
-from launcher.spec.models import parse_spec
+from launcher.spec.load import parse_spec
 from tests.unit.k8s_upstream import restricted_violations
 
 IMAGE = "registry.example.com/tflaunch:0.1.0"

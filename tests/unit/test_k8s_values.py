@@ -23,7 +23,8 @@ from launcher.k8s.export import export, text
 from launcher.k8s.layout import ExportOptions
 from launcher.k8s.names import Toleration
 from launcher.k8s.yaml_text import documents
-from launcher.spec.models import ClusterSpec, CommandTraining, parse_spec
+from launcher.spec.load import parse_spec
+from launcher.spec.models import ClusterSpec
 from launcher.spec.strict_json import json_child
 from tests.unit.k8s_upstream import (
     COMPLETION_INDEX_ANNOTATION,
@@ -33,6 +34,7 @@ from tests.unit.k8s_upstream import (
 )
 from worker.contract import CHECKPOINT_DIR_VAR, JOB_COMPLETION_INDEX_VAR, TASK_VAR
 from worker.pod import pod_environment
+from worker.training_spec import CommandTraining
 
 IMAGE = "registry.example.com/tflaunch:0.1.0"
 FORMATS = ("jobset", "tfjob")

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from launcher.plan import PlanInputs, build_plan, task_slots
-from launcher.spec.models import parse_spec
+from launcher.spec.load import parse_spec
 from worker.contract import ENV_PREFIX, UMASK_VAR, TaskEnv
 
 GOLDEN = Path(__file__).parent / "golden"

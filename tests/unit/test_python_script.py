@@ -97,7 +97,7 @@ def test_a_python_option_that_takes_a_value_given_none_is_named(argv: list[str],
 
 def test_a_spec_whose_python_is_given_a_bare_option_is_refused() -> None:
     from launcher.common.errors import SpecError
-    from launcher.spec.models import parse_spec
+    from launcher.spec.load import parse_spec
 
     spec = {"name": "m", "hosts": [{"address": "localhost", "workers": 1}]}
     with pytest.raises(SpecError, match=r"\$\.training\.argv: -m is given nothing after it: python would refuse it"):

@@ -20,7 +20,7 @@ from launcher.console import Console
 from launcher.preflight.check import PreflightReport
 from launcher.rundir.lock import run_dir_of
 from launcher.rundir.status import SUMMARY_EXIT_CODES, RunStatusError, describe_run
-from launcher.spec.models import parse_spec
+from launcher.spec.load import parse_spec
 from tests.unit.fakes import FakeTransport
 from worker.contract import RunLayout
 

@@ -290,7 +290,7 @@ def test_follow_waits_for_the_first_attempt_of_a_run_just_launched(
 
 
 def test_a_line_longer_than_the_consoles_limit_is_shown_cut_and_reading_stays_linear(tmp_path: Path) -> None:
-    from launcher.transport.session import CUT_MARKER, MAX_LINE_BYTES
+    from worker.contract import CUT_MARKER, MAX_LINE_BYTES
 
     layout = _layout(tmp_path)
     _log(layout, 0, "worker:0", "first\n" + "x" * (40 * MAX_LINE_BYTES) + "\nnext\n")

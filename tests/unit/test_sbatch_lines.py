@@ -17,7 +17,7 @@ from launcher.cli.main import main
 from launcher.common.errors import SpecError
 from launcher.slurm import submit
 from launcher.slurm.submit import batch_script, sbatch_word, write_job
-from launcher.spec.models import parse_spec
+from launcher.spec.load import parse_spec
 from tests.conftest import write_spec
 
 C_SPACE = b" \t\n\v\f\r"  # C isspace() in the C locale

@@ -77,7 +77,7 @@ def test_data_is_masked_by_key_and_value() -> None:
 
 def test_a_validation_error_never_echoes_a_secret() -> None:
     from launcher.common.errors import SpecError
-    from launcher.spec.models import parse_spec
+    from launcher.spec.load import parse_spec
 
     base = {"name": "a", "hosts": [{"address": "localhost", "workers": 1}]}
     for env in ({"DB_PASS": "hunter2-db\n"}, {"NOTE": SECRETS["HF_TOKEN"] + "\n"}, {"DB_PASS": "x", "DB_PASS ": "y"}):
@@ -149,7 +149,7 @@ def test_url_passwords_holding_a_slash_or_an_at_sign_are_masked_whole() -> None:
 
 def test_a_declared_secret_too_short_to_mask_and_a_secret_that_is_no_name_are_refused_by_field() -> None:
     from launcher.common.errors import SpecError
-    from launcher.spec.models import parse_spec
+    from launcher.spec.load import parse_spec
 
     spec = {
         "name": "a",
@@ -168,8 +168,8 @@ def test_a_declared_secret_too_short_to_mask_and_a_secret_that_is_no_name_are_re
 def test_a_secret_exported_in_the_launchers_shell_is_masked_as_the_spec_s_own(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from launcher.spec.models import parse_spec
-    from launcher.spec.secrets import redactor_of
+    from launcher.spec.load import parse_spec
+    from launcher.spec.masked import redactor_of
 
     monkeypatch.setenv("DB_PASS", "hunter2-from-the-shell")
     spec = parse_spec({"name": "a", "hosts": [{"address": "localhost", "workers": 1}]})

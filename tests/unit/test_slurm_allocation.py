@@ -11,7 +11,7 @@ from launcher.cli.main import main
 from launcher.common.errors import UsageError
 from launcher.slurm.allocation import Allocation, read_allocation
 from launcher.slurm.submit import batch_script
-from launcher.spec.models import parse_spec
+from launcher.spec.load import parse_spec
 
 NODES = Allocation("7", ["n1", "n2"], ["10.0.0.1", "10.0.0.2"], tasks_per_node=None, gpus_on_node=None, restart_count=0)
 

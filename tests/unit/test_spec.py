@@ -12,7 +12,9 @@ from pydantic import ValidationError
 
 from launcher.cli.main import main
 from launcher.common.errors import SpecError
-from launcher.spec.models import ClusterSpec, is_loopback, json_schema, load_spec, parse_spec
+from launcher.spec.addresses import is_loopback
+from launcher.spec.load import json_schema, load_spec, parse_spec
+from launcher.spec.models import ClusterSpec
 from tests.conftest import REPO
 
 GOOD: dict[str, Any] = {"name": "ok", "hosts": [{"address": "localhost", "workers": 2}]}

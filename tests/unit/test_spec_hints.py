@@ -7,7 +7,7 @@ import json
 import pytest
 
 from launcher.common.errors import SpecError
-from launcher.spec.models import SCHEMA_KEY, json_schema, parse_spec
+from launcher.spec.load import SCHEMA_KEY, json_schema, parse_spec
 from launcher.spec.strict_json import decode_json
 
 BASE = {"name": "r", "hosts": [{"address": "localhost", "workers": 2}]}

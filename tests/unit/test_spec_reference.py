@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 
-from launcher.spec.models import json_schema
+from launcher.spec.load import json_schema
 from launcher.spec.reference import render, with_factory_defaults
 from tests.conftest import REPO
 
