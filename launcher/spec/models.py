@@ -8,6 +8,7 @@ this one, which know nothing of pydantic."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from typing import Annotated, Any, Literal
@@ -17,6 +18,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 from launcher.common.masking import (
     without_password,
 )
+from launcher.spec import placement
 from launcher.spec.addresses import (
     IP_LIKE,
     SCHEME_SLIP,
@@ -33,7 +35,7 @@ from launcher.spec.addresses import (
 )
 from launcher.spec.limits import MAX_HOSTS, MAX_WORKERS_PER_HOST
 from launcher.spec.paths import MAX_PATH_BYTES, all_visible, brief, path_that_fits
-from launcher.spec.placement import CHIEF_WITH_GPUS, GPU_SHARING, either, gpus_named, uneven_node_split
+from launcher.spec.placement import CHIEF_WITH_GPUS, uneven_node_split
 from launcher.spec.python_script import option_without_value, runs_nothing
 from launcher.spec.secrets import check_env, check_secrets
 from launcher.spec.slurm_options import SBATCH_OPTION, SBATCH_OWN, SBATCH_REFUSED, SLURM_TIME, SRUN_OWN
@@ -246,102 +248,14 @@ class HostSpec(StrictModel):
                         f"workers; drop workers or fix it",
                     )
                 )
-        problems += self._task_gpu_problems()
-        split = self._split_problem()
+        problems += placement.task_gpu_problems(self.placement())
+        split = placement.split_problem(self.placement())
         if split is not None:
             problems.append(("gpus", split))
         problems += check_env(self.env, "env")
         if problems:
             raise CrossFieldProblems(problems)
         return self
-
-    def _trainers_text(self) -> str:
-        if self.tasks is not None:
-            return ", ".join(f"{t.type}:{t.index}" for t in self.tasks if t.type != "evaluator")
-        workers = f"{self.worker_count} worker{'s' if self.worker_count != 1 else ''}"
-        return f"a chief and {workers}" if self.chief else workers
-
-    def _split_problem(self) -> str | None:
-        """Why the host's gpus cannot be split evenly, one share per training task; None when they can."""
-        if not self.gpus or self.trainer_count == 0 or any(t.gpus for t in self.tasks or []):
-            return None
-        gpus, trainers = len(self.gpus), self.trainer_count
-        if gpus % trainers == 0:
-            return None
-        if self.tasks is not None:
-            fix = "give each task its own GPUs (tasks[].gpus)"
-        else:
-            chief = 1 if self.chief else 0
-            counts = [d - chief for d in range(1, gpus + 1) if gpus % d == 0 and d - chief >= 1]
-            fix = f"set workers to {either(counts)}" if counts else "run the chief on another host"
-            if self.worker_per_gpu and self.chief:
-                fix = f"drop worker_per_gpu and {fix} (the chief trains too and needs a GPU of its own)"
-            elif chief:
-                fix += " (the chief trains too and needs GPUs of its own)"
-            elif not self.worker_per_gpu:
-                fix += ", or set worker_per_gpu: true (one worker per GPU)"
-        if gpus > trainers:
-            each = gpus // trainers
-            idle = self.gpus[each * trainers :]
-            return (
-                f"{gpus} GPUs do not divide evenly among this host's {trainers} training tasks "
-                f"({self._trainers_text()}): each would get {each} and {gpus_named(idle)} would stay idle. To use "
-                f"every GPU, {fix}; or list only the GPUs to use"
-            )
-        return (
-            f"{gpus} GPU(s) for this host's {trainers} training tasks ({self._trainers_text()}): tasks would share a "
-            f"GPU, which fails at start ({GPU_SHARING}). Give each training task its own GPUs: {fix}; or list more "
-            f"GPUs"
-        )
-
-    def _task_gpu_problems(self) -> list[tuple[str, str]]:
-        """Per-task GPU lists: each a part of the host's gpus, no GPU in two tasks, every trainer with one."""
-        listed = [(j, task) for j, task in enumerate(self.tasks or []) if task.gpus is not None]
-        if not listed:
-            return []
-        problems: list[tuple[str, str]] = []
-        owner: dict[int, int] = {}
-        for j, task in listed:
-            assert task.gpus is not None
-            if len(set(task.gpus)) != len(task.gpus):
-                problems.append((f"tasks[{j}].gpus", "lists a GPU id twice"))
-            foreign = [g for g in task.gpus if self.gpus is not None and g not in self.gpus]
-            if foreign:
-                problems.append(
-                    (
-                        f"tasks[{j}].gpus",
-                        f"{gpus_named(foreign)} not in this host's gpus {self.gpus}; add them there or remove them "
-                        f"here",
-                    )
-                )
-            for gpu in task.gpus:
-                if gpu in owner and owner[gpu] != j:
-                    problems.append(
-                        (
-                            f"tasks[{j}].gpus",
-                            f"GPU {gpu} is also given to tasks[{owner[gpu]}]; a GPU belongs to one task "
-                            f"({GPU_SHARING})",
-                        )
-                    )
-                owner.setdefault(gpu, j)
-        for j, task in enumerate(self.tasks or []):
-            if task.gpus is None and task.type != "evaluator":
-                problems.append(
-                    (
-                        f"tasks[{j}].gpus",
-                        f"{task.type}:{task.index} has no gpus while other tasks of this host list theirs; give every "
-                        f"training task its GPUs, or none (the host's gpus are then split evenly)",
-                    )
-                )
-        unused = [g for g in self.gpus or [] if g not in owner]
-        if unused:
-            problems.append(
-                (
-                    "gpus",
-                    f"{gpus_named(unused)} given to no task, so idle; give each to a task or remove it from gpus",
-                )
-            )
-        return problems
 
     @property
     def worker_count(self) -> int:
@@ -365,31 +279,22 @@ class HostSpec(StrictModel):
     @property
     def gpu_ids(self) -> list[int] | None:
         """Every GPU this host's tasks use: `gpus`, else the union of the tasks' own lists; None: not set."""
-        if self.gpus is not None:
-            return list(self.gpus)
-        own = sorted({g for t in self.tasks or [] for g in t.gpus or []})
-        return own or None
+        return placement.gpu_ids(self.placement())
 
     def gpu_shares(self) -> list[list[int] | None]:
-        """Each task's GPU ids, in the order of `ClusterSpec.task_entries`; None: CUDA_VISIBLE_DEVICES is not set.
+        """Each task's GPU ids, in the order of `ClusterSpec.task_entries`; None: CUDA_VISIBLE_DEVICES is not set
+        (launcher/spec/placement.py)."""
+        return placement.shares(self.placement())
 
-        A task's own list wins; otherwise training tasks split the host's gpus evenly (the spec refuses
-        uneven splits) and an evaluator gets none (it scores on CPU, leaving GPUs to training)."""
-        gpu_ids = self.gpu_ids
-        if gpu_ids is None:
-            return [None] * self.task_count
-        each = len(gpu_ids) // self.trainer_count if self.trainer_count else 0
-        shares: list[list[int] | None] = []
-        position = 0
-        for task in ClusterSpec.task_entries(self):
-            if task.gpus is not None:
-                shares.append(list(task.gpus))
-            elif task.type == "evaluator":
-                shares.append([])
-            else:
-                shares.append(gpu_ids[position * each : (position + 1) * each])
-                position += 1
-        return shares
+    def placement(self) -> placement.HostGpus:
+        """This host as GPU placement sees it: plain data."""
+        if self.tasks is not None:
+            seats = [placement.Seat(t.type, t.index, t.gpus) for t in self.tasks]
+        else:  # every task counted, whatever `ports` holds (a wrong length is a problem of its own)
+            kinds = ["chief"] * self.chief + ["worker"] * self.worker_count + ["evaluator"] * self.evaluator
+            seats = [placement.Seat(kind, -1) for kind in kinds]
+        host = placement.HostGpus(self.gpus, seats, self.tasks is not None, self.chief, self.worker_per_gpu)
+        return dataclasses.replace(host, machine=machine_key(self.address), address=self.address)
 
     @property
     def is_local(self) -> bool:
@@ -705,20 +610,7 @@ class ClusterSpec(StrictModel):
 
     @model_validator(mode="after")
     def _check(self, info: ValidationInfo) -> ClusterSpec:
-        problems: list[tuple[str, str]] = check_env(self.env, "env")
-        if isinstance(self.training, CommandTraining) and runs_nothing(self.training.argv):
-            problems.append(
-                (
-                    "training.argv",
-                    f"{self.training.argv[0]} is given no script, -m module or -c code (the command after --, or "
-                    "training.argv): it would read its program from standard input, which a task does not have, "
-                    f"and exit at once as if it had trained; give the script: {self.training.argv[0]} train.py",
-                )
-            )
-        bare = option_without_value(self.training.argv) if isinstance(self.training, CommandTraining) else None
-        if bare is not None:
-            what = "a module name (-m train)" if bare == "-m" else "the code to run (-c 'import ...')"
-            problems.append(("training.argv", f"{bare} is given nothing after it: python would refuse it; give {what}"))
+        problems = check_env(self.env, "env") + self._command_problems()
         envs = [("env", self.env), *((f"hosts[{i}].env", h.env) for i, h in enumerate(self.hosts))]
         problems += check_secrets(self.secrets, envs)
         if not self.hosts:
@@ -732,8 +624,37 @@ class ClusterSpec(StrictModel):
                 )
             )
             raise CrossFieldProblems(problems)
-        explicit = [h.tasks is not None for h in self.hosts]
         entries = [self.task_entries(h) for h in self.hosts]  # once: every check below walks them
+        problems += self._role_problems(entries) + self._port_problems(entries) + self._loopback_problems()
+        problems += _tf_config_size_problems(self.hosts, entries) + self._gpu_problems()
+        if problems:
+            raise CrossFieldProblems(problems)
+        return self
+
+    def _command_problems(self) -> list[tuple[str, str]]:
+        """A python command that would read its program from standard input, or give an option no value."""
+        if not isinstance(self.training, CommandTraining):
+            return []
+        argv, problems = self.training.argv, []
+        if runs_nothing(argv):
+            problems.append(
+                (
+                    "training.argv",
+                    f"{argv[0]} is given no script, -m module or -c code (the command after --, or "
+                    "training.argv): it would read its program from standard input, which a task does not have, "
+                    f"and exit at once as if it had trained; give the script: {argv[0]} train.py",
+                )
+            )
+        bare = option_without_value(argv)
+        if bare is not None:
+            what = "a module name (-m train)" if bare == "-m" else "the code to run (-c 'import ...')"
+            problems.append(("training.argv", f"{bare} is given nothing after it: python would refuse it; give {what}"))
+        return problems
+
+    def _role_problems(self, entries: list[list[TaskSpec]]) -> list[tuple[str, str]]:
+        """One form of host, at most one chief and one evaluator, indices 0..n-1, and a worker at least."""
+        problems: list[tuple[str, str]] = []
+        explicit = [h.tasks is not None for h in self.hosts]
         if any(explicit) and not all(explicit):
             problems.append(("hosts", "mix of hosts with 'tasks' and hosts with 'workers'; use one form on every host"))
         for kind in ("chief", "evaluator"):
@@ -760,31 +681,22 @@ class ClusterSpec(StrictModel):
                     problems.append(
                         ("hosts", f"{kind} indices are {indices}; they must be 0..{len(indices) - 1}, each once")
                     )
-        workers = sum(1 for tasks in entries for t in tasks if t.type == "worker")
-        if workers == 0:
+        if not any(t.type == "worker" for tasks in entries for t in tasks):
             problems.append(("hosts", "no worker task; MultiWorkerMirroredStrategy needs at least one worker"))
+        return problems
+
+    def _port_problems(self, entries: list[list[TaskSpec]]) -> list[tuple[str, str]]:
+        """Port 0 only on local hosts (a remote host's peers dial its ports), and every host:port once."""
+        problems: list[tuple[str, str]] = []
         seen: dict[tuple[str, int], int] = {}
         for i, host in enumerate(self.hosts):
             for j, task in enumerate(entries[i]):
                 where = f"hosts[{i}].tasks[{j}].port" if host.tasks is not None else f"hosts[{i}].ports[{j}]"
                 if task.port == 0:
-                    if not host.is_local:
-                        given = bool(host.ports or host.tasks)
-                        problems.append(
-                            (
-                                where if given else f"hosts[{i}].ports",
-                                (
-                                    f"port 0 (pick a free one) only works for local hosts; give {host.address} "
-                                    "explicit ports"
-                                    if given
-                                    else f"a remote host needs explicit ports: give {host.address} one per task "
-                                    "(its peers dial them)"
-                                )
-                                + localhost_hint(host.address),
-                            )
-                        )
-                        break
-                    continue
+                    if host.is_local:
+                        continue
+                    problems.append(_port_zero_problem(i, host, where))
+                    break
                 key = (machine_key(host.address), task.port)
                 if key in seen:
                     problems.append(
@@ -795,85 +707,32 @@ class ClusterSpec(StrictModel):
                         )
                     )
                 seen[key] = i
-        if self.is_multi_host and not all(is_loopback(h.address) for h in self.hosts):
-            for i, host in enumerate(self.hosts):
-                if is_loopback(host.address):
-                    problems.append(
-                        (
-                            f"hosts[{i}].address",
-                            f"'{host.address}' cannot be reached from the other hosts of a multi-host cluster; use "
-                            f"this machine's name or network address",
-                        )
-                    )
-        problems += _tf_config_size_problems(self.hosts, entries)
-        shares = [host.gpu_shares() for host in self.hosts]  # each host's, once for the three checks
-        problems += self._gpu_count_problems(shares)
-        problems += self._gpus_shared_across_entries(shares)
-        problems += self._gpus_and_a_visible_devices_env(shares)
-        if problems:
-            raise CrossFieldProblems(problems)
-        return self
-
-    def _gpus_and_a_visible_devices_env(self, shares: list[list[list[int] | None]]) -> list[tuple[str, str]]:
-        """The GPUs a spec gives become CUDA_VISIBLE_DEVICES: one in env as well would be silently replaced."""
-        key = "CUDA_VISIBLE_DEVICES"
-        with_gpus = [i for i, host_shares in enumerate(shares) if any(share is not None for share in host_shares)]
-        problems = [
-            (f"hosts[{i}].env.{key}", f"hosts[{i}] gives its tasks GPUs, which set {key} for each; remove it from env")
-            for i in with_gpus
-            if key in self.hosts[i].env
-        ]
-        if with_gpus and key in self.env:
-            problems.append(
-                (
-                    f"env.{key}",
-                    f"hosts[{with_gpus[0]}] gives its tasks GPUs, which set {key} for each; set it per host "
-                    "without gpus, or remove it",
-                )
-            )
         return problems
 
-    def _gpus_shared_across_entries(self, shares: list[list[list[int] | None]]) -> list[tuple[str, str]]:
-        """A machine listed twice (two entries, or two spellings of it) gives each GPU to one entry only."""
-        owner: dict[tuple[str, int], int] = {}
-        problems: list[tuple[str, str]] = []
-        for i, host in enumerate(self.hosts):
-            ids = sorted({gpu for share in shares[i] if share for gpu in share})
-            for gpu in ids:
-                first = owner.setdefault((machine_key(host.address), gpu), i)
-                if first != i:
-                    problems.append(
-                        (
-                            f"hosts[{i}].gpus" if host.gpus is not None else f"hosts[{i}].tasks",
-                            f"GPU {gpu} of {host.address} is also given to the tasks of hosts[{first}], the same "
-                            "machine: tasks would share it; give each entry its own GPUs",
-                        )
-                    )
-                    break
-        return problems
-
-    def _gpu_count_problems(self, shares: list[list[list[int] | None]]) -> list[tuple[str, str]]:
-        """Every training task whose GPUs the spec sets must get as many as the others: MWMS mirrors over the
-        same number of devices in every worker (its all-reduce group is workers x devices per worker)."""
-        counts: dict[int, list[str]] = {}
-        for i, host in enumerate(self.hosts):
-            for j, (task, share) in enumerate(zip(self.task_entries(host), shares[i], strict=True)):
-                if share is not None and task.type != "evaluator":
-                    where = f"hosts[{i}].tasks[{j}]" if host.tasks is not None else f"hosts[{i}]"
-                    places = counts.setdefault(len(share), [])
-                    if where not in places:
-                        places.append(where)
-        if len(counts) < 2:
+    def _loopback_problems(self) -> list[tuple[str, str]]:
+        """A loopback address cannot be reached from the other hosts of a multi-host cluster."""
+        if not self.is_multi_host or all(is_loopback(h.address) for h in self.hosts):
             return []
-        spread = "; ".join(f"{count} on {', '.join(places)}" for count, places in sorted(counts.items()))
         return [
             (
-                "hosts",
-                f"training tasks get different numbers of GPUs ({spread}). MultiWorkerMirroredStrategy mirrors over "
-                f"the same number of devices in every worker (its all-reduce group is workers x devices per worker), "
-                f"so give every training task the same number of GPUs",
+                f"hosts[{i}].address",
+                f"'{host.address}' cannot be reached from the other hosts of a multi-host cluster; use "
+                f"this machine's name or network address",
             )
+            for i, host in enumerate(self.hosts)
+            if is_loopback(host.address)
         ]
+
+    def _gpu_problems(self) -> list[tuple[str, str]]:
+        """The placement's checks across hosts (launcher/spec/placement.py)."""
+        hosts = [host.placement() for host in self.hosts]
+        shares = [placement.shares(host) for host in hosts]  # each host's, once for the three checks
+        visible = "CUDA_VISIBLE_DEVICES"
+        return (
+            placement.count_problems(hosts, shares)
+            + placement.shared_across_entries(hosts, shares)
+            + placement.visible_devices_problems(shares, [visible in h.env for h in self.hosts], visible in self.env)
+        )
 
     @staticmethod
     def task_entries(host: HostSpec) -> list[TaskSpec]:
@@ -899,6 +758,16 @@ class ClusterSpec(StrictModel):
     def is_multi_host(self) -> bool:
         """More than one machine (every spelling of loopback is this one machine)."""
         return len({machine_key(h.address) for h in self.hosts}) > 1
+
+
+def _port_zero_problem(i: int, host: HostSpec, where: str) -> tuple[str, str]:
+    """Port 0 (a free port picked at launch) on a remote host: its peers could not know what to dial."""
+    given = bool(host.ports or host.tasks)
+    if given:
+        says = f"port 0 (pick a free one) only works for local hosts; give {host.address} explicit ports"
+    else:
+        says = f"a remote host needs explicit ports: give {host.address} one per task (its peers dial them)"
+    return (where if given else f"hosts[{i}].ports", says + localhost_hint(host.address))
 
 
 # Linux takes one environment string of at most 32 pages (MAX_ARG_STRLEN, "TF_CONFIG=" and its NUL
