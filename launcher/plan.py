@@ -15,7 +15,8 @@ from typing import Any
 
 from launcher.agent.cluster import address
 from launcher.common.masking import redact, secret_arguments
-from launcher.spec.models import ClusterSpec, HostSpec
+from launcher.spec.hosts import HostSpec
+from launcher.spec.models import ClusterSpec
 from launcher.spec.python_script import split_python_command
 from worker.contract import (
     ARGV_TRAMPOLINE,

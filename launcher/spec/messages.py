@@ -17,7 +17,8 @@ from launcher.common.masking import (
     looks_secret,
     secret_arguments,
 )
-from launcher.spec.models import ClusterSpec, CrossFieldProblems
+from launcher.spec.hosts import CrossFieldProblems
+from launcher.spec.models import ClusterSpec
 from launcher.spec.strict_json import json_child
 from worker.training_spec import TRAINING_KINDS
 

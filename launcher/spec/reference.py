@@ -162,12 +162,12 @@ def with_factory_defaults(schema: Node) -> Node:
     defaults, plus its `kind` (which picks the training form), e.g. `{}` or `{"kind": "builtin"}`."""
     from pydantic import BaseModel
 
-    from launcher.spec import models
+    from launcher.spec import hosts, models
     from worker import training_spec
 
     for node in [schema, *schema.get("$defs", {}).values()]:
         title = str(node.get("title"))
-        model = getattr(models, title, None) or getattr(training_spec, title, None)
+        model = next((getattr(m, title) for m in (models, hosts, training_spec) if hasattr(m, title)), None)
         if not (isinstance(model, type) and issubclass(model, BaseModel)):
             continue
         for name, field in model.model_fields.items():

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from launcher.common.errors import HostError
-from launcher.spec.models import ClusterSpec, HostSpec
+from launcher.spec.hosts import HostSpec
+from launcher.spec.models import ClusterSpec
 from launcher.transport.fleet import AgentHost, AgentTransport
 from launcher.transport.local import close_early, open_local
 from launcher.transport.session import Channel

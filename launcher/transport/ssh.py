@@ -14,7 +14,7 @@ import threading
 from typing import Any
 
 from launcher.common.errors import HostError
-from launcher.spec.models import HostSpec
+from launcher.spec.hosts import HostSpec
 from launcher.transport.fleet import side_by_side
 from launcher.transport.malloc_arenas import limit_malloc_arenas
 from launcher.transport.session import Channel

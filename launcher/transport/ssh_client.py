@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher.common.errors import HostError
-from launcher.spec.models import HostSpec, SshSpec
+from launcher.spec.hosts import HostSpec, SshSpec
 from launcher.transport.deferred_invoke import defer_invoke
 from launcher.transport.host_keys import (
     HostKeyAction,

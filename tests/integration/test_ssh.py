@@ -270,7 +270,7 @@ def test_an_agent_that_ends_while_its_first_line_is_sent_is_named_with_its_words
     line larger than the SSH window makes sure; a short one can lose the race too): the host's error names
     the python and the shell's words, not a closed socket."""
     from launcher.common.errors import HostError
-    from launcher.spec.models import HostSpec
+    from launcher.spec.hosts import HostSpec
     from launcher.transport.session import AgentSession
     from launcher.transport.ssh import SshMedium
 

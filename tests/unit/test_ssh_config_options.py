@@ -12,7 +12,7 @@ import paramiko
 import pytest
 
 from launcher.common.errors import HostError
-from launcher.spec.models import HostSpec
+from launcher.spec.hosts import HostSpec
 from launcher.transport.ssh_client import HostKeyRefused, SshTarget, _host_error, resolve_target
 from launcher.transport.ssh_options import JumpHop, expand_path, parse_proxy_jump, path_list, yes_no
 

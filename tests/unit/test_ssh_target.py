@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from launcher.agent.bootstrap import BOOTSTRAP, remote_command
-from launcher.spec.models import HostSpec
+from launcher.spec.hosts import HostSpec
 from launcher.transport.ssh_client import resolve_target
 from tests.conftest import REPO
 
@@ -57,7 +57,7 @@ def test_remote_command_is_fixed_and_quoted() -> None:
 
 _LAZY_INVOKE = """
 import inspect, sys
-from launcher.spec.models import HostSpec
+from launcher.spec.hosts import HostSpec
 from launcher.transport.ssh_client import resolve_target
 import paramiko
 inspect.getmodule(resolve_target.__code__)  # reads every module's __file__, the stand-in's too
