@@ -23,6 +23,7 @@ from launcher.common.errors import InterruptedLaunchError, PreflightError, RunDi
 from launcher.common.private_files import make_private_dir
 from launcher.console import Console
 from launcher.plan import LaunchPlan, PlanInputs, build_plan, host_python
+from launcher.preflight.check import run_preflight
 from launcher.preflight.ports import check_local_ports, choose_free_ports, port_is_free
 from launcher.rundir.bundle import write_launch_record
 from launcher.rundir.checkpoint_mark import mark_checkpoints
@@ -35,13 +36,16 @@ from launcher.rundir.lock import (
     run_dir_of,
 )
 from launcher.rundir.report import write_summary
+from launcher.rundir.stop import stop_requester
 from launcher.spec.models import ClusterSpec
 from launcher.supervise.faults import Fault
 from launcher.supervise.gang import RunResult
 from launcher.supervise.policy import RestartPolicy
 from launcher.supervise.supervisor import Supervisor
 from launcher.transport.base import Transport
+from launcher.transport.fleet import AgentTransport
 from launcher.transport.hosts import agent_hosts, host_transport
+from launcher.transport.slurm import SlurmMedium
 from worker.contract import RunLayout, is_url
 from worker.training_spec import BuiltinTraining, FunctionTraining
 
@@ -104,7 +108,6 @@ def preflight(spec: ClusterSpec, plan: LaunchPlan, transport: Transport | None =
     """Check every host (local ones too) and the run directory; leaves nothing behind.
 
     Given the launch's transport, the checks run over the connections the tasks will use."""
-    from launcher.preflight.check import run_preflight
 
     if transport is not None:
         return run_preflight(spec, plan, transport)
@@ -150,8 +153,6 @@ def _install_signals(supervisor: Supervisor, layout: RunLayout) -> SignalHandler
         state["stopping"] = True
         by = None
         if signum == signal.SIGINT:  # `launch stop`'s? (imported here: not on the way to starting the tasks)
-            from launcher.rundir.stop import stop_requester
-
             by = stop_requester(layout)
         raise InterruptedLaunchError(signum, by)
 
@@ -174,8 +175,6 @@ def make_transport(spec: ClusterSpec, allocation: Allocation | None = None) -> T
     pythons = [host_python(spec, host, sys.executable) for host in spec.hosts]
     if allocation is None:
         return host_transport(spec, pythons)
-    from launcher.transport.fleet import AgentTransport
-    from launcher.transport.slurm import SlurmMedium
 
     options = spec.slurm.srun_options if spec.slurm is not None else []
     medium = SlurmMedium(allocation.nodes, pythons, options, str(run_dir_of(spec)))

@@ -58,6 +58,8 @@ def launch(
     `fresh`: move the run's old files aside instead of resuming; `echo`: print the tasks' output
     prefixed with their names (it is always logged in the run directory); `verbose`: echo TensorFlow's
     known-harmless start-up lines too; `show`: echo only these tasks (`["worker:0"]`)."""
+    # The launcher (pydantic, the transports: ~150 ms) is loaded by a launch only, so that `from tflaunch
+    # import report` in every task stays free of it.
     from launcher.cli.request import LaunchRequest, request_spec, shown_tasks
     from launcher.common.errors import AlreadyTrained, InterruptedLaunchError
     from launcher.console import Console

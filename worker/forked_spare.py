@@ -46,7 +46,7 @@ def fork_after_import() -> None:
         orders, ready, out, events = (int(fd) for fd in given.split(","))
     except ValueError:  # not asked for (or garbled): the task runs as ever
         return
-    from tflaunch.events import report
+    from tflaunch.events import report  # a forked spare only: a task started the plain way never loads it here
 
     report(STARTING)  # the runtime is up before the import, as the runtime says it without a spare
     import tensorflow  # noqa: F401 - what the spare shares

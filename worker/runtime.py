@@ -54,7 +54,7 @@ class WorkerContext:
 def build_strategy(devices_per_worker: int = 1, collective: str = "auto") -> Any:
     import tensorflow as tf
 
-    from worker.devices import communication_options, split_cpu
+    from worker.devices import communication_options, split_cpu  # TensorFlow's, as this function is
 
     if split_cpu(devices_per_worker):
         log.info("split the CPU into %s logical devices", devices_per_worker)
@@ -77,7 +77,7 @@ def run(settings: TaskEnv) -> dict[str, Any]:
 
     report(IMPORTED)
     if cluster.task_type == "evaluator":  # a side-car: no strategy, no collectives
-        from worker.evaluator import run_evaluator
+        from worker.evaluator import run_evaluator  # each kind of training loads its own Keras: only the one run
 
         return {**run_evaluator(settings), "task": cluster.name, "attempt": settings.attempt, "pid": os.getpid()}
     function: Callable[[WorkerContext], Any] | None = None
@@ -116,11 +116,11 @@ def run(settings: TaskEnv) -> dict[str, Any]:
         outcome = function(context)
         result = dict(outcome) if isinstance(outcome, dict) else {}
     elif isinstance(training, FitTraining):
-        from worker.fit import train_fit
+        from worker.fit import train_fit  # tf-keras: only a fit training pays for it
 
         result = train_fit(strategy, cluster, settings)
     else:
-        from worker.loop import train_builtin
+        from worker.loop import train_builtin  # Keras 3: only the built-in training pays for it
 
         result = train_builtin(strategy, cluster, settings)
     result.update(task=cluster.name, attempt=settings.attempt, pid=os.getpid())

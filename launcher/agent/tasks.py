@@ -31,7 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 from launcher.agent import frames
-from launcher.agent.adoption import StrayReaper, become_subreaper
+from launcher.agent.adoption import Adopted, StrayReaper, become_subreaper
 from launcher.agent.keeper import Keeper, proc_stat
 from launcher.agent.oom import oom_kills
 from launcher.agent.spawn import start_task
@@ -319,8 +319,6 @@ class ForkedSpare(Standby):
         threading.Thread(target=self._listen, args=(self._ready_r,), daemon=True, name="forked-spare").start()
 
     def _heard_ready(self, said: dict[str, Any]) -> None:
-        from launcher.agent.adoption import Adopted
-
         if not isinstance(said.get("pid"), int) or said["pid"] <= 0:
             return
         if self._closed:  # closed before it said so: it must not outlive that

@@ -27,6 +27,7 @@ from launcher.common.errors import UsageError
 from launcher.common.log_reading import read_end
 from launcher.common.masking import redact
 from launcher.rundir.lock import is_run_dir
+from launcher.rundir.status import no_run_files, not_a_run_dir
 from launcher.spec.masked import masked_spec, recorded_spec
 from worker.contract import RunLayout
 from worker.files import new_temporary, write_atomic
@@ -149,7 +150,6 @@ def default_output(run_dir: str) -> str:
 
 def make_bundle(run_dir: str, output: str | None = None) -> BundleResult:
     """Pack the run's post-mortem files into one tar.gz (never checkpoints or models); see the module docstring."""
-    from launcher.rundir.status import no_run_files, not_a_run_dir
 
     if not os.path.isdir(run_dir):
         raise BundleError(not_a_run_dir(run_dir))

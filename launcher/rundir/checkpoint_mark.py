@@ -13,9 +13,13 @@ import stat
 import time
 from typing import TYPE_CHECKING, Any
 
+from launcher.agent.probe import foreign_owner
+from launcher.agent.safe_paths import unsafe_ancestry
 from launcher.common.errors import UsageError
 from launcher.common.masking import printable
 from launcher.rundir.lock import RunLock
+from launcher.spec.masked import recorded_spec
+from worker.contract import RunLayout, is_url
 
 if TYPE_CHECKING:
     from launcher.spec.models import ClusterSpec
@@ -86,8 +90,6 @@ def resumable(path: str, run_dir: str) -> bool:
         return False
     before, since = _before_first_launch(read_mark(path))
     if os.path.realpath(path) == os.path.realpath(run_dir):
-        from worker.contract import RunLayout
-
         layout = RunLayout(run_dir)
         own = {
             os.path.basename(f)
@@ -154,7 +156,6 @@ def mark_checkpoints(spec: ClusterSpec, run_dir: str, checkpoints: str) -> RunLo
     the launch runs: a later launch checks both, whatever its run directory (two runs may share a
     `checkpoint_dir`). UsageError when another launch holds it. Only a directory of this machine,
     of the user's own, is marked; elsewhere the run's spec.json serves alone."""
-    from launcher.spec.masked import recorded_spec
 
     existed = os.path.lexists(os.path.join(checkpoints, MARKER))
     fd = _open_mark(checkpoints, os.O_RDWR | os.O_CREAT)
@@ -293,9 +294,6 @@ def refuse_if_unsafe(checkpoints: str, to_move: bool = False) -> None:
     anybody, or below a directory they could swap): a run would restore it. The preflight asks each host
     the same; here it is asked before a launch says it resumes, or `--fresh` moves anything aside
     (`to_move`: only the directories above count, the directory itself being set aside)."""
-    from launcher.agent.probe import foreign_owner
-    from launcher.agent.safe_paths import unsafe_ancestry
-    from worker.contract import is_url
 
     if is_url(checkpoints):
         return

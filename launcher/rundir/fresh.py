@@ -21,6 +21,7 @@ from launcher.rundir.checkpoint_mark import (
     has_checkpoints,
     read_mark,
     refuse_if_in_use,
+    refuse_if_unsafe,
     tensorflow_checkpoints,
     tensorflow_file,
     writer_of,
@@ -138,8 +139,6 @@ def start_over(spec: ClusterSpec, run_dir: Path, launcher_cwd: str) -> list[str]
     refuse_if_running(str(run_dir))
     refuse_if_in_use(checkpoints, str(run_dir))  # another run may write there (inside this run directory, too)
     if outside:  # a rename there could be raced, and the run would be refused after it
-        from launcher.rundir.checkpoint_mark import refuse_if_unsafe
-
         refuse_if_unsafe(checkpoints, to_move=True)
     if outside and has_checkpoints(checkpoints):
         why = _not_to_move(checkpoints, str(run_dir), launcher_cwd)

@@ -23,6 +23,7 @@ from typing import BinaryIO, TextIO
 from launcher.common import exit_codes
 from launcher.common.errors import UsageError
 from launcher.common.masking import printable, redact
+from launcher.rundir.lock import is_run_dir
 from launcher.rundir.status import RunStatusError, launcher_process, no_run_files, not_a_run_dir, read_run
 from worker.contract import CUT_MARKER, MAX_LINE_BYTES, RunLayout, task_stem
 
@@ -48,8 +49,6 @@ def pick_attempt(run_dir: str, attempts: Sequence[int], wanted: int | None) -> i
     """The attempt `wanted` names: the latest when None, counted from the end when negative (-1 is
     the latest). UsageError naming the attempts there are when it names none of them."""
     if not attempts:
-        from launcher.rundir.lock import is_run_dir
-
         # a launch on its way has an empty directory, or its lock; files of another kind are no run's
         if os.listdir(run_dir) and not is_run_dir(run_dir) and not os.path.exists(RunLayout(run_dir).lock_file):
             raise UsageError(no_run_files(run_dir))

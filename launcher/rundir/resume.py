@@ -9,7 +9,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from launcher.common.errors import AlreadyTrained, UsageError
+from launcher.common.log_reading import read_end
 from launcher.common.masking import printable
+from launcher.plan import checkpoint_dir_of
 from launcher.rundir.checkpoint_mark import (
     SPEC_LIMIT,
     latest_checkpoint,
@@ -21,7 +23,11 @@ from launcher.rundir.checkpoint_mark import (
     writer_of,
     written_before_any_launch,
 )
+from launcher.rundir.fresh import start_over
+from launcher.rundir.lock import check_run_dir, refuse_if_running, run_dir_of
 from launcher.rundir.training_identity import argv_of, shown_training, what_trains
+from launcher.spec.masked import recorded_spec
+from worker.contract import RunLayout, is_url
 
 if TYPE_CHECKING:
     from launcher.spec.models import ClusterSpec
@@ -53,11 +59,8 @@ def resume_or_start_over(
 ) -> None:
     """Before a launch, from the command line or Python alike: with `fresh` move the run's old files
     aside, else refuse another training's checkpoints and say when this one resumes its own."""
-    from launcher.rundir.lock import run_dir_of
 
     if fresh:
-        from launcher.rundir.fresh import start_over
-
         for line in start_over(spec, run_dir_of(spec), os.getcwd()):
             say(f"{words.fresh}: moved {line}")
     elif (resuming := resume_notice(spec, words)) is not None:
@@ -106,7 +109,6 @@ class Resuming:
 
 def new_run_would(checkpoint_dir: str) -> str:
     """What `--check` and `--dry-run` say of a launch that finds no checkpoint to resume from."""
-    from worker.contract import is_url
 
     if is_url(checkpoint_dir):
         return (
@@ -120,9 +122,6 @@ def resume_notice(spec: ClusterSpec, words: ResumeWords = CLI_WORDS) -> Resuming
     """Whether a launch will resume from earlier checkpoints of the same run; UsageError when the run
     directory or the checkpoint directory is not safe to use, its run is still going, or its
     checkpoints are another training's."""
-    from launcher.plan import checkpoint_dir_of
-    from launcher.rundir.lock import check_run_dir, refuse_if_running, run_dir_of
-    from worker.contract import RunLayout
 
     layout = RunLayout(str(run_dir_of(spec)))
     check_run_dir(layout.run_dir)  # another user's, or swappable: refused before anything is read from it
@@ -132,7 +131,6 @@ def resume_notice(spec: ClusterSpec, words: ResumeWords = CLI_WORDS) -> Resuming
     refuse_if_unsafe(checkpoints)  # as the preflight would, but before any word of resuming
     if not resumable(checkpoints, layout.run_dir):
         return None
-    from launcher.spec.masked import recorded_spec
 
     marked = read_mark(checkpoints)  # what wrote them, whichever run it was
     writer = writer_of(marked)
@@ -192,6 +190,5 @@ def _finished_at(summary_file: str, spec: ClusterSpec, latest: str | None) -> in
 
 def _read_json(path: str) -> dict[str, Any] | None:
     """The JSON object in `path` (the run's spec.json), or None when there is none to read."""
-    from launcher.common.log_reading import read_end
 
     return parsed(read_end(path, SPEC_LIMIT))

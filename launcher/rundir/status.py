@@ -25,6 +25,8 @@ from launcher.common.durations import duration_text
 from launcher.common.errors import UsageError
 from launcher.common.log_reading import LoggedException
 from launcher.common.masking import escaped, printable, redact
+from launcher.rundir.checkpoint_mark import has_checkpoints
+from launcher.rundir.lock import run_around
 from worker.contract import RunLayout
 
 if TYPE_CHECKING:
@@ -210,7 +212,6 @@ def not_a_run_dir(run_dir: str) -> str:
 def _run_above(path: str) -> str:
     """` It lies inside the run R: give that.` for a path inside a run (an attempt-N directory, a log file
     in it, its checkpoints), looked for up to three directories up; else ""."""
-    from launcher.rundir.lock import run_around
 
     around = run_around(os.path.dirname(os.path.realpath(path)), 3)
     return f" It lies inside the run {escaped(around[0])}: give that." if around is not None else ""
@@ -360,7 +361,6 @@ def _present(where: str) -> bool:
     """Whether an output is there to be found: a URL is another system's and kept; a path must exist
     (a pattern such as attempt-* must match something), and a directory must hold something besides
     the launcher's checkpoint mark (the checkpoint directory is made, and marked, for every run)."""
-    from launcher.rundir.checkpoint_mark import has_checkpoints
 
     if _URL_SCHEME in where:
         return True

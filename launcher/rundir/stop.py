@@ -21,9 +21,11 @@ from typing import TYPE_CHECKING, Any
 
 from launcher.common import exit_codes
 from launcher.common.errors import UsageError
+from launcher.common.log_reading import read_end
 from launcher.rundir.lock import check_run_dir, holder_of, is_run_dir
 from launcher.rundir.status import RunFiles, launcher_process, no_run_files, read_run, summary_outcome
 from worker.contract import RunLayout
+from worker.files import write_atomic
 
 if TYPE_CHECKING:
     import psutil
@@ -105,8 +107,6 @@ def _leave_stop_request(layout: RunLayout, launcher_pid: int) -> None:
     signal's name. Best effort: without it the launcher still stops, and names SIGINT."""
     import json
 
-    from worker.files import write_atomic
-
     try:
         request = json.dumps({"launcher_pid": launcher_pid, "pid": os.getpid()})
         write_atomic(layout.stop_request_file, request, durable=False)  # read within moments, or never
@@ -118,8 +118,6 @@ def stop_requester(layout: RunLayout) -> str | None:
     """`launch stop (pid N)` when `launch stop` asked this process to stop (its request names our pid);
     the request is used up. None for any other signal (a Ctrl-C, a kill)."""
     import json
-
-    from launcher.common.log_reading import read_end
 
     try:
         request = json.loads(read_end(layout.stop_request_file, 4096))

@@ -14,6 +14,10 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
+from launcher.spec import hosts, models
+from launcher.spec.load import json_schema
+from worker import training_spec
+
 __all__ = ["main", "render", "with_factory_defaults"]
 
 Node = dict[str, Any]
@@ -162,9 +166,6 @@ def with_factory_defaults(schema: Node) -> Node:
     defaults, plus its `kind` (which picks the training form), e.g. `{}` or `{"kind": "builtin"}`."""
     from pydantic import BaseModel
 
-    from launcher.spec import hosts, models
-    from worker import training_spec
-
     for node in [schema, *schema.get("$defs", {}).values()]:
         title = str(node.get("title"))
         model = next((getattr(m, title) for m in (models, hosts, training_spec) if hasattr(m, title)), None)
@@ -183,8 +184,6 @@ def with_factory_defaults(schema: Node) -> Node:
 
 
 def main() -> None:
-    from launcher.spec.load import json_schema
-
     sys.stdout.write(render(with_factory_defaults(json_schema())))
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from launcher.common.errors import HostError, InterruptedLaunchError
+from launcher.common.log_reading import ending_exception, read_end
 from launcher.common.private_files import make_private_dir
 from launcher.plan import LaunchPlan, TaskLaunch
 from launcher.supervise.gang import AttemptResult, GangStatus, LaunchState, RunResult, TaskResult, TaskStatus
@@ -100,7 +101,6 @@ def _exception_in_log(path: str) -> tuple[str, str] | None:
     script that writes no error file died, for the root cause's words and to tell a failure bound to
     repeat. Only a traceback that ends the log (TensorFlow's C++ log lines aside) counts: one the
     script printed and handled before it exited for another reason is not why it exited."""
-    from launcher.common.log_reading import ending_exception, read_end
 
     found = ending_exception(read_end(path))
     return None if found is None else (found.short_type, found.message.split("\n", 1)[0].strip())

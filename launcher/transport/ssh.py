@@ -13,6 +13,7 @@ import logging
 import threading
 from typing import Any
 
+from launcher.agent.bootstrap import remote_command
 from launcher.common.errors import HostError
 from launcher.spec.hosts import HostSpec
 from launcher.transport.fleet import side_by_side
@@ -63,7 +64,6 @@ class SshMedium:
         return client
 
     def _session(self, index: int, first_line: bytes) -> Channel:
-        from launcher.agent.bootstrap import remote_command
 
         address = self._hosts[index].address
         client = self._client(index)
