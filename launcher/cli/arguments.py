@@ -1,12 +1,17 @@
-"""The argument parsers of `launch` and its subcommands (stdlib argparse), with their help texts.
+"""The argument parser of `launch` (stdlib argparse), with its subcommands as argparse subparsers and
+every help text.
 
-Parsing only: launcher/cli/main.py decides what each parsed command does.
+Parsing only: launcher/cli/main.py dispatches what was parsed. `launch` alone (a run) is read by
+`run_parser`, without the subparsers, so that a stray word is told to go after `--` (`launch
+train.py`) rather than taken for an unknown subcommand. The Kubernetes flags of `launch export` are
+added only when it is the subcommand given: they load the Kubernetes layout (pydantic, ~70 ms).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from launcher import __version__
@@ -14,7 +19,7 @@ from launcher.cli.request import HOST_LIST_PORT
 from launcher.common import exit_codes
 from launcher.common.errors import UsageError
 
-__all__ = ["SUBCOMMANDS", "run_parser", "sub_parsers"]
+__all__ = ["SUBCOMMANDS", "parse_subcommand", "run_parser", "sub_parsers"]
 
 SUBCOMMANDS = {
     "status": "summarise a running or finished run (exits by its state)",
@@ -89,6 +94,13 @@ def run_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"launch (tflaunch) {__version__}")
     _spec_flags(parser)
+    _host_list_flags(parser)
+    _run_flags(parser)
+    return parser
+
+
+def _host_list_flags(parser: argparse.ArgumentParser) -> None:
+    """Where the tasks run without a spec: --local, -H, --hostfile."""
     parser.add_argument(
         "--local",
         metavar="N",
@@ -103,6 +115,10 @@ def run_parser() -> argparse.ArgumentParser:
         help=f"run N workers on each host, without a spec (remote hosts: TF ports from {HOST_LIST_PORT} up)",
     )
     parser.add_argument("--hostfile", metavar="FILE", help="like -H, one HOST[:N] or 'HOST slots=N' per line")
+
+
+def _run_flags(parser: argparse.ArgumentParser) -> None:
+    """What a run does and shows: --fresh, --dry-run, --check, --inject, --slurm and the console's flags."""
     parser.add_argument(
         "--fresh",
         action="store_true",
@@ -141,51 +157,61 @@ def run_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="log the launcher's own decisions and show TensorFlow's known-harmless start-up lines",
     )
-    return parser
 
 
 _RUN_DIR_HELP = "the run directory, e.g. runs/example, or a run's name (example) under ./runs or --run-root"
 _RUN_ROOT_HELP = "where to find a run given by its name (the spec's run_root; default ./runs)"
 
 
-def sub_parsers() -> dict[str, argparse.ArgumentParser]:
-    from launcher.k8s.cli_args import add_export_arguments
+def parse_subcommand(words: list[str]) -> argparse.Namespace:
+    """`launch SUBCOMMAND ...` read by `launch` and its subparsers; a word no subcommand takes is refused
+    by that subcommand's parser, with its usage."""
+    parser, subcommands = _tree(words[0])
+    args, extra = parser.parse_known_args(words)
+    if extra:
+        subcommands[words[0]].error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
 
-    status = _parser("launch status", SUBCOMMANDS["status"], exit_codes.table_text())
-    status.add_argument("run_dir", metavar="RUN_DIR", help=_RUN_DIR_HELP)
-    status.add_argument("--run-root", metavar="DIR", help=_RUN_ROOT_HELP)
-    logs = _parser("launch logs", SUBCOMMANDS["logs"])
-    logs.add_argument("run_dir", metavar="RUN_DIR", help=_RUN_DIR_HELP)
-    logs.add_argument("--run-root", metavar="DIR", help=_RUN_ROOT_HELP)
-    logs.add_argument("-f", "--follow", action="store_true", help="keep printing new lines until the run ends")
-    logs.add_argument("--task", action="append", default=[], metavar="TASK", help="only this task (repeatable)")
-    logs.add_argument("--attempt", type=int, metavar="N", help="this attempt (default: the latest)")
-    stop = _parser("launch stop", SUBCOMMANDS["stop"])
-    stop.add_argument("run_dir", metavar="RUN_DIR", help=_RUN_DIR_HELP)
-    stop.add_argument("--run-root", metavar="DIR", help=_RUN_ROOT_HELP)
-    stop.add_argument("--timeout", type=_seconds, default=60.0, metavar="S", help="wait at most S seconds (default 60)")
-    schema = _parser("launch schema", SUBCOMMANDS["schema"] + '; editors attach it with "$schema" in a spec')
+
+def sub_parsers() -> dict[str, argparse.ArgumentParser]:
+    """Each subcommand's parser, by name (the help tests walk them)."""
+    return _tree("export")[1]
+
+
+def _tree(name: str) -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    """`launch` with its subcommands; `name`: the subcommand given (its own flags are all there)."""
+    parser = run_parser()
+    subcommands = parser.add_subparsers(dest="subcommand", metavar="SUBCOMMAND", parser_class=_ArgumentParser)
+    made: dict[str, argparse.ArgumentParser] = {}
+
+    def add(word: str, description: str, epilog: str | None = None) -> argparse.ArgumentParser:
+        made[word] = subcommands.add_parser(
+            word,
+            prog=f"launch {word}",
+            description=description,
+            epilog=epilog,
+            help=SUBCOMMANDS[word],
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        return made[word]
+
+    _run_dir_commands(add)
+    schema = add("schema", SUBCOMMANDS["schema"] + '; editors attach it with "$schema" in a spec')
     schema.add_argument("-o", "--output", metavar="FILE", help="write it to FILE instead of printing it")
-    bundle = _parser("launch bundle", SUBCOMMANDS["bundle"] + ". Never checkpoints, model exports or TensorBoard.")
-    bundle.add_argument("run_dir", metavar="RUN_DIR", help=_RUN_DIR_HELP)
-    bundle.add_argument("--run-root", metavar="DIR", help=_RUN_ROOT_HELP)
-    bundle.add_argument(
-        "-o",
-        "--output",
-        metavar="FILE",
-        help="archive to write (default: ./<name>-bundle-<time>.tar.gz); never overwritten",
-    )
-    export = _parser(
-        "launch export",
+    export = add(
+        "export",
         "Render the spec as Kubernetes manifests: a JobSet that restarts the whole "
         "gang and routes exit codes (the default), or a TFJob for Kubeflow Training Operator 1.9. "
         "Applies nothing.",
     )
     export.add_argument("target", choices=["k8s"], help="what to export to (k8s)")
     _spec_flags(export, required=True)
-    add_export_arguments(export)
-    slurm = _parser(
-        "launch slurm",
+    if name == "export":
+        from launcher.k8s.cli_args import add_export_arguments  # pydantic: see the module's docstring
+
+        add_export_arguments(export)
+    slurm = add(
+        "slurm",
         "Write a batch script that runs 'launch --slurm' with the spec's slurm section "
         "(nodes, tasks per node, GPUs, partition, account, time limit) into the run directory and submit "
         "it with sbatch.",
@@ -194,12 +220,25 @@ def sub_parsers() -> dict[str, argparse.ArgumentParser]:
     _spec_flags(slurm, required=True)
     slurm.add_argument("--print", action="store_true", help="print the batch script; submit nothing, write nothing")
     slurm.add_argument("--wait", action="store_true", help="follow the job's output until it ends; exit as it did")
-    return {
-        "status": status,
-        "logs": logs,
-        "stop": stop,
-        "schema": schema,
-        "bundle": bundle,
-        "export": export,
-        "slurm": slurm,
-    }
+    return parser, made
+
+
+def _run_dir_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
+    """`launch status`, `logs`, `stop` and `bundle`: each takes a run directory (or a run's name)."""
+    status = add("status", SUBCOMMANDS["status"], exit_codes.table_text())
+    logs = add("logs", SUBCOMMANDS["logs"])
+    stop = add("stop", SUBCOMMANDS["stop"])
+    bundle = add("bundle", SUBCOMMANDS["bundle"] + ". Never checkpoints, model exports or TensorBoard.")
+    for parser in (status, logs, stop, bundle):
+        parser.add_argument("run_dir", metavar="RUN_DIR", help=_RUN_DIR_HELP)
+        parser.add_argument("--run-root", metavar="DIR", help=_RUN_ROOT_HELP)
+    logs.add_argument("-f", "--follow", action="store_true", help="keep printing new lines until the run ends")
+    logs.add_argument("--task", action="append", default=[], metavar="TASK", help="only this task (repeatable)")
+    logs.add_argument("--attempt", type=int, metavar="N", help="this attempt (default: the latest)")
+    stop.add_argument("--timeout", type=_seconds, default=60.0, metavar="S", help="wait at most S seconds (default 60)")
+    bundle.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE",
+        help="archive to write (default: ./<name>-bundle-<time>.tar.gz); never overwritten",
+    )

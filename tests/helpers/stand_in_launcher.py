@@ -45,8 +45,8 @@ def main() -> int:
             "tasks": [{"task": "worker:0", "state": "running", "step": 7}],
         },
     )
-    print("ready", flush=True)
-    try:
+    try:  # "ready" inside: a SIGINT sent as soon as it is read may land before print() returns
+        print("ready", flush=True)
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:

@@ -45,7 +45,7 @@ def test_the_example_succeeds_quietly(work: Path) -> None:
 
 def test_library_loggers_never_print_raw() -> None:
     code = (
-        "import logging, sys; from launcher.cli.main import _quiet_libraries; _quiet_libraries(sys.argv[1] == 'v');"
+        "import logging, sys; from launcher.cli.streams import quiet_libraries; quiet_libraries(sys.argv[1] == 'v');"
         "logging.getLogger('paramiko.transport').error('Secsh channel 10 open FAILED')"
     )
     quiet = subprocess.run([sys.executable, "-c", code, "-"], capture_output=True, text=True)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.cli.commands import Would, dry_run
+from launcher.cli.launch_command import Would, dry_run
 from launcher.plan import LaunchPlan, PlanInputs, build_plan
 from launcher.spec.load import parse_spec
 

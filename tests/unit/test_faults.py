@@ -84,7 +84,7 @@ def test_a_fault_that_could_not_fire_is_said() -> None:
 
 
 def test_a_task_takes_one_fault() -> None:
-    from launcher.cli.main import _faults
+    from launcher.cli.launch_command import faults_of as _faults
     from launcher.spec.load import parse_spec
 
     spec = parse_spec({"name": "f", "hosts": [{"address": "localhost", "workers": 2}]})

@@ -153,7 +153,7 @@ def test_a_slurm_spec_that_its_gpus_would_refuse_is_refused_before_it_is_submitt
 
 
 def test_a_slurm_dry_run_says_its_nodes_are_reached_by_srun(capsys: pytest.CaptureFixture[str]) -> None:
-    from launcher.cli.commands import dry_run
+    from launcher.cli.launch_command import dry_run
 
     node = Allocation("7", ["n1", "n2"], ["10.0.0.1", "10.0.0.2"], tasks_per_node=1, gpus_on_node=0, restart_count=0)
     plan = build_plan(parse_spec({"name": "r", "slurm": {}}, hosts_from=node.hosts), INPUTS)

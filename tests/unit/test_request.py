@@ -255,7 +255,7 @@ def test_fresh_moves_a_checkpoint_dir_that_is_the_run_directory_itself_with_it(t
 
 
 def test_a_directory_of_the_users_named_as_the_run_directory_is_neither_written_nor_moved(tmp_path: Path) -> None:
-    from launcher.cli.commands import check
+    from launcher.cli.launch_command import check
     from launcher.rundir.lock import refuse_if_not_a_run
 
     request, run_dir = _run(tmp_path)

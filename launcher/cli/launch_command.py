@@ -1,35 +1,49 @@
-"""What each `launch` subcommand does once its arguments are parsed; only the CLI calls these.
+"""`launch` itself: a run from a spec file, `--local N` or a host list, its dry run (`--dry-run`) or
+its preflight (`--check`). May print: this is the command line's output.
 
-These may print (they are the command line's output); the library modules below them never do.
-Each returns the exit code (launcher/common/exit_codes.py) or raises a LaunchError.
+The hosts' agents on this machine are started as soon as the arguments are read, before the spec is
+validated; what a run needs beyond that (pydantic, the plan, the transports, the supervisor, rich:
+~150 ms) is imported by the function that needs it, so they start that much earlier, and a refusal
+of the arguments answers without paying for it.
 """
 
 from __future__ import annotations
 
+import argparse
 import gc
 import json
 import logging
+import os
 import shlex
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
+from launcher.agent.bootstrap import agent_line
+from launcher.cli.request import (
+    LaunchRequest,
+    local_hosts_here,
+    parse_host_list,
+    read_hostfile,
+    request_spec,
+    shown_tasks,
+    task_names,
+)
+from launcher.cli.streams import quiet_libraries, say
 from launcher.common import exit_codes
 from launcher.common.errors import PreflightError, UsageError
 from launcher.common.masking import printable, redact, redacted
+from launcher.rundir.lock import check_run_dir, refuse_if_not_a_run, refuse_if_running, run_dir_of
+from launcher.supervise.faults import Fault, parse_fault, unfired
+from launcher.transport.local import LOCAL_BEAT_S, start_early
 from worker.contract import TF_CONFIG
 
 if TYPE_CHECKING:
-    from launcher.k8s.layout import ExportOptions
     from launcher.plan import LaunchPlan
     from launcher.slurm.allocation import Allocation
     from launcher.spec.models import ClusterSpec
-    from launcher.supervise.faults import Fault
 
 log = logging.getLogger(__name__)
-
-__all__ = ["ConsoleOptions", "Would", "check", "dry_run", "freeze_start_up", "raise_fd_limit", "run"]
 
 
 @dataclass(frozen=True)
@@ -80,7 +94,7 @@ def dry_run(plan: LaunchPlan, as_json: bool, remote: str = "ssh", would: Would |
     """Print every task's TF_CONFIG, environment and command; `remote`: how a remote host is reached;
     `would`: what the launch would do with the run's earlier checkpoints (the JSON's `would`)."""
     if would is not None and would.says is None:
-        from launcher.rundir.resume import new_run_would
+        from launcher.rundir.resume import new_run_would  # the plan's: see the module's docstring
 
         would = would._replace(says=new_run_would(plan.checkpoint_dir))
     if as_json:
@@ -118,8 +132,7 @@ def check(spec: ClusterSpec, allocation: Allocation | None) -> int:
     """The preflight, and what the launch would refuse in its run directory (another user's, a run
     still going, another training's checkpoints), without starting anything."""
     from launcher.run import make_planner, make_transport, preflight
-    from launcher.rundir.lock import check_run_dir, refuse_if_not_a_run, refuse_if_running, run_dir_of
-    from launcher.rundir.resume import new_run_would, resume_notice
+    from launcher.rundir.resume import new_run_would, resume_notice  # see the module's docstring
 
     freeze_start_up()
     run_dir = str(run_dir_of(spec))
@@ -142,18 +155,17 @@ def check(spec: ClusterSpec, allocation: Allocation | None) -> int:
     return exit_codes.SUCCEEDED
 
 
-def run(
+def launch_and_report(
     spec: ClusterSpec,
     console_options: ConsoleOptions,
     faults: list[Fault],
     allocation: Allocation | None,
     fresh: bool = False,
 ) -> int:
-    from launcher.console import Console
+    from launcher.console import Console  # rich, and the run: see the module's docstring
     from launcher.run import launch
     from launcher.rundir.report import failure_text, success_text
     from launcher.rundir.resume import resume_or_start_over
-    from launcher.supervise.faults import unfired
     from launcher.supervise.gang import LaunchState
 
     freeze_start_up()
@@ -182,87 +194,113 @@ def run(
     return exit_codes.FAILED
 
 
-def describe_size(size: int) -> str:
-    kib = size / 1024
-    return f"{kib:.1f} KiB" if kib < 1024 else f"{kib / 1024:.1f} MiB"
-
-
-def bundle(run_dir: str, output: str | None) -> int:
-    from launcher.rundir.bundle import make_bundle
-
-    result = make_bundle(run_dir, output)
-    print(f"bundle: {result.path} ({describe_size(result.size)}, {result.members} files)")
-    for entry in result.left_out:
-        print(f"  not packed: {entry}")
-    return exit_codes.SUCCEEDED
-
-
-def _is_our_schema(path: Path) -> bool:
-    """Whether `path` holds a schema `launch schema` wrote (an older one, too): only such a file is replaced."""
-    try:
-        with path.open("rb") as handle:
-            data = json.loads(handle.read(16 * 2**20))
-    except (OSError, ValueError):
-        return False
-    return isinstance(data, dict) and data.get("title") == "ClusterSpec" and "$defs" in data and "hosts" not in data
-
-
-def schema(output: str | None) -> int:
-    from launcher.spec.load import json_schema
-
-    text = json.dumps(json_schema(), indent=2) + "\n"
-    if output is None or output == "-":
-        print(text, end="")
-        return exit_codes.SUCCEEDED
-
-    target = Path(output)
-    if target.exists() and target.stat().st_size > 0 and not _is_our_schema(target):  # an empty file holds nothing
-        raise UsageError(
-            f"{output} already exists and is not a schema this command wrote (a spec, say); remove it or give "
-            "another file with -o. Nothing was written."
+def request_of(args: argparse.Namespace, command: list[str]) -> LaunchRequest:
+    """Where the tasks run (one of --cluster, --local, -H, --hostfile) and what they run."""
+    given = [
+        flag
+        for flag, value in (
+            ("--cluster", args.cluster),
+            ("--local", getattr(args, "local", None)),
+            ("-H", getattr(args, "hosts", None)),
+            ("--hostfile", getattr(args, "hostfile", None)),
         )
+        if value is not None
+    ]
+    if len(given) > 1:
+        raise UsageError(f"Give one of {' and '.join(given)}: each says where the tasks run.")
+    hosts: tuple[tuple[str, int], ...] = ()
+    if getattr(args, "hosts", None) is not None:
+        hosts = parse_host_list(args.hosts)
+    elif getattr(args, "hostfile", None) is not None:
+        hosts = read_hostfile(args.hostfile)
+    return LaunchRequest(args.cluster, getattr(args, "local", None), hosts, args.name, args.run_root, tuple(command))
+
+
+def faults_of(spec: ClusterSpec, texts: list[str]) -> list[Fault]:
+    faults = [parse_fault(text) for text in texts]
+    for text, fault in zip(texts, faults, strict=True):
+        if fault.task not in (names := task_names(spec)):
+            raise UsageError(
+                f"Got --inject {text!r}: there is no task {fault.task} (tasks: {', '.join(sorted(names))})."
+            )
+        if sum(other.task == fault.task for other in faults) > 1:
+            raise UsageError(f"Got more than one --inject for {fault.task}: a task takes one fault per launch.")
+    return faults
+
+
+def start_agents_early(args: argparse.Namespace) -> None:
+    count = local_hosts_here(args.cluster, args.local, args.hosts)
+    if count:
+        start_early(sys.executable, agent_line(LOCAL_BEAT_S, False, False, False), count)
+
+
+def run(args: argparse.Namespace, command: list[str]) -> int:
+    """`launch [--cluster FILE | --local N | -H HOSTS] [-- COMMAND]`: the run itself, its dry run or its check."""
+    quiet_libraries(args.verbose)
+    if args.json and not args.dry_run:
+        raise UsageError("--json goes with --dry-run.")
+    if args.dry_run and args.check:
+        raise UsageError("--dry-run prints the plan and --check runs the preflight: give one of them.")
+    if args.check and args.inject:
+        raise UsageError("--inject rehearses a fault in a run, and --check starts none: give one of them.")
+    if args.quiet and args.show:
+        raise UsageError("--quiet echoes no task's output and --show echoes only some: give one of them.")
+    allocation = None
+    if args.slurm:
+        if args.cluster is None:
+            raise UsageError("--slurm takes the hosts from the allocation; use it with --cluster.")
+        from launcher.slurm.allocation import read_allocation  # pydantic: see the module's docstring
+
+        allocation = read_allocation()
+    request = request_of(args, command)
+    fresh_refused = args.fresh and (args.dry_run or args.check)  # refused below, naming the run directory
+    if not args.dry_run and not fresh_refused and allocation is None:
+        start_agents_early(args)
+    notes: list[str] = []
+    spec = request_spec(request, allocation.hosts if allocation is not None else None, notes)
+    if fresh_refused:
+        run_dir = run_dir_of(spec)
+        named = printable(str(run_dir))
+        moves = (
+            f"it renames the run directory {named} (and checkpoints kept elsewhere on this machine) to "
+            f"{named}.old-<time>, deleting nothing, or refuses what it cannot move, before it starts"
+            if os.path.lexists(run_dir)
+            else f"there is no run directory {named} yet, so it would move nothing aside"
+        )
+        raise UsageError(
+            f"--fresh starts a run over: {moves}. It does not go with --dry-run or --check, which without it "
+            "show the run as it stands."
+        )
+    for note in notes:
+        say(f"[launch] {redact(note)}", to_stderr=True)
+    faults = faults_of(spec, args.inject)
+    show = shown_tasks(spec, args.show)
+    raise_fd_limit()
+    if args.dry_run:
+        from launcher.run import make_planner  # the plan, the preflight and the run: see the docstring
+
+        remote = "ssh" if allocation is None else "srun"
+        would = would_of(spec)
+        shown = dry_run(make_planner(spec, faults)(0), args.json, remote, would)
+        return exit_codes.USAGE if would.do == "refused" else shown  # as the launch itself would exit
+    if args.check:
+        return check(spec, allocation)
+    options = ConsoleOptions(quiet=args.quiet, plain=args.plain, verbose=args.verbose, show=show)
+    return launch_and_report(spec, options, faults, allocation, fresh=args.fresh)
+
+
+def would_of(spec: ClusterSpec) -> Would:
+    """What a launch of `spec` would do with the run's earlier checkpoints, as `--check` says it, or why
+    its run directory or checkpoints would refuse it before it starts (another training's checkpoints,
+    a run still going). The hosts are `--check`'s to judge."""
+    from launcher.rundir.resume import resume_notice  # see the module's docstring
+
     try:
-        target.write_text(text, encoding="utf-8")
-    except OSError as error:
-        raise UsageError(f"Cannot write {output}: {error.strerror}.") from None
-    print(f"wrote {output}")
-    return exit_codes.SUCCEEDED
-
-
-def slurm_submit(spec: ClusterSpec, print_only: bool, wait: bool) -> int:
-    from launcher.rundir.lock import run_dir_of
-    from launcher.slurm import submit as slurm
-
-    run_dir = run_dir_of(spec)
-    if print_only:
-        print(slurm.batch_script(spec, run_dir / "submitted-spec.json", run_dir), end="")
-        return exit_codes.SUCCEEDED
-    script = slurm.write_job(spec, run_dir)
-    job_id = slurm.submit(script)
-    output = run_dir / f"slurm-{job_id}.out"
-    print(f"[launch] submitted Slurm job {job_id}: script {script}, output {output}", flush=True)
-
-    def say(text: str) -> None:
-        print(f"[launch] {text}", flush=True)
-
-    fields = slurm.wait_started(job_id, spec.restart.start_timeout_s, say)
-    say(f"job {job_id} is {fields.get('JobState', '?').lower()} on {fields.get('NodeList', '?')}")
-    if not wait:
-        return exit_codes.SUCCEEDED
-    return slurm.follow(job_id, output, say, lambda line: print(printable(redact(line)), flush=True))
-
-
-def export_k8s(spec: ClusterSpec, options: ExportOptions, source: str, output: str | None) -> int:
-    from launcher.k8s.export import export, text, write
-
-    result = export(spec, options, source)
-    written = write(result, Path(output)) if output is not None else []  # a refusal warns of nothing
-    if result.warnings:  # once, here; the YAML repeats them as comments
-        print(f"launch: with --format {options.format}, these guarantees of the launcher do not hold:", file=sys.stderr)
-        for line in result.warnings:
-            print(f"  - {line}", file=sys.stderr)
-    if output is None:
-        print(text(result), end="")
-    for path in written:
-        print(f"wrote {path}")
-    return exit_codes.SUCCEEDED
+        refuse_if_not_a_run(str(run_dir_of(spec)))
+        resuming = resume_notice(spec)
+    except UsageError as error:
+        said = str(error).removesuffix(" Nothing was started.")  # a dry run starts nothing anyway: it says so last
+        return Would("refused", f"the launch would be refused: {said}")
+    if resuming is None:
+        return Would("start", None)
+    return Would("nothing" if resuming.finished is not None else "resume", resuming.would())
