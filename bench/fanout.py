@@ -3,7 +3,7 @@
 Measures, under `launch` and for N plain OpenSSH clients started in parallel (`ssh host cmd`, the
 baseline): time from the start until every task printed its first line, and time from the stop
 until no task process is left on any host. For the launcher also its peak RSS and thread count.
-Needs root (network namespaces); see tests/netns.py for the hosts.
+Needs root (network namespaces); see tests/labs/netns.py for the hosts.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 import psutil
 
 from bench.common import interleaved, save, summarize, table, wait_for, workdir
-from tests.netns import NetnsHost, NetnsLab, make_lab, unavailable_reason
+from tests.labs.netns import NetnsHost, NetnsLab, make_lab, unavailable_reason
 
 TASK = "import time; print('up', flush=True); time.sleep(3600)"
 SIZES = (8, 32, 64)

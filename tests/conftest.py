@@ -133,7 +133,7 @@ def local_spec(name: str, workers: int, run_root: Path, **training: Any) -> dict
 
 @pytest.fixture(scope="session")
 def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from tests.sshd import sshd_binary, start_sshd
+    from tests.labs.sshd import sshd_binary, start_sshd
 
     if sshd_binary() is None:
         pytest.fail("sshd is missing: run the tests through scripts/test.sh, which installs openssh-server")
@@ -154,7 +154,7 @@ def free_port() -> int:
 @pytest.fixture(scope="module")
 def netns_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """Two namespace hosts with their own addresses and sshd; every rule healed after each test."""
-    from tests.netns import make_lab, unavailable_reason
+    from tests.labs.netns import make_lab, unavailable_reason
 
     reason = unavailable_reason()
     if reason is not None:

@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 import tomllib
 
-from tests.containers import (
+from tests.integration.test_train_local import assert_agree, results
+from tests.labs.containers import (
     PROJECT_IMAGE,
     ComposeProject,
     Podman,
@@ -29,7 +30,6 @@ from tests.containers import (
     ensure_base_images,
     wait_for,
 )
-from tests.integration.test_train_local import assert_agree, results
 
 # the first run on a fresh machine makes the base images and downloads TensorFlow into the image
 pytestmark = [pytest.mark.slow, pytest.mark.tf, pytest.mark.timeout(2400)]

@@ -20,7 +20,7 @@ import pytest
 from tests.conftest import free_port, launch_cmd, launcher_traceback, run_launch, write_spec
 from tests.integration.test_ssh import ssh_spec, wait_for_text
 from tests.integration.test_train_local import assert_agree, results
-from tests.netns import NetnsHost, NetnsLab
+from tests.labs.netns import NetnsHost, NetnsLab
 
 pytestmark = pytest.mark.tf
 

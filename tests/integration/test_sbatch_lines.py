@@ -1,5 +1,5 @@
 """The `#SBATCH` lines of `launch slurm submit` read by the real sbatch (a one-node lab,
-tests/slurm_lab.py): the working directory, the output path and an sbatch option full of quotes,
+tests/labs/slurm.py): the working directory, the output path and an sbatch option full of quotes,
 backslashes, `#` and `%` reach Slurm as the spec has them. A few seconds; the job is a shell
 script of two lines in place of the launcher, and nothing is left in the queue."""
 
@@ -21,7 +21,7 @@ ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEM
 
 @pytest.fixture(scope="module")
 def slurm() -> Iterator[Any]:
-    from tests.slurm_lab import lab_or_skip
+    from tests.labs.slurm import lab_or_skip
 
     yield from lab_or_skip(1)
 
@@ -30,7 +30,7 @@ def slurm() -> Iterator[Any]:
 def cluster(slurm: Any) -> Iterator[Any]:
     """The lab; after each test no job is left in the queue."""
     yield slurm
-    from tests.slurm_lab import cancel_left_jobs
+    from tests.labs.slurm import cancel_left_jobs
 
     queued = cancel_left_jobs(slurm)
     assert not queued, f"jobs left in the queue: {queued}"

@@ -1,5 +1,5 @@
 """`launch slurm submit` against a real Slurm: a controller and two node daemons, each node a
-network namespace with its own address, so TF_CONFIG spans two addresses (tests/slurm_lab.py)."""
+network namespace with its own address, so TF_CONFIG spans two addresses (tests/labs/slurm.py)."""
 
 from __future__ import annotations
 
@@ -18,14 +18,14 @@ import pytest
 
 from tests.conftest import launch_cmd, write_spec
 from tests.integration.test_train_local import assert_agree, results
-from tests.sshd import python3_on_path
+from tests.labs.sshd import python3_on_path
 
 STEPS = 60
 
 
 @pytest.fixture(scope="module")
 def slurm() -> Iterator[Any]:
-    from tests.slurm_lab import lab_or_skip
+    from tests.labs.slurm import lab_or_skip
 
     yield from lab_or_skip(2)
 
@@ -34,7 +34,7 @@ def slurm() -> Iterator[Any]:
 def cluster(slurm: Any) -> Iterator[Any]:
     """The module's cluster; after each test no job is left and nothing runs in a node."""
     yield slurm
-    from tests.slurm_lab import cancel_left_jobs
+    from tests.labs.slurm import cancel_left_jobs
 
     queued = cancel_left_jobs(slurm)
     assert not queued, f"jobs left in the queue: {queued}"

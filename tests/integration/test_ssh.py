@@ -25,7 +25,7 @@ from tests.conftest import (
     write_spec,
 )
 from tests.integration.test_train_local import assert_agree, results
-from tests.sshd import SshServer
+from tests.labs.sshd import SshServer
 
 pytestmark = pytest.mark.tf
 

@@ -20,7 +20,7 @@ import pytest
 
 from tests.conftest import free_port, launch_cmd, processes_mentioning, run_launch, write_spec
 from tests.integration.test_ssh import ssh_spec
-from tests.sshd import SshServer, start_sshd
+from tests.labs.sshd import SshServer, start_sshd
 
 pytestmark = pytest.mark.tf
 

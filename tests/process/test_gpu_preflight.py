@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.conftest import HELPERS, run_launch, write_spec
-from tests.gpu_fakes import FAKE_VAR, install_nvidia_smi, outputs, path_with, python_seeing
+from tests.labs.gpu_fakes import FAKE_VAR, install_nvidia_smi, outputs, path_with, python_seeing
 from tests.process.test_refusals import snapshot
 
 TASK = str(HELPERS / "task.py")

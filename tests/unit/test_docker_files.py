@@ -140,7 +140,7 @@ def test_sshd_accepts_the_compose_configuration(tmp_path: Path) -> None:
     key = tmp_path / "host_key"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
     # sshd -t wants its privilege separation directory, which only a started service makes: on a
-    # fresh machine nothing has made it before this test (tests/sshd.py makes it the same way)
+    # fresh machine nothing has made it before this test (tests/labs/sshd.py makes it the same way)
     Path("/run/sshd").mkdir(parents=True, exist_ok=True)
     # as the entry point starts it (sshd -t checks the file and the command line, then exits)
     checked = subprocess.run(

@@ -8,7 +8,7 @@ import pytest
 
 from launcher.agent import probe
 from launcher.preflight.gpus import GpuHost, GpuInventory, fleet_problems, inventory, parse_cuda_version, parse_gpu_list
-from tests.gpu_fakes import FAKE_VAR, OUTPUTS, install_nvidia_smi, outputs
+from tests.labs.gpu_fakes import FAKE_VAR, OUTPUTS, install_nvidia_smi, outputs
 
 
 def recorded(name: str) -> dict:

@@ -3,7 +3,7 @@
 Debian's `slurm-wlm` and `munge`, everything under one private directory: a munge key and daemon
 of its own (its socket named in slurm.conf, so no system munged is touched), a controller in this
 machine's namespace on a free port, and `node1`, `node2`, ... each a slurmd in a namespace of
-`tests/netns.py` with its own address and host name (a UTS namespace), so a job's TF_CONFIG
+`tests/labs/netns.py` with its own address and host name (a UTS namespace), so a job's TF_CONFIG
 really spans two addresses. Clients (`sbatch`, `srun`, `scontrol`, the launcher) find it through
 `SLURM_CONF` in `env()`. `close()` stops every daemon by its PID and removes the namespaces,
 pass or fail. Needs root, slurm-wlm and munge (scripts/test.sh installs them).
@@ -23,8 +23,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.netns import NetnsLab, make_lab
-from tests.netns import unavailable_reason as netns_unavailable
+from tests.labs.netns import NetnsLab, make_lab
+from tests.labs.netns import unavailable_reason as netns_unavailable
 
 DAEMONS = ("/usr/sbin/munged", "/usr/sbin/slurmctld", "/usr/sbin/slurmd", "/usr/bin/sbatch", "/usr/bin/srun")
 

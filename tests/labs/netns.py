@@ -25,7 +25,7 @@ from pathlib import Path
 
 import psutil
 
-from tests.sshd import host_login, stock_sshd_config
+from tests.labs.sshd import host_login, stock_sshd_config
 
 SSH_PORT = 22  # each namespace is a host of its own: its sshd is alone there
 

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 DEBIAN_IMAGE = "localhost/tflaunch-test/debian:bookworm-min"
 PYTHON_IMAGE = "localhost/tflaunch-test/python:3.11-bookworm"
 PROJECT_IMAGE = "localhost/tflaunch-test/tflaunch:ci"

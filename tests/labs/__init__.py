@@ -1,0 +1,1 @@
+"""The test labs: real servers and hosts this machine runs for the tests."""
