@@ -143,14 +143,6 @@ def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     assert server.process.poll() is not None
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def netns_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """Two namespace hosts with their own addresses and sshd; every rule healed after each test."""

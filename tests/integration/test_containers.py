@@ -28,8 +28,8 @@ from tests.labs.containers import (
     build_project_image,
     compose_project,
     ensure_base_images,
-    wait_for,
 )
+from tests.labs.waiting import wait_for
 
 # the first run on a fresh machine makes the base images and downloads TensorFlow into the image
 pytestmark = [pytest.mark.slow, pytest.mark.tf, pytest.mark.timeout(2400)]
@@ -97,10 +97,13 @@ def test_two_worker_containers_train_survive_a_killed_container_and_leave_nothin
         def launcher_logs() -> str:
             return podman.run("logs", launcher, check=False).stdout
 
-        wait_for(lambda: "worker-1:2222 accepts SSH connections" in launcher_logs(), 180, launcher_logs)
+        wait_for(lambda: "worker-1:2222 accepts SSH connections" in launcher_logs(), 180, launcher_logs, 0.5)
         _assert_sessions_are_plain_commands(podman, launcher)
         wait_for(
-            lambda: _last_step(run_dir) >= 100, 420, lambda: f"step 100 of the compose run\n{launcher_logs()[-6000:]}"
+            lambda: _last_step(run_dir) >= 100,
+            420,
+            lambda: f"step 100 of the compose run\n{launcher_logs()[-6000:]}",
+            0.5,
         )
         for service in ("worker-0", "worker-1", "launcher"):  # podman runs health checks only when asked here
             assert podman.run("healthcheck", "run", project.container(service), check=False).returncode == 0, service

@@ -17,10 +17,11 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import free_port, launch_cmd, launcher_traceback, run_launch, write_spec
+from tests.conftest import launch_cmd, launcher_traceback, run_launch, write_spec
 from tests.integration.test_ssh import ssh_spec, wait_for_text
 from tests.integration.test_train_local import assert_agree, results
 from tests.labs.netns import NetnsHost, NetnsLab
+from tests.labs.ports import free_port
 
 pytestmark = pytest.mark.tf
 

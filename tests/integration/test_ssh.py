@@ -16,7 +16,6 @@ import pytest
 from launcher.agent.bootstrap import BOOTSTRAP
 from tests.conftest import (
     HELPERS,
-    free_port,
     launch_cmd,
     launcher_traceback,
     processes_mentioning,
@@ -25,7 +24,9 @@ from tests.conftest import (
     write_spec,
 )
 from tests.integration.test_train_local import assert_agree, results
+from tests.labs.ports import free_port
 from tests.labs.sshd import SshServer
+from tests.labs.waiting import wait_for_text
 
 pytestmark = pytest.mark.tf
 
@@ -45,13 +46,6 @@ def ssh_spec(work: Path, name: str, hosts: list[dict[str, Any]], **training: Any
     }
 
 
-def wait_for_text(path: Path, text: str, proc: subprocess.Popen[bytes], timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while text not in path.read_text():
-        assert time.monotonic() < deadline and proc.poll() is None, path.read_text()[-3000:]
-        time.sleep(0.1)
-
-
 def test_two_ssh_hosts_train_and_no_env_value_is_on_a_command_line(work: Path, sshd: SshServer) -> None:
     secret = f"tok-{secrets.token_hex(6)}"
     spec = ssh_spec(work, "two", [ssh_host(sshd, "127.0.0.2"), ssh_host(sshd, "127.0.0.3")], steps=400)
@@ -62,8 +56,8 @@ def test_two_ssh_hosts_train_and_no_env_value_is_on_a_command_line(work: Path, s
         proc = subprocess.Popen(
             launch_cmd("--cluster", str(write_spec(work, spec))), cwd=work, stdout=handle, stderr=subprocess.STDOUT
         )
-        wait_for_text(log, "[worker:1@127.0.0.3]", proc)
-        wait_for_text(log, "step 50/", proc)
+        wait_for_text(log, "[worker:1@127.0.0.3]", 120, lambda: proc.poll() is None)
+        wait_for_text(log, "step 50/", 120, lambda: proc.poll() is None)
         ours = [p for p in processes_mentioning(str(work)) if p.pid != proc.pid]
         # an importing spare gets TF_CONFIG with its task only; a forked one shares its task's environment block,
         # but runs a thread or two until its order, where a training worker runs TensorFlow's dozens
@@ -170,7 +164,7 @@ def test_sigkill_of_launch_leaves_no_remote_worker(work: Path, sshd: SshServer) 
         proc = subprocess.Popen(
             launch_cmd("--cluster", str(write_spec(work, spec))), cwd=work, stdout=handle, stderr=subprocess.STDOUT
         )
-        wait_for_text(log, "step 20/", proc)
+        wait_for_text(log, "step 20/", 120, lambda: proc.poll() is None)
         proc.kill()
         proc.wait()
     assert not wait_until_gone(str(work), timeout=5), "remote workers outlived their launcher"
@@ -185,7 +179,7 @@ def test_dropped_ssh_connection_stops_everything_and_names_the_host(work: Path, 
         proc = subprocess.Popen(
             launch_cmd("--cluster", str(write_spec(work, spec))), cwd=work, stdout=handle, stderr=subprocess.STDOUT
         )
-        wait_for_text(log, "step 20/", proc)
+        wait_for_text(log, "step 20/", 120, lambda: proc.poll() is None)
         sessions = sshd.sessions_serving("127.0.0.3")
         assert sessions, "no sshd session serves 127.0.0.3"
         for session in sessions:
@@ -328,7 +322,7 @@ def test_frozen_sshd_session_is_a_lost_host_and_its_worker_stops_itself(work: Pa
             proc = subprocess.Popen(
                 launch_cmd("--cluster", str(write_spec(work, spec))), cwd=work, stdout=handle, stderr=subprocess.STDOUT
             )
-            wait_for_text(log, "step 20/", proc)
+            wait_for_text(log, "step 20/", 120, lambda: proc.poll() is None)
             serving = sshd.sessions_serving("127.0.0.3")
             assert serving, "no sshd session serves 127.0.0.3"
             worker = next(p for p in processes_mentioning(str(work)) if "127.0.0.3" in str(p.environ()))

@@ -18,8 +18,9 @@ from typing import Any
 import psutil
 import pytest
 
-from tests.conftest import free_port, launch_cmd, processes_mentioning, run_launch, write_spec
+from tests.conftest import launch_cmd, processes_mentioning, run_launch, write_spec
 from tests.integration.test_ssh import ssh_spec
+from tests.labs.ports import free_port
 from tests.labs.sshd import SshServer, start_sshd
 
 pytestmark = pytest.mark.tf

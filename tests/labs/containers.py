@@ -16,8 +16,7 @@ import secrets
 import shutil
 import subprocess
 import tempfile
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -234,12 +233,3 @@ def compose_project(podman: Podman) -> Iterator[ComposeProject]:
         project.remove()
         left = project.leftovers()
         assert not left, f"compose project {project.name} left {json.dumps(left)}"
-
-
-def wait_for(predicate: Callable[[], object], timeout: float, what: Callable[[], str], interval: float = 0.5) -> None:
-    """Poll `predicate` until it holds; after `timeout`, fail with `what()` (evaluated then, e.g. the logs)."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what()}")
-        time.sleep(interval)

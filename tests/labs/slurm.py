@@ -25,6 +25,7 @@ from pathlib import Path
 
 from tests.labs.netns import NetnsLab, make_lab
 from tests.labs.netns import unavailable_reason as netns_unavailable
+from tests.labs.ports import free_port
 
 DAEMONS = ("/usr/sbin/munged", "/usr/sbin/slurmctld", "/usr/sbin/slurmd", "/usr/bin/sbatch", "/usr/bin/srun")
 
@@ -42,12 +43,6 @@ def unavailable_reason() -> str | None:
     except KeyError:
         return "a Slurm lab needs the 'munge' user (the munge package creates it)"
     return None
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("0.0.0.0", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass
@@ -194,7 +189,7 @@ def make_slurm_lab(count: int = 2) -> SlurmLab:
             group=user.pw_gid,
         )
         _wait(lambda: (munge_dir / "munge.socket").exists(), "munged to listen", lab)
-        lab.conf.write_text(_config(lab, _free_port()))
+        lab.conf.write_text(_config(lab, free_port("0.0.0.0")))
         lab._start(["/usr/sbin/slurmctld", "-D", "-c", "-i", "-f", str(lab.conf)], "slurmctld.out", env=lab.env())
         for name, host in zip(lab.nodes, net.hosts, strict=True):
             lab._start(

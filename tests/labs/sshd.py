@@ -17,6 +17,8 @@ from pathlib import Path
 
 import psutil
 
+from tests.labs.ports import free_port
+
 ADDRESSES = ("127.0.0.2", "127.0.0.3", "127.0.0.4")
 
 
@@ -61,12 +63,6 @@ PubkeyAuthentication yes
 PermitRootLogin prohibit-password
 LogLevel VERBOSE
 """
-
-
-def _free_port(address: str) -> int:
-    with socket.socket() as sock:
-        sock.bind((address, 0))
-        return sock.getsockname()[1]
 
 
 def _keygen(path: Path) -> str:
@@ -135,7 +131,7 @@ def start_sshd(directory: Path) -> SshServer:
     host_public = _keygen(host_key)
     user_key = directory / "user_ed25519"
     (directory / "authorized_keys").write_text(_keygen(user_key) + "\n")
-    port = _free_port(ADDRESSES[0])
+    port = free_port(ADDRESSES[0])
     config = directory / "sshd_config"
     listen = [f"{address}:{port}" for address in ADDRESSES]
     stock = stock_sshd_config(listen, host_key, directory / "sshd.pid", directory / "authorized_keys")

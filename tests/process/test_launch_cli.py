@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import HELPERS, launch_cmd, processes_mentioning, run_launch, wait_until_gone, write_spec
+from tests.labs.waiting import wait_for_text
 
 TASK = str(HELPERS / "task.py")
 
@@ -29,15 +30,6 @@ def spec_for(work: Path, workers: int = 2, **restart: object) -> Path:
             "restart": {"max_restarts": 0, "grace_period_s": 2, **restart},
         },
     )
-
-
-def wait_for_text(path: Path, text: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if path.exists() and text in path.read_text():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"{text!r} never appeared in {path}")
 
 
 def test_user_command_sees_its_own_tf_config(work: Path) -> None:

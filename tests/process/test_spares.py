@@ -24,7 +24,8 @@ from launcher.spec.load import parse_spec
 from launcher.transport.base import Event, OutputLine, TaskExited, WorkerReport
 from launcher.transport.fleet import AgentTransport
 from launcher.transport.hosts import host_transport
-from tests.conftest import HELPERS, REPO, free_port, tasks_of
+from tests.conftest import HELPERS, REPO, tasks_of
+from tests.labs.ports import free_port
 from worker.contract import WARM
 
 SCRIPT = HELPERS / "in_spare.py"

@@ -18,7 +18,8 @@ from pathlib import Path
 from launcher.plan import PlanInputs, build_plan
 from launcher.spec.load import parse_spec
 from launcher.transport.base import OutputLine
-from tests.conftest import REPO, free_port
+from tests.conftest import REPO
+from tests.labs.ports import free_port
 from tests.process.test_spares import local_transport, run_to_end, standing_by, warm_report
 
 LAUNCH = Path(sys.executable).parent / "launch"
