@@ -28,6 +28,7 @@ from launcher.common.errors import HostError
 from launcher.common.masking import redact, redacted
 from launcher.plan import LaunchPlan, TaskLaunch
 from launcher.preflight.gpus import GpuHost, fleet_problems, inventory
+from launcher.preflight.host_checks import Seen, host_problems, version_problems
 from launcher.spec.addresses import machine_key
 from launcher.spec.models import ClusterSpec
 from launcher.spec.python_script import module_of, script_of
@@ -102,34 +103,7 @@ def run_preflight(spec: ClusterSpec, plan: LaunchPlan, transport: Transport) -> 
 
     def open_session(host: _Host) -> None:
         host.session = transport.agent(host.index)
-        host.info = host.session.probe(
-            {
-                "op": "info",
-                "workdir": host.workdir,
-                "checkpoint_dir": plan.checkpoint_dir,
-                "need_worker": need_worker,
-                # the runtime's packages as this launcher has them: fit runs the runtime too
-                "runtime_marks": {} if isinstance(spec.training, CommandTraining) else runtime_marks(),
-                "gpus": bool(host.gpus),
-                "programs": sorted({task.argv[0] for task in host.tasks}),
-                "scripts": sorted({script for task in host.tasks if (script := script_of(task.command))}),
-                "command_modules": sorted(
-                    {
-                        module
-                        for task in host.tasks
-                        if task.command[:1] == [task.python] and (module := module_of(task.command))
-                    }
-                    if isinstance(spec.training, CommandTraining)
-                    else ()
-                ),  # a command's own, run by the python the agent runs (another's packages are not its to read);
-                # the runtime's `-m worker` is need_worker's to check
-                "modules": sorted({target.partition(":")[0] for target in targets.values()}),
-                "functions": sorted(set(targets.values())),
-                "pythonpath": host.tasks[0].env.get("PYTHONPATH"),
-                "startup_env": _startup_env(host),
-                "path": host.tasks[0].env.get("PATH"),  # the spec's, else the host's own
-            }
-        )
+        host.info = host.session.probe(_info_request(spec, plan, host, need_worker, targets))
 
     for host, outcome in _parallel(hosts, open_session):
         if isinstance(outcome, HostError):
@@ -156,6 +130,34 @@ def run_preflight(spec: ClusterSpec, plan: LaunchPlan, transport: Transport) -> 
     report.problems = [redact(problem) for problem in report.problems]
     report.hosts = [redacted(record) for record in report.hosts]
     return report
+
+
+def _info_request(
+    spec: ClusterSpec, plan: LaunchPlan, host: _Host, need_worker: bool, targets: dict[str, str]
+) -> dict[str, Any]:
+    """What the host's agent is asked to report (launcher/agent/probe.py answers it)."""
+    return {
+        "op": "info",
+        "workdir": host.workdir,
+        "checkpoint_dir": plan.checkpoint_dir,
+        "need_worker": need_worker,
+        # the runtime's packages as this launcher has them: fit runs the runtime too
+        "runtime_marks": {} if isinstance(spec.training, CommandTraining) else runtime_marks(),
+        "gpus": bool(host.gpus),
+        "programs": sorted({task.argv[0] for task in host.tasks}),
+        "scripts": sorted({script for task in host.tasks if (script := script_of(task.command))}),
+        "command_modules": sorted(
+            {module for task in host.tasks if task.command[:1] == [task.python] and (module := module_of(task.command))}
+            if isinstance(spec.training, CommandTraining)
+            else ()
+        ),  # a command's own, run by the python the agent runs (another's packages are not its to read);
+        # the runtime's `-m worker` is need_worker's to check
+        "modules": sorted({target.partition(":")[0] for target in targets.values()}),
+        "functions": sorted(set(targets.values())),
+        "pythonpath": host.tasks[0].env.get("PYTHONPATH"),
+        "startup_env": _startup_env(host),
+        "path": host.tasks[0].env.get("PATH"),  # the spec's, else the host's own
+    }
 
 
 @functools.cache
@@ -212,122 +214,21 @@ def _no_tensorflow(need_worker: bool) -> str:
     return "MISSING" if need_worker else "not installed for this python (the command must bring its own)"
 
 
-WORKER_PYTHON = (3, 11)  # the runtime starts as `python -P -m worker` (-P: 3.11+)
-
-
-def _older_than(version: object, least: tuple[int, int]) -> bool:
-    try:
-        return tuple(int(part) for part in str(version).split(".")[:2]) < least
-    except ValueError:  # a version we cannot read: let the start say what is wrong
-        return False
-
-
 def _check_info(hosts: list[_Host], plan: LaunchPlan, need_worker: bool, report: PreflightReport) -> None:
+    """Each host's answers against the table of host checks, then the versions across hosts."""
     for host in hosts:
-        info = host.info
-        if not info["tensorflow"] and need_worker:  # a command of yours may run another python, with its own
-            report.problems.append(
-                f"{host.address}: tensorflow is not installed for {info['executable']}; install it there with this "
-                "project's TensorFlow extra (pip install '.[tf]' in a clone of it, or pip install 'tensorflow==2.21.*')"
-            )
-        if need_worker and _older_than(info.get("python"), WORKER_PYTHON):
-            report.problems.append(
-                f"{host.address}: the built-in worker runtime needs python {'.'.join(map(str, WORKER_PYTHON))} or "
-                f"newer; {info['executable']} is {info.get('python')}: set python for this host"
-            )
-        for name, where in (info.get("runtime_shadowed") or {}).items():
-            report.problems.append(
-                f"{host.address}: {where} would be imported as the built-in runtime's own package {name!r}, and it is "
-                "not this launcher's copy of it (PYTHONPATH names its directory, and comes before the installed "
-                "packages; an empty entry, as "
-                "`PYTHONPATH=$PYTHONPATH:/x` leaves, names the working directory): rename it, or take its directory "
-                "out of PYTHONPATH"
-            )
-        if need_worker and not info.get("worker_ok"):
-            report.problems.append(
-                f"{host.address}: the worker runtime (package 'worker') is not importable by {info['executable']}; "
-                "install this project there (pip install .)"
-            )
-        if not info["workdir_ok"]:
-            what = "is not a directory" if info.get("workdir_exists") else "does not exist"
-            path = info.get("workdir_path")
-            shown = host.workdir if not path or path == host.workdir else f"{host.workdir} ({path})"
-            report.problems.append(
-                f"{host.address}: working directory {shown} {what}; create it there, or set workdir to a directory "
-                "that exists"
-            )
-        for program, why in (info.get("programs_missing") or {}).items():
-            fix = (
-                f"a relative path starts from the working directory {host.workdir}"
-                if "/" in program
-                else "give its full path, install it there, or set PATH in the spec's env"
-            )
-            if "#!" in why:  # it is there, and exec would refuse it
-                first = "add one" if "no #! line" in why else "fix it"
-                fix = f"{first}, or run it with its interpreter (-- sh {program} ...)"
-            if program.endswith(".py"):
-                fix = f"a Python script is run by a python: -- {host.python} {program} ..."
-            report.problems.append(f"{host.address}: the tasks' command {program!r} cannot run there ({why}); {fix}")
-        if info.get("startup_env_fails"):
-            names = ", ".join(sorted(_startup_env(host)))
-            report.problems.append(
-                f"{host.address}: {info['executable']} does not start with the spec's env ({names}): "
-                f"{info['startup_env_fails']}; fix or remove them"
-            )
-        for module in info.get("command_modules_missing") or []:
-            hint = (
-                "-m takes a module, not a module:function; to run a function give training "
-                '{"kind": "function", "target": "' + module + '"}'
-                if ":" in module
-                else f"-m takes a module's name, not its file's: -m {module.removesuffix('.py')}"
-                if module.endswith(".py")
-                else "check its spelling, or put it there (python -m looks in the working directory first)"
-            )
-            report.problems.append(
-                f"{host.address}: the tasks' command runs python -m {module}, and there is no module {module!r} "
-                f"there, neither in the working directory {host.workdir} nor among {info['executable']}'s "
-                f"packages; {hint}"
-            )
-        for module in info.get("command_packages_without_main") or []:
-            report.problems.append(
-                f"{host.address}: the tasks' command runs python -m {module}, and {module!r} is a package without a "
-                f"__main__.py, which python cannot run; give the module in it to run (-m {module}.MODULE) or add "
-                f"{module.replace('.', '/')}/__main__.py"
-            )
-        for script, why in (info.get("scripts_unrunnable") or {}).items():
-            report.problems.append(
-                f"{host.address}: the tasks' script {script!r} cannot run there ({why}: python would exit at once); "
-                f"a relative path starts from the working directory {host.workdir}"
-            )
-        if info.get("checkpoint_unsafe"):
-            report.problems.append(
-                f"{host.address}: checkpoint_dir {plan.checkpoint_dir} {info['checkpoint_unsafe']}: a checkpoint "
-                "planted there would be restored; use a directory of your own (chmod o-w, or another checkpoint_dir)"
-            )
-        if not info["checkpoint_ok"] and info.get("checkpoint_dangling"):
-            report.problems.append(
-                f"{host.address}: checkpoint_dir {plan.checkpoint_dir} cannot be created there: "
-                f"{info['checkpoint_dangling']} is a symbolic link to nothing; create what it points to, "
-                "or set checkpoint_dir elsewhere"
-            )
-        elif not info["checkpoint_ok"]:
-            shared = "; it must be storage every host shares" if len(hosts) > 1 else ""
-            report.problems.append(
-                f"{host.address}: checkpoint_dir {plan.checkpoint_dir} is not a writable directory and "
-                f"cannot be created there{shared}"
-            )
-    for key, label in (("tensorflow", "tensorflow"), ("python", "python")):
-        versions: dict[str, list[str]] = {}
-        for host in hosts:
-            value = host.info.get(key)
-            if value:
-                version = value if key == "tensorflow" else ".".join(value.split(".")[:2])
-                versions.setdefault(version, []).append(host.address)
-        if len(versions) > 1:
-            spread = "; ".join(f"{v} on {', '.join(a)}" for v, a in sorted(versions.items()))
-            report.problems.append(
-                f"{label} versions differ across hosts ({spread}); install the same version everywhere"
-            )
+        seen = Seen(
+            host.address,
+            host.info,
+            host.workdir,
+            host.python,
+            plan.checkpoint_dir,
+            need_worker,
+            shared=len(hosts) > 1,
+            startup_env=tuple(sorted(_startup_env(host))),
+        )
+        report.problems.extend(host_problems(seen))
+    report.problems.extend(version_problems([(host.address, host.info) for host in hosts]))
 
 
 def _startup_env(host: _Host) -> dict[str, str]:
