@@ -27,14 +27,9 @@ from launcher.preflight.check import run_preflight
 from launcher.preflight.ports import check_local_ports, choose_free_ports, port_is_free
 from launcher.rundir.bundle import write_launch_record
 from launcher.rundir.checkpoint_mark import mark_checkpoints
-from launcher.rundir.lock import (
-    RunLock,
-    check_run_dir,
-    lock_run,
-    refuse_if_not_a_run,
-    refuse_if_running,
-    run_dir_of,
-)
+from launcher.rundir.lock import RunLock, lock_run
+from launcher.rundir.place import RunPlace, place_of
+from launcher.rundir.refusals import OWNED, refuse_run_dir
 from launcher.rundir.report import write_summary
 from launcher.rundir.stop import stop_requester
 from launcher.spec.models import ClusterSpec
@@ -65,10 +60,12 @@ def next_attempt(run_dir: Path) -> int:
     return max(numbers, default=-1) + 1
 
 
-def make_planner(spec: ClusterSpec, faults: list[Fault] | None = None, ports: dict[str, int] | None = None) -> Planner:
+def make_planner(
+    spec: ClusterSpec, place: RunPlace, faults: list[Fault] | None = None, ports: dict[str, int] | None = None
+) -> Planner:
     """Plans for attempt 0, 1, ... of this launch; ports chosen once (unless given) and kept while they stay free.
     Attempt 0's plan is made once: the launch checks it (and the preflight its ports) before it starts it."""
-    run_dir = run_dir_of(spec)
+    run_dir = Path(place.run_dir)
     first = next_attempt(run_dir)
     ports = choose_free_ports(spec) if ports is None else ports
     rehearsed = {fault.task: fault.to_env() for fault in faults or []}
@@ -85,7 +82,7 @@ def make_planner(spec: ClusterSpec, faults: list[Fault] | None = None, ports: di
             str(run_dir),
             first + attempt,
             sys.executable,
-            os.getcwd(),
+            place.cwd,
             dict(ports),
             faults=rehearsed if attempt == 0 else {},
         )
@@ -111,7 +108,7 @@ def preflight(spec: ClusterSpec, plan: LaunchPlan, transport: Transport | None =
 
     if transport is not None:
         return run_preflight(spec, plan, transport)
-    own = make_transport(spec)
+    own = make_transport(spec, None, plan.run_dir)
     try:
         return run_preflight(spec, plan, own)
     finally:
@@ -169,15 +166,15 @@ def _restore_signals(previous: SignalHandlers) -> None:
         signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
 
 
-def make_transport(spec: ClusterSpec, allocation: Allocation | None = None) -> Transport:
+def make_transport(spec: ClusterSpec, allocation: Allocation | None, run_dir: str) -> Transport:
     """An agent on every host: through a pipe (local hosts) or SSH; or, inside a Slurm allocation,
-    one job step with an agent per node."""
+    one job step with an agent per node (its output kept in the run directory)."""
     pythons = [host_python(spec, host, sys.executable) for host in spec.hosts]
     if allocation is None:
         return host_transport(spec, pythons)
 
     options = spec.slurm.srun_options if spec.slurm is not None else []
-    medium = SlurmMedium(allocation.nodes, pythons, options, str(run_dir_of(spec)))
+    medium = SlurmMedium(allocation.nodes, pythons, options, run_dir)
     return AgentTransport(agent_hosts(spec, pythons), medium, addressed=True)
 
 
@@ -187,58 +184,33 @@ def launch(
     faults: list[Fault] | None = None,
     allocation: Allocation | None = None,
     once_checked: Callable[[], None] | None = None,
+    place: RunPlace | None = None,
 ) -> RunResult:
     """Preflight, then supervise every attempt until the run ends; always writes summary.json.
 
     `once_checked` runs when the preflight passed, before the run directory is written: what may
     refuse the run's old files or move them aside (`--fresh`), so a mistake the preflight finds
-    costs nothing. Raises PreflightError (nothing written, nothing started), RunDirError (the run
-    directory cannot be written; nothing started) or InterruptedLaunchError (every task stopped,
-    summary written)."""
-    run_dir = str(run_dir_of(spec))
-    check_run_dir(run_dir)  # another user's, or writable by others: refused before anything is read from it
-    refuse_if_not_a_run(run_dir)  # a directory of the user's own: its files are not ours to write over
-    refuse_if_running(run_dir)  # before the preflight: a second launch of a running run says so at once
+    costs nothing. `place`: where the run lives, as the caller decided it (else decided here, once).
+    Raises PreflightError (nothing written, nothing started), RunDirError (the run directory cannot
+    be written; nothing started) or InterruptedLaunchError (every task stopped, summary written)."""
+    place = place_of(spec) if place is None else place
+    refuse_run_dir(place.run_dir)  # before anything is read from it, and before the preflight
     ports = choose_free_ports(spec)
-    planner = make_planner(spec, faults, ports)
+    planner = make_planner(spec, place, faults, ports)
     first_plan = planner(0)  # validates local ports before anything starts (raises PortInUseError)
-    transport = make_transport(spec, allocation)
-    try:
+    with contextlib.ExitStack() as unstarted:  # closed only when the launch ends before its tasks start
+        transport = make_transport(spec, allocation, place.run_dir)
+        unstarted.callback(transport.close)
         report = preflight(spec, first_plan, transport)
-    except BaseException:
-        transport.close()
-        raise
-    if not report.ok:
-        transport.close()
-        raise PreflightError(report.problems)
-    if once_checked is not None:
-        try:
+        if not report.ok:
+            raise PreflightError(report.problems)
+        if once_checked is not None:
             once_checked()
-            if next_attempt(Path(run_dir)) != first_plan.attempt:  # --fresh moved the earlier attempts aside
-                planner = make_planner(spec, faults, ports)  # the ports the preflight checked
+            if next_attempt(Path(place.run_dir)) != first_plan.attempt:  # --fresh moved the earlier attempts aside
+                planner = make_planner(spec, place, faults, ports)  # the ports the preflight checked
                 first_plan = planner(0)
-        except BaseException:
-            transport.close()
-            raise
-    lock = None
-    try:
-        make_private_dir(first_plan.run_dir)  # logs hold whatever tasks print: for the owner only
-        check_run_dir(first_plan.run_dir)
-        lock = lock_run(first_plan.run_dir)
-        with contextlib.suppress(FileNotFoundError):  # an earlier launcher's, never read: not meant for us
-            os.unlink(RunLayout(first_plan.run_dir).stop_request_file)
-        write_launch_record(spec, report, first_plan.run_dir)  # for a post-mortem (`launch bundle`)
-        mark = _make_checkpoint_dir(spec, first_plan)  # held, with the run's lock, until the run ends
-    except OSError as error:  # a full disk, no permission: before any task, so say so and start none
-        transport.close()
-        if lock is not None:
-            lock.release()
-        raise RunDirError(error.filename or first_plan.run_dir, error.strerror or str(error)) from error
-    except BaseException:
-        transport.close()
-        if lock is not None:
-            lock.release()
-        raise
+        lock, mark = _claim_run_dir(spec, first_plan, report, unstarted)
+        unstarted.pop_all()  # the supervisor closes the transport; the run's end releases the lock and mark
     supervisor = Supervisor(
         planner=planner,
         transport=transport,
@@ -252,31 +224,59 @@ def launch(
         preemption_ends_run=allocation is not None and requeueable(spec, allocation),
         sleep=console.wait,
     )
-    console.attach(supervisor.snapshot, RunLayout(first_plan.run_dir).status_file, first_plan.tasks)
+    with contextlib.ExitStack() as held:
+        held.callback(lock.release)
+        if mark is not None:
+            held.callback(mark.release)
+        return _supervise(spec, console, supervisor, first_plan)
+
+
+def _claim_run_dir(
+    spec: ClusterSpec, first_plan: LaunchPlan, report: PreflightReport, held: contextlib.ExitStack
+) -> tuple[RunLock, RunLock | None]:
+    """Make the run directory (the owner's alone), lock it, keep the launch record and mark the checkpoint
+    directory; RunDirError (nothing started) when the disk or a permission refuses."""
+    try:
+        make_private_dir(first_plan.run_dir)  # logs hold whatever tasks print: for the owner only
+        refuse_run_dir(first_plan.run_dir, OWNED)
+        lock = lock_run(first_plan.run_dir)
+        held.callback(lock.release)
+        with contextlib.suppress(FileNotFoundError):  # an earlier launcher's, never read: not meant for us
+            os.unlink(RunLayout(first_plan.run_dir).stop_request_file)
+        write_launch_record(spec, report, first_plan.run_dir)  # for a post-mortem (`launch bundle`)
+        return lock, _make_checkpoint_dir(spec, first_plan)  # held, with the run's lock, until the run ends
+    except OSError as error:  # a full disk, no permission: before any task, so say so and start none
+        raise RunDirError(error.filename or first_plan.run_dir, error.strerror or str(error)) from error
+
+
+def _supervise(spec: ClusterSpec, console: Console, supervisor: Supervisor, first_plan: LaunchPlan) -> RunResult:
+    """Run the gang to its end, with signals turned into a stop; the summary is written however it ends."""
+    layout = RunLayout(first_plan.run_dir)
+    console.attach(supervisor.snapshot, layout.status_file, first_plan.tasks)
     logs = os.path.dirname(first_plan.tasks[0].log_path) if first_plan.tasks else first_plan.run_dir
     console.notice(
         f"run {spec.name}: starting {len(first_plan.tasks)} task(s); logs in {logs} "
         f"(`launch logs {shlex.quote(first_plan.run_dir)}` shows them)"
     )
-    previous = _install_signals(supervisor, RunLayout(first_plan.run_dir))
+    previous = _install_signals(supervisor, layout)
     try:
         return supervisor.run()
     finally:
         try:
             console.close()
             if supervisor.result is not None:
-                try:
-                    console.notice(f"summary: {write_summary(supervisor.result)}")
-                except OSError as error:  # a full disk: the run's outcome stands, only its record is lost
-                    where = RunLayout(first_plan.run_dir).summary_file
-                    console.notice(
-                        f"cannot write the summary {where} ({error.strerror}): `launch status` will not know how "
-                        "this run ended; what follows says it"
-                    )
+                _write_summary(supervisor.result, console, layout)
         finally:
             _restore_signals(previous)
             with contextlib.suppress(OSError):  # a `launch stop` that came when the run was already ending
-                os.unlink(RunLayout(first_plan.run_dir).stop_request_file)
-            if mark is not None:
-                mark.release()
-            lock.release()
+                os.unlink(layout.stop_request_file)
+
+
+def _write_summary(result: RunResult, console: Console, layout: RunLayout) -> None:
+    try:
+        console.notice(f"summary: {write_summary(result)}")
+    except OSError as error:  # a full disk: the run's outcome stands, only its record is lost
+        console.notice(
+            f"cannot write the summary {layout.summary_file} ({error.strerror}): `launch status` will not know how "
+            "this run ended; what follows says it"
+        )

@@ -64,7 +64,7 @@ def launch(
     from launcher.common.errors import AlreadyTrained, InterruptedLaunchError
     from launcher.console import Console
     from launcher.run import launch as run_launch
-    from launcher.rundir.lock import run_dir_of
+    from launcher.rundir.place import place_of
     from launcher.rundir.report import failure_text, success_text
     from launcher.rundir.resume import PYTHON_WORDS, resume_or_start_over
     from launcher.supervise.gang import LaunchState
@@ -72,21 +72,22 @@ def launch(
     cluster = os.fspath(spec) if isinstance(spec, (str, os.PathLike)) else spec
     request = LaunchRequest(cluster=cluster, name=name, run_root=run_root, command=tuple(command))
     parsed = request_spec(request)
+    place = place_of(parsed)  # where the run lives: decided once, handed to all that follows
     names = show if isinstance(show, str) else ",".join(show)  # "worker:0,worker:1" or a list of names
     shown = shown_tasks(parsed, names, flag="show=") if show else frozenset()
     out = _writable(sys.stdout)
     console = Console(quiet=not echo, live=False, out=out, err=out, verbose=verbose, show=shown, owns_streams=False)
 
     def once_checked() -> None:  # another training's checkpoints are refused; fresh moves the old files aside
-        resume_or_start_over(parsed, fresh, console.notice, PYTHON_WORDS)
+        resume_or_start_over(parsed, place, fresh, console.notice, PYTHON_WORDS)
 
     try:
-        result = run_launch(parsed, console, once_checked=once_checked)
+        result = run_launch(parsed, console, once_checked=once_checked, place=place)
     except InterruptedLaunchError as error:
-        return _result(run_dir_of(parsed), "interrupted", error.exit_code, str(error))
+        return _result(Path(place.run_dir), "interrupted", error.exit_code, str(error))
     except AlreadyTrained as finished:  # the run's own earlier launch succeeded: its summary stands
         console.notice(str(finished))
-        return _result(run_dir_of(parsed), "succeeded", exit_codes.SUCCEEDED, str(finished))
+        return _result(Path(place.run_dir), "succeeded", exit_codes.SUCCEEDED, str(finished))
     if result.state is LaunchState.SUCCEEDED:
         verdict, code = success_text(result), exit_codes.SUCCEEDED
     else:

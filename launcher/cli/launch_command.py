@@ -33,7 +33,8 @@ from launcher.cli.streams import quiet_libraries, say
 from launcher.common import exit_codes
 from launcher.common.errors import PreflightError, UsageError
 from launcher.common.masking import printable, redact, redacted
-from launcher.rundir.lock import check_run_dir, refuse_if_not_a_run, refuse_if_running, run_dir_of
+from launcher.rundir.place import RunPlace, place_of
+from launcher.rundir.refusals import NOT_ANOTHER_DIRECTORY, refuse_run_dir
 from launcher.supervise.faults import Fault, parse_fault, unfired
 from launcher.transport.local import LOCAL_BEAT_S, start_early
 from worker.contract import TF_CONFIG
@@ -128,19 +129,16 @@ def dry_run(plan: LaunchPlan, as_json: bool, remote: str = "ssh", would: Would |
     return exit_codes.SUCCEEDED
 
 
-def check(spec: ClusterSpec, allocation: Allocation | None) -> int:
+def check(spec: ClusterSpec, place: RunPlace, allocation: Allocation | None) -> int:
     """The preflight, and what the launch would refuse in its run directory (another user's, a run
     still going, another training's checkpoints), without starting anything."""
     from launcher.run import make_planner, make_transport, preflight
     from launcher.rundir.resume import new_run_would, resume_notice  # see the module's docstring
 
     freeze_start_up()
-    run_dir = str(run_dir_of(spec))
-    check_run_dir(run_dir)  # as the launch does: another user's, or writable by others, before anything else
-    refuse_if_not_a_run(run_dir)
-    refuse_if_running(run_dir)
-    plan = make_planner(spec)(0)
-    transport = make_transport(spec, allocation)
+    refuse_run_dir(place.run_dir)  # as the launch does: another user's or swappable, before anything else
+    plan = make_planner(spec, place)(0)
+    transport = make_transport(spec, allocation, place.run_dir)
     try:
         report = preflight(spec, plan, transport)
     finally:
@@ -149,7 +147,9 @@ def check(spec: ClusterSpec, allocation: Allocation | None) -> int:
         print(f"  {line}")
     if not report.ok:
         raise PreflightError(report.problems)
-    resuming = resume_notice(spec)  # another training's checkpoints: refused once the preflight passed, as launch does
+    resuming = resume_notice(
+        spec, place
+    )  # another training's checkpoints: refused once the preflight passed, as launch
     print(f"  {_shown(resuming.would() if resuming is not None else new_run_would(plan.checkpoint_dir))}")
     print(f"preflight passed: {len(spec.hosts)} host(s), {len(plan.tasks)} task(s)")
     return exit_codes.SUCCEEDED
@@ -157,6 +157,7 @@ def check(spec: ClusterSpec, allocation: Allocation | None) -> int:
 
 def launch_and_report(
     spec: ClusterSpec,
+    place: RunPlace,
     console_options: ConsoleOptions,
     faults: list[Fault],
     allocation: Allocation | None,
@@ -175,7 +176,9 @@ def launch_and_report(
         verbose=console_options.verbose,
         show=console_options.show,
     )
-    result = launch(spec, console, faults, allocation, lambda: resume_or_start_over(spec, fresh, console.notice))
+    result = launch(
+        spec, console, faults, allocation, lambda: resume_or_start_over(spec, place, fresh, console.notice), place
+    )
     for text in unfired(faults, result.attempts[0].tasks if result.attempts else ()):
         console.notice(text)
     if result.state is LaunchState.SUCCEEDED:
@@ -258,9 +261,10 @@ def run(args: argparse.Namespace, command: list[str]) -> int:
         start_agents_early(args)
     notes: list[str] = []
     spec = request_spec(request, allocation.hosts if allocation is not None else None, notes)
+    place = place_of(spec)  # where the run lives: decided once, handed to all that follows
     if fresh_refused:
-        run_dir = run_dir_of(spec)
-        named = printable(str(run_dir))
+        run_dir = place.run_dir
+        named = printable(run_dir)
         moves = (
             f"it renames the run directory {named} (and checkpoints kept elsewhere on this machine) to "
             f"{named}.old-<time>, deleting nothing, or refuses what it cannot move, before it starts"
@@ -280,24 +284,24 @@ def run(args: argparse.Namespace, command: list[str]) -> int:
         from launcher.run import make_planner  # the plan, the preflight and the run: see the docstring
 
         remote = "ssh" if allocation is None else "srun"
-        would = would_of(spec)
-        shown = dry_run(make_planner(spec, faults)(0), args.json, remote, would)
+        would = would_of(spec, place)
+        shown = dry_run(make_planner(spec, place, faults)(0), args.json, remote, would)
         return exit_codes.USAGE if would.do == "refused" else shown  # as the launch itself would exit
     if args.check:
-        return check(spec, allocation)
+        return check(spec, place, allocation)
     options = ConsoleOptions(quiet=args.quiet, plain=args.plain, verbose=args.verbose, show=show)
-    return launch_and_report(spec, options, faults, allocation, fresh=args.fresh)
+    return launch_and_report(spec, place, options, faults, allocation, fresh=args.fresh)
 
 
-def would_of(spec: ClusterSpec) -> Would:
+def would_of(spec: ClusterSpec, place: RunPlace) -> Would:
     """What a launch of `spec` would do with the run's earlier checkpoints, as `--check` says it, or why
     its run directory or checkpoints would refuse it before it starts (another training's checkpoints,
     a run still going). The hosts are `--check`'s to judge."""
     from launcher.rundir.resume import resume_notice  # see the module's docstring
 
     try:
-        refuse_if_not_a_run(str(run_dir_of(spec)))
-        resuming = resume_notice(spec)
+        refuse_run_dir(place.run_dir, (NOT_ANOTHER_DIRECTORY,))
+        resuming = resume_notice(spec, place)
     except UsageError as error:
         said = str(error).removesuffix(" Nothing was started.")  # a dry run starts nothing anyway: it says so last
         return Would("refused", f"the launch would be refused: {said}")

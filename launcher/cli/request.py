@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from launcher.common.errors import LaunchError, SpecError, UsageError
 from launcher.common.masking import redact, secret_arguments, set_secrets, without_password
+from launcher.rundir.refusals import RUN_ROOT_IN_A_RUN, refuse_run_root
 from launcher.spec.limits import MAX_HOSTS, MAX_WORKERS_PER_HOST
 from launcher.spec.masked import redactor_of
 from launcher.spec.python_script import split_python_command
@@ -251,7 +252,7 @@ def request_spec(
         except SpecError as error:
             raise _by_flag(error, updates) from None
     set_secrets(redactor_of(spec))
-    _refuse_run_root_in_a_run(spec)
+    refuse_run_root(spec, (RUN_ROOT_IN_A_RUN,))
     try:
         _refuse_visible_secrets(spec, request.described)
     except SpecError as error:  # a secret in the command after --: named so
@@ -259,27 +260,6 @@ def request_spec(
     if notes is not None:
         notes.extend(_secrets_too_short(spec))
     return spec
-
-
-def _refuse_run_root_in_a_run(spec: ClusterSpec) -> None:
-    """A run_root that is a run's directory, or lies inside one (`--run-root runs/mine`, runs/mine/attempt-0,
-    a run directory as the working directory), would put this run inside that run (runs/mine/mine),
-    starting over where a resume was meant, or writing among its checkpoints."""
-    from launcher.common.masking import escaped
-    from launcher.rundir.lock import run_around
-
-    root = os.path.realpath(os.path.expanduser(spec.run_root))
-    around = run_around(root, 4)  # the run_root itself, then three directories up
-    if around is None:
-        return
-    run, found = around
-    where = "is itself a run directory" if run == root else f"lies inside the run {escaped(run)}"
-    raise UsageError(
-        f"run_root {escaped(spec.run_root)} {where} (it holds {found}): this run would go inside it, as "
-        f"{escaped(os.path.join(root, spec.name))}. A run is <run_root>/<name>: give the directory above "
-        f"the run ({escaped(os.path.dirname(run))}) as run_root or --run-root, and the run's name as name or "
-        "--name. Nothing was started."
-    )
 
 
 _SETTINGS = frozenset(("0", "1", "y", "n", "t", "f", "yes", "no", "on", "off"))  # USE_TOKEN=1 is a setting

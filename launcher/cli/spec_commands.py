@@ -16,7 +16,7 @@ from launcher.cli.request import LaunchRequest, request_spec
 from launcher.common import exit_codes
 from launcher.common.errors import UsageError
 from launcher.common.masking import printable, redact
-from launcher.rundir.lock import run_dir_of
+from launcher.rundir.place import place_of
 
 
 def _request(args: argparse.Namespace, command: list[str]) -> LaunchRequest:
@@ -64,7 +64,7 @@ def slurm(args: argparse.Namespace, command: list[str]) -> int:
     spec = request_spec(_request(args, command), lambda first: None)
     print_only, wait = args.print, args.wait
 
-    run_dir = run_dir_of(spec)
+    run_dir = Path(place_of(spec).run_dir)
     if print_only:
         print(slurm.batch_script(spec, run_dir / "submitted-spec.json", run_dir), end="")
         return exit_codes.SUCCEEDED

@@ -15,7 +15,6 @@ from pathlib import Path
 
 from launcher.common.errors import UsageError
 from launcher.common.masking import printable
-from launcher.plan import checkpoint_dir_of
 from launcher.rundir.checkpoint_mark import (
     MARKER,
     has_checkpoints,
@@ -26,9 +25,10 @@ from launcher.rundir.checkpoint_mark import (
     tensorflow_file,
     writer_of,
 )
-from launcher.rundir.lock import check_run_dir, refuse_if_not_a_run, refuse_if_running
+from launcher.rundir.place import RunPlace
+from launcher.rundir.refusals import refuse_run_dir
 from launcher.spec.models import ClusterSpec
-from worker.contract import RunLayout, is_url
+from worker.contract import is_url
 
 __all__ = ["start_over"]
 
@@ -118,9 +118,9 @@ def _aside(path: str, stamp: str) -> str:
     return target
 
 
-def start_over(spec: ClusterSpec, run_dir: Path, launcher_cwd: str) -> list[str]:
+def start_over(spec: ClusterSpec, place: RunPlace) -> list[str]:
     """Move the run's old files aside; returns one line per move (empty when there was nothing)."""
-    checkpoints = checkpoint_dir_of(spec, RunLayout(str(run_dir)), launcher_cwd)
+    run_dir, checkpoints, launcher_cwd = Path(place.run_dir), place.checkpoint_dir, place.cwd
     stamp = time.strftime("%Y%m%d-%H%M%S")
     same = os.path.realpath(checkpoints) == os.path.realpath(run_dir)  # moved with the run directory
     outside = not (_inside(checkpoints, str(run_dir)) or same)
@@ -134,9 +134,7 @@ def start_over(spec: ClusterSpec, run_dir: Path, launcher_cwd: str) -> list[str]
             f"--fresh moves old checkpoints aside on this machine, and {printable(checkpoints)} is not here: rename "
             "it on the hosts' shared storage, or give the run another --name. Nothing was started."
         )
-    check_run_dir(str(run_dir))  # another user's, or one they could swap: not ours to move
-    refuse_if_not_a_run(str(run_dir))  # a directory of the user's own: not a run to move aside
-    refuse_if_running(str(run_dir))
+    refuse_run_dir(place.run_dir)  # another user's or swappable, a directory of the user's own, running: not ours
     refuse_if_in_use(checkpoints, str(run_dir))  # another run may write there (inside this run directory, too)
     if outside:  # a rename there could be raced, and the run would be refused after it
         refuse_if_unsafe(checkpoints, to_move=True)

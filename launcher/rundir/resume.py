@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -11,7 +10,6 @@ from typing import TYPE_CHECKING, Any
 from launcher.common.errors import AlreadyTrained, UsageError
 from launcher.common.log_reading import read_end
 from launcher.common.masking import printable
-from launcher.plan import checkpoint_dir_of
 from launcher.rundir.checkpoint_mark import (
     SPEC_LIMIT,
     latest_checkpoint,
@@ -24,10 +22,11 @@ from launcher.rundir.checkpoint_mark import (
     written_before_any_launch,
 )
 from launcher.rundir.fresh import start_over
-from launcher.rundir.lock import check_run_dir, refuse_if_running, run_dir_of
+from launcher.rundir.place import RunPlace
+from launcher.rundir.refusals import NOT_RUNNING, OWNED, refuse_run_dir
 from launcher.rundir.training_identity import argv_of, shown_training, what_trains
 from launcher.spec.masked import recorded_spec
-from worker.contract import RunLayout, is_url
+from worker.contract import is_url
 
 if TYPE_CHECKING:
     from launcher.spec.models import ClusterSpec
@@ -55,15 +54,15 @@ PYTHON_WORDS = ResumeWords(fresh="fresh=True", name="name=")
 
 
 def resume_or_start_over(
-    spec: ClusterSpec, fresh: bool, say: Callable[[str], None], words: ResumeWords = CLI_WORDS
+    spec: ClusterSpec, place: RunPlace, fresh: bool, say: Callable[[str], None], words: ResumeWords = CLI_WORDS
 ) -> None:
     """Before a launch, from the command line or Python alike: with `fresh` move the run's old files
     aside, else refuse another training's checkpoints and say when this one resumes its own."""
 
     if fresh:
-        for line in start_over(spec, run_dir_of(spec), os.getcwd()):
+        for line in start_over(spec, place):
             say(f"{words.fresh}: moved {line}")
-    elif (resuming := resume_notice(spec, words)) is not None:
+    elif (resuming := resume_notice(spec, place, words)) is not None:
         if resuming.finished is not None:
             raise AlreadyTrained(
                 f"run {spec.name} {resuming.trained()} (its checkpoints are in {printable(resuming.checkpoints)}), so "
@@ -118,15 +117,14 @@ def new_run_would(checkpoint_dir: str) -> str:
     return f"the launch would start from the beginning: no checkpoints in {checkpoint_dir} to resume from"
 
 
-def resume_notice(spec: ClusterSpec, words: ResumeWords = CLI_WORDS) -> Resuming | None:
+def resume_notice(spec: ClusterSpec, place: RunPlace, words: ResumeWords = CLI_WORDS) -> Resuming | None:
     """Whether a launch will resume from earlier checkpoints of the same run; UsageError when the run
     directory or the checkpoint directory is not safe to use, its run is still going, or its
     checkpoints are another training's."""
 
-    layout = RunLayout(str(run_dir_of(spec)))
-    check_run_dir(layout.run_dir)  # another user's, or swappable: refused before anything is read from it
-    refuse_if_running(layout.run_dir)  # said before any word of resuming
-    checkpoints = checkpoint_dir_of(spec, layout, os.getcwd())
+    layout, checkpoints = place.layout, place.checkpoint_dir
+    # another user's, or swappable: refused before anything is read from it; still running: before any word
+    refuse_run_dir(layout.run_dir, (*OWNED, NOT_RUNNING))
     refuse_if_in_use(checkpoints, layout.run_dir)  # another run writes there now, checkpoints or not yet
     refuse_if_unsafe(checkpoints)  # as the preflight would, but before any word of resuming
     if not resumable(checkpoints, layout.run_dir):

@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any
 from launcher.common import exit_codes
 from launcher.common.errors import UsageError
 from launcher.common.log_reading import read_end
-from launcher.rundir.lock import check_run_dir, holder_of, is_run_dir
+from launcher.rundir.lock import holder_of, is_run_dir
+from launcher.rundir.refusals import OWNED, refuse_run_dir
 from launcher.rundir.status import RunFiles, launcher_process, no_run_files, read_run, summary_outcome
 from worker.contract import RunLayout
 from worker.files import write_atomic
@@ -89,7 +90,7 @@ def _refuse_a_forged_status(run_dir: str, pid: int, process: Any) -> None:
     """status.json names a pid, but only a run directory of ours alone, whose lock that very process
     holds, proves the pid is this run's launcher (anyone can read a process's start time in /proc)."""
     try:
-        check_run_dir(run_dir)
+        refuse_run_dir(run_dir, OWNED)
     except UsageError as error:
         raise UsageError(f"{str(error).removesuffix(' Nothing was started.')} Nothing was signalled.") from None
     holder = holder_of(run_dir)

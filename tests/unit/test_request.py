@@ -13,6 +13,7 @@ from launcher.cli.request import HOST_LIST_PORT, LaunchRequest, parse_host_list,
 from launcher.common.errors import SpecError, UsageError
 from launcher.rundir.checkpoint_mark import MARKER
 from launcher.rundir.fresh import start_over
+from launcher.rundir.place import place_of
 from tests.conftest import REPO
 
 
@@ -103,6 +104,12 @@ def test_a_spec_given_as_a_dict_is_validated_like_a_file(tmp_path: Path) -> None
     assert spec.training.kind == "command" and spec.run_root == str(tmp_path)
 
 
+def _fresh(request: LaunchRequest, cwd: Path) -> list[str]:
+    """`--fresh` for the request's run, from `cwd`."""
+    spec = request_spec(request)
+    return start_over(spec, place_of(spec, str(cwd)))
+
+
 def _run(tmp_path: Path, checkpoint_dir: str | None = None) -> tuple[LaunchRequest, Path]:
     data: dict = {"name": "r", "run_root": str(tmp_path / "runs"), "hosts": [{"address": "localhost", "workers": 1}]}
     if checkpoint_dir is not None:
@@ -115,12 +122,12 @@ def test_fresh_moves_the_run_and_its_checkpoints_aside_and_deletes_nothing(tmp_p
     (run_dir / "checkpoints").mkdir(parents=True)
     (run_dir / "launch.lock").write_text("")  # what every launch leaves
     (run_dir / "checkpoints" / "ckpt-40.index").write_text("x")
-    moved = start_over(request_spec(request), run_dir, str(tmp_path))
+    moved = _fresh(request, tmp_path)
     assert not run_dir.exists() and len(moved) == 1
     (aside,) = [p for p in (tmp_path / "runs").iterdir() if p.name.startswith("r.old-")]
     assert (aside / "checkpoints" / "ckpt-40.index").read_text() == "x"
     run_dir.mkdir()
-    start_over(request_spec(request), run_dir, str(tmp_path))  # a second fresh start in the same second
+    _fresh(request, tmp_path)  # a second fresh start in the same second
     assert len([p for p in (tmp_path / "runs").iterdir() if p.name.startswith("r.old-")]) == 2
 
 
@@ -129,7 +136,7 @@ def test_fresh_moves_checkpoints_kept_outside_the_run(tmp_path: Path) -> None:
     shared.mkdir(parents=True)
     (shared / "checkpoint").write_text("x")
     request, run_dir = _run(tmp_path, str(shared))
-    moved = start_over(request_spec(request), run_dir, str(tmp_path))
+    moved = _fresh(request, tmp_path)
     assert moved and not shared.exists()
     assert [p.name.startswith("ckpt.old-") for p in (tmp_path / "shared").iterdir()] == [True]
 
@@ -137,12 +144,12 @@ def test_fresh_moves_checkpoints_kept_outside_the_run(tmp_path: Path) -> None:
 def test_fresh_refuses_what_it_cannot_move(tmp_path: Path) -> None:
     request, run_dir = _run(tmp_path, "gs://bucket/run")
     with pytest.raises(UsageError, match="object store"):
-        start_over(request_spec(request), run_dir, str(tmp_path))
+        _fresh(request, tmp_path)
 
 
 def test_nothing_to_move_is_not_an_error(tmp_path: Path) -> None:
     request, run_dir = _run(tmp_path)
-    assert start_over(request_spec(request), run_dir, os.fspath(tmp_path)) == []
+    assert _fresh(request, tmp_path) == []
 
 
 @pytest.mark.parametrize(
@@ -169,7 +176,7 @@ def test_fresh_leaves_a_checkpoint_dir_that_is_not_the_runs_own_where_it_is(
     before = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
     request, run_dir = _run(tmp_path, str(tmp_path / where) if where != "." else ".")
     with pytest.raises(UsageError, match=f"--fresh will not move aside checkpoint_dir .*: it {why}"):
-        start_over(request_spec(request), run_dir, str(tmp_path))
+        _fresh(request, tmp_path)
     assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == before
 
 
@@ -179,7 +186,7 @@ def test_fresh_moves_a_checkpoint_dir_a_launch_marked(tmp_path: Path) -> None:
     (shared / MARKER).write_text("{}")
     (shared / "model.keras").write_text("a script's own save")
     request, run_dir = _run(tmp_path, str(shared))
-    assert start_over(request_spec(request), run_dir, str(tmp_path)) and not shared.exists()
+    assert _fresh(request, tmp_path) and not shared.exists()
 
 
 def test_fresh_leaves_a_checkpoint_dir_that_held_the_users_files_before_its_first_launch(tmp_path: Path) -> None:
@@ -190,7 +197,7 @@ def test_fresh_leaves_a_checkpoint_dir_that_held_the_users_files_before_its_firs
     (code / "model.keras").write_text("a script's own save")
     request, run_dir = _run(tmp_path, str(code))
     with pytest.raises(UsageError, match=r"also holds what was there before the run's first launch \(run.py\)"):
-        start_over(request_spec(request), run_dir, str(tmp_path))
+        _fresh(request, tmp_path)
     assert (code / "run.py").exists() and (code / "model.keras").exists()
 
 
@@ -199,7 +206,7 @@ def test_fresh_leaves_the_directory_launched_from_where_it_is(tmp_path: Path) ->
     (tmp_path / "project" / "checkpoint").write_text("looks like one")
     request, run_dir = _run(tmp_path, str(tmp_path / "project"))
     with pytest.raises(UsageError, match="it holds the directory you launched from"):
-        start_over(request_spec(request), run_dir, str(tmp_path / "project" / "deep"))
+        _fresh(request, tmp_path / "project" / "deep")
     assert (tmp_path / "project" / "checkpoint").exists()
 
 
@@ -240,7 +247,7 @@ def test_fresh_leaves_another_runs_checkpoints_a_link_and_a_folder_of_indexes_wh
     for where, why in cases.items():
         request, run_dir = _run(tmp_path, str(where))
         with pytest.raises(UsageError, match=why):
-            start_over(request_spec(request), run_dir, str(tmp_path))
+            _fresh(request, tmp_path)
     assert (other / "checkpoint").exists() and (parent / "sub" / MARKER).exists() and (target / "checkpoint").exists()
     assert (tmp_path / "linked").is_symlink() and (search / "words.index").exists()
 
@@ -250,37 +257,38 @@ def test_fresh_moves_a_checkpoint_dir_that_is_the_run_directory_itself_with_it(t
     run_dir.mkdir(parents=True)
     (run_dir / "launch.lock").write_text("")
     (run_dir / "checkpoint").write_text("x")
-    moved = start_over(request_spec(request), run_dir, str(tmp_path))
+    moved = _fresh(request, tmp_path)
     assert len(moved) == 1 and moved[0].startswith("run directory") and not run_dir.exists()
 
 
 def test_a_directory_of_the_users_named_as_the_run_directory_is_neither_written_nor_moved(tmp_path: Path) -> None:
     from launcher.cli.launch_command import check
-    from launcher.rundir.lock import refuse_if_not_a_run
+    from launcher.rundir.refusals import NOT_ANOTHER_DIRECTORY, refuse_run_dir
 
     request, run_dir = _run(tmp_path)
     run_dir.mkdir(parents=True)
     (run_dir / "spec.json").write_text('{"mine": 1}')
     (run_dir / "results.csv").write_text("precious")
     spec = request_spec(request)
-    for attempt in (lambda: refuse_if_not_a_run(str(run_dir)), lambda: start_over(spec, run_dir, str(tmp_path))):
+    refusals = (lambda: refuse_run_dir(str(run_dir), (NOT_ANOTHER_DIRECTORY,)), lambda: _fresh(request, tmp_path))
+    for attempt in refusals:
         with pytest.raises(UsageError, match=r"exists and holds files no launch wrote \(results\.csv\)"):
             attempt()
     with pytest.raises(UsageError, match="holds files no launch wrote"):
-        check(spec, None)
+        check(spec, place_of(spec), None)
     assert (run_dir / "spec.json").read_text() == '{"mine": 1}' and sorted(p.name for p in tmp_path.iterdir()) == [
         "runs"
     ]
     (run_dir / "launch.lock").write_text("")  # a launch's run directory: used as before
-    refuse_if_not_a_run(str(run_dir))
+    refuse_run_dir(str(run_dir), (NOT_ANOTHER_DIRECTORY,))
     mine = tmp_path / "mine"  # names a launch writes too, and nothing only a launch writes: the user's
     (mine / "model").mkdir(parents=True)
     (mine / "checkpoints").mkdir()
     (mine / "metrics.jsonl").write_text("")
     with pytest.raises(UsageError, match="holds files no launch wrote"):
-        refuse_if_not_a_run(str(mine))
+        refuse_run_dir(str(mine), (NOT_ANOTHER_DIRECTORY,))
     (mine / "summary.json").write_text("{}")  # an older launch's, before its lock
-    refuse_if_not_a_run(str(mine))
+    refuse_run_dir(str(mine), (NOT_ANOTHER_DIRECTORY,))
 
 
 def test_the_guess_of_local_hosts_counts_those_an_early_agent_can_serve(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from launcher.common import exit_codes
 from launcher.common.errors import RunDirError
 from launcher.console import Console
 from launcher.preflight.check import PreflightReport
-from launcher.rundir.lock import run_dir_of
+from launcher.rundir.place import place_of
 from launcher.rundir.status import SUMMARY_EXIT_CODES, RunStatusError, describe_run
 from launcher.spec.load import parse_spec
 from tests.unit.fakes import FakeTransport
@@ -39,7 +39,7 @@ def test_an_unwritable_run_dir_closes_the_transport_and_exits_2(
         }
     )
     transport = FakeTransport()
-    monkeypatch.setattr(run, "make_transport", lambda spec, allocation=None: transport)
+    monkeypatch.setattr(run, "make_transport", lambda spec, allocation, run_dir: transport)
     monkeypatch.setattr(run, "preflight", lambda spec, plan, transport: PreflightReport())
     with pytest.raises(RunDirError) as caught:
         run.launch(spec, Console(out=io.StringIO(), err=io.StringIO()))
@@ -486,10 +486,10 @@ def test_a_run_root_through_another_users_symbolic_link_is_refused_before_it_is_
     link = tmp_path / "link"
     link.symlink_to(tmp_path / "mine")
     spec = parse_spec({"name": "r", "run_root": str(link), "hosts": [{"address": "localhost", "workers": 1}]})
-    assert run_dir_of(spec) == (tmp_path / "mine" / "r").resolve()  # our own link: followed
+    assert Path(place_of(spec).run_dir) == (tmp_path / "mine" / "r").resolve()  # our own link: followed
     os.lchown(link, 65534, 65534)
     with pytest.raises(UsageError, match="is a symbolic link of uid 65534"):
-        run_dir_of(spec)
+        Path(place_of(spec).run_dir)
 
 
 def test_the_checkpoint_a_resume_restores_is_the_one_tensorflows_index_names_when_it_is_there(tmp_path: Path) -> None:
@@ -606,19 +606,19 @@ def test_checkpoints_no_launch_wrote_are_named_and_fresh_moves_them_only_when_th
             "training": {"kind": "command", "argv": ["python3", "train.py"]},
         }
     )
-    resuming = resume_notice(spec)
+    resuming = resume_notice(spec, place_of(spec))
     assert resuming is not None and resuming.latest == "ckpt-3"
     assert "no launch wrote them (they were there before this run's first launch)" in resuming.would()
     with pytest.raises(UsageError, match=r"holds files that no launch wrote .* \(train\.py\)"):
-        start_over(spec, tmp_path / "runs" / "f", str(tmp_path))
+        start_over(spec, place_of(spec, str(tmp_path)))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["foreign"] and (foreign / "train.py").exists()
     (foreign / "train.py").unlink()  # TensorFlow's files alone
     lock = mark_checkpoints(spec, str(tmp_path / "runs" / "f"), str(foreign))  # as a launch that resumed them
     assert lock is not None
     lock.release()
-    resuming = resume_notice(spec)
+    resuming = resume_notice(spec, place_of(spec))
     assert resuming is not None and "no launch wrote them" in resuming.would(), "still said after a launch"
-    moved = start_over(spec, tmp_path / "runs" / "f", str(tmp_path))  # and still moved aside
+    moved = start_over(spec, place_of(spec, str(tmp_path)))  # and still moved aside
     assert len(moved) == 1 and moved[0].startswith(f"checkpoints {foreign} -> {foreign}.old-"), moved
     assert not foreign.exists()
 
