@@ -1,6 +1,7 @@
 """`python -m bench [--quick] [NAME ...]`: run the benchmarks, print their tables, keep raw JSON.
 
-Tables also go to bench/results/latest.md; raw numbers to bench/results/<name>.json.
+Tables also go to bench/results/latest.md; raw numbers to bench/results/<name>.json. A run that is
+not --quick ends by rewriting BENCHMARKS.md from the stored results (bench/figures.py).
 """
 
 from __future__ import annotations
@@ -11,9 +12,8 @@ import importlib
 import time
 from pathlib import Path
 
-from bench.common import RESULTS, machine
-
-ORDER = ("overhead", "teardown", "recovery", "throughput", "checkpoint", "chaos", "memory", "fanout", "scale", "fleet")
+from bench import figures
+from bench.common import ORDER, RESULTS, machine
 
 
 def main() -> None:
@@ -39,6 +39,8 @@ def main() -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / ("latest-quick.md" if args.quick else "latest.md")).write_text("\n\n".join(sections) + "\n")
     print(sections[-1])
+    if not args.quick:  # the page shows full runs only (a quick run's numbers go to <name>-quick.json)
+        print(f"Rewrote {figures.write().relative_to(root)} from {RESULTS.relative_to(root)}")
 
 
 if __name__ == "__main__":

@@ -82,7 +82,7 @@ def run(quick: bool, seed: int = 7) -> str:
     shutil.rmtree(directory, ignore_errors=True)
     exact = sum(r["exact"] for r in records)
     left = sum(r["leftover"] for r in records)
-    save("chaos", {"seed": seed, "runs": records, "exact": exact, "leftover_processes": left})
+    save("chaos", {"seed": seed, "runs": records, "exact": exact, "leftover_processes": left}, quick)
     lines = [
         table(
             f"Chaos: {runs} runs of 3 workers x {steps} steps, checkpoint every {EVERY}, one random fault each",

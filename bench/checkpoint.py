@@ -76,6 +76,7 @@ def run(quick: bool) -> str:
             "bytes_per_save": sizes,
             "async": "not measured: fails on the second save with Keras 3 models",
         },
+        quick,
     )
     return table(
         f"Checkpoint cost: {params / 1e6:.1f} M parameters + Adam, synchronous save (Keras 3)",

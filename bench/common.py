@@ -29,6 +29,8 @@ from launcher.spec.models import ClusterSpec
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 QUIET_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2"}
+# every benchmark, in the order `python -m bench` runs them (each is the module bench/<name>.py)
+ORDER = ("overhead", "teardown", "recovery", "throughput", "checkpoint", "chaos", "memory", "fanout", "scale", "fleet")
 
 
 def builtin_spec(name: str, workers: int, run_root: Path, **training: Any) -> dict[str, Any]:
@@ -205,9 +207,11 @@ def table(title: str, rows: list[tuple[str, dict[str, float], str]]) -> str:
     return "\n".join(lines)
 
 
-def save(name: str, data: dict[str, Any]) -> Path:
+def save(name: str, data: dict[str, Any], quick: bool) -> Path:
+    """Keep a run's raw numbers: bench/results/<name>.json, which BENCHMARKS.md is made from, or
+    <name>-quick.json for a quick run (fewer pairs and shorter jobs), which the page never shows."""
     RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"{name}.json"
+    path = RESULTS / f"{name}{'-quick' if quick else ''}.json"
     data = {"machine": machine(), "time": time.strftime("%Y-%m-%d %H:%M:%S"), **data}
     path.write_text(json.dumps(data, indent=2))
     return path

@@ -91,6 +91,13 @@ def _planning(repeats: int) -> dict[str, list[dict[str, float]]]:
     return runs
 
 
+def planning_medians(runs: list[dict[str, float]]) -> tuple[float, float]:
+    """The target's figures of one fleet's planning runs: median seconds to validate and plan, and
+    median peak RSS in MiB."""
+    plan_s = statistics.median(run["validate_s"] + run["build_s"] for run in runs)
+    return plan_s, statistics.median(run["peak_kib"] / 1024 for run in runs)
+
+
 def _planning_rows(name: str, runs: list[dict[str, float]]) -> list[tuple[str, dict[str, float], str]]:
     def of(key: str) -> list[float]:
         return [run[key] for run in runs]
@@ -194,7 +201,7 @@ def _pack_once_time(plan: LaunchPlan, repeats: int = 5) -> float:
 # ---- the report --------------------------------------------------------------------------------
 
 
-def _bytes(n: float) -> str:
+def human_bytes(n: float) -> str:
     if n < 10 * 1024:
         return f"{n:,.0f} B"
     if n < 10 * 2**20:
@@ -233,11 +240,11 @@ def _traffic_table(shapes: dict[int, list[Traffic]]) -> tuple[str, dict[int, dic
         spreads[per_host] = {"ssh": _spread(ssh_added), "slurm": _spread(slurm_added)}
         for row, ssh_more, slurm_more in zip(rows, ssh_added, slurm_added, strict=True):
             lines.append(
-                f"| {fleet_name(row.hosts, per_host)} | {row.tasks:,} | {_bytes(row.agent_line)} "
-                f"| {_bytes(row.cluster)} "
-                f"| {_bytes(row.largest_start)} | {_bytes(row.to_one_host)} | {_bytes(row.ssh_total)} "
+                f"| {fleet_name(row.hosts, per_host)} | {row.tasks:,} | {human_bytes(row.agent_line)} "
+                f"| {human_bytes(row.cluster)} "
+                f"| {human_bytes(row.largest_start)} | {human_bytes(row.to_one_host)} | {human_bytes(row.ssh_total)} "
                 f"| {row.ssh_total / row.tasks:,.0f} B | {'' if ssh_more is None else f'{ssh_more:,.0f} B'} "
-                f"| {_bytes(row.slurm_input)} | {row.slurm_input / row.tasks:,.0f} B "
+                f"| {human_bytes(row.slurm_input)} | {row.slurm_input / row.tasks:,.0f} B "
                 f"| {'' if slurm_more is None else f'{slurm_more:,.0f} B'} |"
             )
     lines += [
@@ -262,8 +269,8 @@ def _targets_table(
         "| --- |" + " --- |" * len(names),
     ]
     met: dict[str, bool] = {}
-    plan_s = {n: statistics.median(r["validate_s"] + r["build_s"] for r in planning[n]) for n in names}
-    peak = {n: statistics.median(r["peak_kib"] / 1024 for r in planning[n]) for n in names}
+    plan_s = {n: planning_medians(planning[n])[0] for n in names}
+    peak = {n: planning_medians(planning[n])[1] for n in names}
     cells = []
     for name in names:
         met[f"plan_s {name}"] = ok = plan_s[name] <= PLAN_S
@@ -277,7 +284,7 @@ def _targets_table(
     cells = []
     for name in names:
         met[f"to_one_host {name}"] = ok = big[name].to_one_host <= HOST_BYTES
-        cells.append(f"**{_bytes(big[name].to_one_host)}** {_met(ok)}")
+        cells.append(f"**{human_bytes(big[name].to_one_host)}** {_met(ok)}")
     lines.append("| bytes to one host (SSH) <= 1 MiB | " + " | ".join(cells) + " |")
     cells = []
     for name in names:
@@ -342,6 +349,7 @@ def run(quick: bool) -> str:
             "commands": commands,
             "targets_met": met,
         },
+        quick,
     )
     title = f"Simulated fleets: planning in a fresh interpreter per run ({repeats} runs each, fleets interleaved)"
     return "\n\n".join([targets_text, table(title, rows), traffic_text, "\n".join(command_lines)])
