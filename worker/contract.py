@@ -14,7 +14,7 @@ import os
 import posixpath
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 # A checkpoint_dir (or any path of a spec) in this form is an object-store location, handed to
 # TensorFlow's file system untouched: the one test of the whole project, the host agent's included.
@@ -100,7 +100,7 @@ STARTED = "started"  # from the agent: {"pid": p}: the task's process (and proce
 STOPPED = "stopped"  # from the agent: the task's process is held stopped (SIGSTOP, Ctrl-Z)
 CONTINUED = "continued"  # from the agent: it runs again
 EXIT = "exit"  # from the agent: {"code": c, "signal": s, "files": {var: contents}}
-ALIVE = "alive"  # from the agent, every liveness period: the host and the connection still work
+ALIVE: Final = "alive"  # from the agent, every liveness period: the host and the connection still work
 WARM = "warm"  # from the agent: {"used": bool, "why": ...}: whether the task runs in a warm spare
 START_MILESTONES = (STARTING, IMPORTED, JOINED)
 PROGRESS_EVENTS = (STEP, DONE)

@@ -3,19 +3,9 @@
 Started through the bootstrap (launcher/agent/bootstrap.py) over whatever channel reaches the
 host (a local pipe, one SSH session, one task of a Slurm step per node), it answers the preflight,
 starts the host's tasks and their warm spares, forwards their output and events as frames
-(launcher/agent/frames.py) and obeys commands, one JSON object per line on its standard input:
-
-    {"op": "ping"}                                    the launcher still hears us
-    {"op": "probe", "id": N, "request": {...}}        answered by an `A N` frame (launcher/agent/probe.py)
-    {"op": "cluster", "packed": {...}}                the trainers' cluster (launcher/agent/cluster.py)
-    {"op": "common", "id": NAME, "env": {...}, "argv": [...], "cwd": ...}   what a start's tasks share
-    {"op": "start", "common": NAME, "tasks": [{"id", "name", "type", "index", "env", "argv"?, "cwd"?,
-        "address"?, "standby"?, "fork"?}]}             the host's tasks of one attempt ("fork": the runtime
-                                                   may fork its next attempt's spare: worker/forked_spare.py)
-    {"op": "standby", "python", "preload", "env", "cwd", "tasks": [{"id", "name", "env"}]}   warm spares
-    {"op": "drop", "ids": [...]}                      standbys that will not be used
-    {"op": "signal", "id": N | null, "sig": S}        to one task's process group, or to every one
-    {"op": "bye"}                                     stop everything and leave
+(launcher/agent/frames.py) and obeys commands, one JSON object per line on its standard input: ping,
+probe, cluster, common, start, standby, drop, signal and bye, each described in
+launcher/agent/protocol.py and handled through ORDERS below.
 
 Only the host's part of a plan reaches it, never on a command line: the cluster once, what its
 tasks share once, then per task what differs. Each task's TF_CONFIG is built here. Under
@@ -40,11 +30,25 @@ import socket
 import sys
 import threading
 import time
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, cast
 
 from launcher.agent import cluster, frames, probe, scratch, spawn
+from launcher.agent.host_python import host_facts, python_version
 from launcher.agent.keeper import Keeper
 from launcher.agent.keeper import start as start_keeper
+from launcher.agent.protocol import (
+    Alive,
+    Bye,
+    ClusterCommand,
+    CommonCommand,
+    DropCommand,
+    ProbeCommand,
+    Ready,
+    SignalCommand,
+    StandbyCommand,
+    StartCommand,
+)
 from launcher.agent.tasks import LATE_KEYS, Tasks
 from worker.contract import ALIVE, ENV_PREFIX
 
@@ -92,20 +96,17 @@ class Agent:
     def hello(self) -> None:
         job, step = os.environ.get("SLURM_JOB_ID"), os.environ.get("SLURM_STEP_ID")
         self.send(b"\n")  # ends whatever a wrapper of python printed first, so the frame starts a line
-        self.send(
-            frames.agent_frame(
-                {
-                    "event": "ready",
-                    "pid": os.getpid(),
-                    "hostname": socket.gethostname(),
-                    "python": probe.python_version(),
-                    "executable": sys.executable,
-                    "node": os.environ.get("SLURMD_NODENAME"),
-                    "step": f"{job}.{step}" if job and step else None,
-                    "rank": self.rank,
-                }
-            )
-        )
+        ready: Ready = {
+            "event": "ready",
+            "pid": os.getpid(),
+            "hostname": socket.gethostname(),
+            "python": python_version(),
+            "executable": sys.executable,
+            "node": os.environ.get("SLURMD_NODENAME"),
+            "step": f"{job}.{step}" if job and step else None,
+            "rank": self.rank,
+        }
+        self.send(frames.agent_frame(dict(ready)))
 
     def serve(self) -> None:
         """Read commands on a thread of their own, so the launcher stays heard while a start waits
@@ -136,33 +137,40 @@ class Agent:
         orders.put(None)
 
     def obey(self, command: dict[str, Any]) -> None:
-        op = command.get("op")
-        if op == "probe":
-            threading.Thread(target=self._probe, args=(command,), daemon=True).start()
-        elif op == "cluster":
-            self.cluster = cluster.unpack(command["packed"])
-        elif op == "common":
-            self.commons[str(command["id"])] = command
-        elif op == "start":
-            self._start({**self.commons.get(str(command.get("common")), {}), **command})
-        elif op == "standby":
-            self._standby(command)
-        elif op == "drop":
-            self.tasks.drop([int(i) for i in command.get("ids", [])])
-        elif op == "signal":
-            ident = command.get("id")
-            self.tasks.signal(int(ident) if ident is not None else None, int(command["sig"]))
-        elif op == "bye":
-            self.leave()
+        handler = ORDERS.get(str(command.get("op")))
+        if handler is not None:  # an op this agent does not know (a newer launcher's): ignored
+            handler(self, cast(Any, command))
 
-    def _probe(self, command: dict[str, Any]) -> None:
+    def _probe_aside(self, command: ProbeCommand) -> None:
+        threading.Thread(target=self._probe, args=(command,), daemon=True).start()
+
+    def _cluster(self, command: ClusterCommand) -> None:
+        self.cluster = cluster.unpack(command["packed"])
+
+    def _common(self, command: CommonCommand) -> None:
+        self.commons[str(command["id"])] = dict(command)
+
+    def _start_named(self, command: StartCommand) -> None:
+        self._start({**self.commons.get(str(command.get("common")), {}), **command})
+
+    def _drop(self, command: DropCommand) -> None:
+        self.tasks.drop([int(i) for i in command.get("ids", [])])
+
+    def _signal(self, command: SignalCommand) -> None:
+        ident = command.get("id")
+        self.tasks.signal(int(ident) if ident is not None else None, int(command["sig"]))
+
+    def _bye(self, command: Bye) -> None:
+        self.leave()
+
+    def _probe(self, command: ProbeCommand) -> None:
         try:
             answer = probe.handle(command.get("request") or {})
         except Exception as error:  # noqa: BLE001 - every failure must become an answer, not a hang
             answer = {"error": f"{type(error).__name__}: {error}"}
         self.send(frames.agent_frame(answer, int(command.get("id", 0))))
 
-    def _base_env(self, command: dict[str, Any]) -> dict[str, str]:
+    def _base_env(self, command: Mapping[str, Any]) -> dict[str, str]:
         """The host's environment with the spec's on top; temporary files go to the agent's scratch
         directory (removed when it leaves, so a task killed mid-save leaves no copy behind) unless
         the spec names a TMPDIR. The launcher's own variables come from the launcher alone: one the
@@ -187,7 +195,7 @@ class Agent:
                 bool(task.get("fork")),
             )
 
-    def _standby(self, command: dict[str, Any]) -> None:
+    def _standby(self, command: StandbyCommand) -> None:
         base = self._base_env(command)
         order = {
             "python": command["python"],
@@ -209,7 +217,8 @@ class Agent:
             self.tasks.check_states()
             if period is not None and time.monotonic() >= next_alive:
                 next_alive = time.monotonic() + period
-                self.send(frames.agent_frame({"event": ALIVE, "tasks": self.tasks.counts()}))
+                alive: Alive = {"event": ALIVE, "tasks": self.tasks.counts()}
+                self.send(frames.agent_frame(dict(alive)))
 
     def watch(self) -> None:
         """Silence for the liveness timeout: the launcher, or the network to it, is gone. Never
@@ -248,6 +257,19 @@ def _raise_open_files_limit() -> None:
         pass
 
 
+# What the agent does for each command of launcher/agent/protocol.py (a ping only counts as heard).
+ORDERS: dict[str, Callable[[Agent, Any], None]] = {
+    "probe": Agent._probe_aside,
+    "cluster": Agent._cluster,
+    "common": Agent._common,
+    "start": Agent._start_named,
+    "standby": Agent._standby,
+    "drop": Agent._drop,
+    "signal": Agent._signal,
+    "bye": Agent._bye,
+}
+
+
 def main(settings: dict[str, Any]) -> int:
     agent = Agent(settings, start_keeper())  # forked first: before this process has any thread
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -255,7 +277,7 @@ def main(settings: dict[str, Any]) -> int:
     signal.signal(signal.SIGHUP, lambda signum, frame: threading.Thread(target=agent.leave).start())
     _raise_open_files_limit()
     agent.hello()
-    threading.Thread(target=probe.host_facts, daemon=True, name="facts").start()
+    threading.Thread(target=host_facts, daemon=True, name="facts").start()
     threading.Thread(target=spawn.setpriv, daemon=True, name="setpriv").start()  # should the keeper die
     threading.Thread(target=scratch.sweep, args=(agent.scratch,), daemon=True, name="sweep").start()
     threading.Thread(target=agent.beat, daemon=True, name="beat").start()

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
 from launcher.agent.probe import RUNTIME_PACKAGES, creatable, package_digest
+from launcher.agent.protocol import InfoRequest
 from launcher.common.errors import HostError
 from launcher.common.masking import redact, redacted
 from launcher.plan import LaunchPlan, TaskLaunch
@@ -134,7 +135,7 @@ def run_preflight(spec: ClusterSpec, plan: LaunchPlan, transport: Transport) -> 
 
 def _info_request(
     spec: ClusterSpec, plan: LaunchPlan, host: _Host, need_worker: bool, targets: dict[str, str]
-) -> dict[str, Any]:
+) -> InfoRequest:
     """What the host's agent is asked to report (launcher/agent/probe.py answers it)."""
     return {
         "op": "info",

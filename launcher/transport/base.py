@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Union
 
+from launcher.agent.protocol import Answer, ProbeRequest
 from launcher.common.errors import HostError
 from launcher.plan import TaskLaunch
 
@@ -157,7 +158,7 @@ class Agent(Protocol):
 
     info: dict[str, Any]  # its `ready` report: pid, hostname, python, executable
 
-    def probe(self, request: dict[str, Any], timeout: float = 30.0) -> dict[str, Any]: ...
+    def probe(self, request: ProbeRequest, timeout: float = 30.0) -> Answer: ...
 
 
 StartRequest = tuple[TaskLaunch, EventSink]

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from launcher.agent.bootstrap import agent_line
+from launcher.agent.protocol import ClusterCommand
 from launcher.common.errors import HostError
 from launcher.plan import TaskLaunch
 from launcher.transport import payload
@@ -84,7 +85,7 @@ class AgentTransport:
         self._failed: dict[int, HostError] = {}  # the last open's failure, given to whoever asks next
         self._opening: dict[int, threading.Lock] = {}
         self._clusters: dict[int, int] = {}  # host index -> id() of the cluster its agent has
-        self._packed: tuple[Any, dict[str, Any]] | None = None  # (the plan's cluster, its command)
+        self._packed: tuple[Any, ClusterCommand] | None = None  # (the plan's cluster, its command)
         self._standby_ids: dict[int, dict[str, int]] = {}  # host index -> task name -> standby id
         self._ids = itertools.count(1)
         self._closed = threading.Event()
@@ -190,7 +191,7 @@ class AgentTransport:
             self._drop_standbys(index)
         return [outcome for outcome in outcomes if outcome is not None]
 
-    def _cluster_command(self, launch: TaskLaunch) -> dict[str, Any]:
+    def _cluster_command(self, launch: TaskLaunch) -> ClusterCommand:
         """The attempt's packed cluster, packed once for every host (the plan shares one object)."""
         with self._lock:
             if self._packed is None or self._packed[0] is not launch.cluster:

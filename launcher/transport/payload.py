@@ -15,6 +15,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from launcher.agent import cluster
+from launcher.agent.protocol import (
+    ClusterCommand,
+    CommonCommand,
+    Shared,
+    StandbyCommand,
+    StandbyTask,
+    StartCommand,
+    StartTask,
+)
 from launcher.plan import WORKER_MODULE, TaskLaunch
 from worker.contract import FAULT_VAR, MIRRORED_FILE_VARS, TASK_VAR
 
@@ -32,7 +41,7 @@ def _shared(values: Sequence[Mapping[str, str]]) -> dict[str, str]:
     }
 
 
-def start_command(launches: Sequence[TaskLaunch], ids: Sequence[int], standbys: Mapping[str, int]) -> dict[str, Any]:
+def start_command(launches: Sequence[TaskLaunch], ids: Sequence[int], standbys: Mapping[str, int]) -> StartCommand:
     """The `start` command for one host's tasks of one attempt. `ids[i]` names launches[i] on the
     channel; `standbys` maps a task's name to the standby made for it, which it takes over (and
     whose id it keeps)."""
@@ -40,7 +49,7 @@ def start_command(launches: Sequence[TaskLaunch], ids: Sequence[int], standbys: 
     argv, cwd = launches[0].argv, launches[0].cwd
     tasks = []
     for launch, ident in zip(launches, ids, strict=True):
-        entry: dict[str, Any] = {
+        entry: StartTask = {
             "id": ident,
             "name": launch.name,
             "type": launch.task_type,
@@ -62,20 +71,20 @@ def start_command(launches: Sequence[TaskLaunch], ids: Sequence[int], standbys: 
     return {"op": "start", "env": env, "argv": argv, "cwd": cwd, "tasks": tasks}
 
 
-def split_start(command: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+def split_start(command: StartCommand) -> tuple[CommonCommand, StartCommand]:
     """A start command as what its tasks share (`common`, named by its content) and the rest, which
     refers to it: where one write reaches many agents, the shared part is sent once."""
-    shared = {key: command[key] for key in ("env", "argv", "cwd")}
+    shared: Shared = {"env": command["env"], "argv": command["argv"], "cwd": command["cwd"]}
     name = hashlib.sha1(json.dumps(shared, sort_keys=True).encode()).hexdigest()[:16]
-    rest = {key: value for key, value in command.items() if key not in shared}
-    return {"op": "common", "id": name, **shared}, {**rest, "common": name}
+    common: CommonCommand = {"op": "common", "id": name, **shared}
+    return common, {"op": "start", "tasks": command["tasks"], "common": name}
 
 
-def standby_command(launches: Sequence[TaskLaunch], ids: Sequence[int]) -> dict[str, Any]:
+def standby_command(launches: Sequence[TaskLaunch], ids: Sequence[int]) -> StandbyCommand:
     """The `standby` command: one warm spare per task (all of one host, with the same python and
     preload list), started with the task's environment as it is known before the next attempt."""
     common = _shared([launch.env for launch in launches])
-    tasks = [
+    tasks: list[StandbyTask] = [
         {"id": ident, "name": launch.name, "env": {k: v for k, v in launch.env.items() if k not in common}}
         for launch, ident in zip(launches, ids, strict=True)
     ]
@@ -90,7 +99,7 @@ def standby_command(launches: Sequence[TaskLaunch], ids: Sequence[int]) -> dict[
     }
 
 
-def cluster_command(launch: TaskLaunch) -> dict[str, Any]:
+def cluster_command(launch: TaskLaunch) -> ClusterCommand:
     return {"op": "cluster", "packed": cluster.pack(dict(launch.cluster))}
 
 

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import IO, Any
 
 from launcher.agent import frames
+from launcher.agent.protocol import Answer, Command, ProbeRequest
 from launcher.agent.tasks import kill_group
 from launcher.common.errors import HostError
 from launcher.common.masking import PemLines, redact
@@ -246,7 +247,7 @@ class AgentSession:
 
     # ---- commands ----------------------------------------------------------------------------
 
-    def send(self, command: dict[str, Any], shared: bool = False) -> bool:
+    def send(self, command: Command, shared: bool = False) -> bool:
         """Send one command; False when the channel is gone (its end is reported by the reader).
         `shared`: the command is the same for every agent that needs it (see Channel.shared)."""
         import json
@@ -281,7 +282,7 @@ class AgentSession:
         """The agent's own last words (a shell's, python's), one line."""
         return " | ".join(line for line in self._raw if line)[-1000:]
 
-    def probe(self, request: dict[str, Any], timeout: float = PROBE_TIMEOUT_S) -> dict[str, Any]:
+    def probe(self, request: ProbeRequest, timeout: float = PROBE_TIMEOUT_S) -> Answer:
         with self._lock:
             self._next_request += 1
             ident = self._next_request
@@ -370,25 +371,37 @@ class AgentSession:
         self._end()
 
     def _route(self, kind: str, ident: int, payload: Any) -> None:
-        if kind == frames.AGENT:
-            if payload.get("event") == "ready" and ident == 0:
-                self.info = payload
-                self._ready.set()
-            elif payload.get("event") != ALIVE or ident != 0:
-                with self._lock:
-                    answers = self._answers.get(ident)
-                if answers is not None:
-                    answers.put(payload)
-            return
+        """Each frame kind to its handler (launcher/agent/frames.py): the agent's own messages, and a
+        task's output or events."""
+        routes: dict[str, Callable[[int, Any], None]] = {
+            frames.AGENT: self._from_agent,
+            frames.OUTPUT: self._task_output,
+            frames.EVENT: self._task_event,
+        }
+        routes[kind](ident, payload)
+
+    def _from_agent(self, ident: int, payload: dict[str, Any]) -> None:
+        if payload.get("event") == "ready" and ident == 0:
+            self.info = payload
+            self._ready.set()
+        elif payload.get("event") != ALIVE or ident != 0:
+            with self._lock:
+                answers = self._answers.get(ident)
+            if answers is not None:
+                answers.put(payload)
+
+    def _task_output(self, ident: int, payload: bytes) -> None:
         with self._lock:
             task = self._tasks.get(ident)
-            if task is None and kind == frames.EVENT and payload.get("event") == SPARE and ident in self._standbys:
-                self._standbys[ident] = payload
-        if task is None:
-            return
-        if kind == frames.OUTPUT:
+        if task is not None:
             task.output(payload)
-        else:
+
+    def _task_event(self, ident: int, payload: dict[str, Any]) -> None:
+        with self._lock:
+            task = self._tasks.get(ident)
+            if task is None and payload.get("event") == SPARE and ident in self._standbys:
+                self._standbys[ident] = payload
+        if task is not None:
             task.event(payload)
 
     def _end_reason(self) -> str:

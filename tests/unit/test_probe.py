@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from launcher.agent import probe
+from launcher.agent import host_python, network, probe
 from launcher.agent.bootstrap import agent_line
-from launcher.agent.probe import module_found
+from launcher.agent.host_python import module_found
 from launcher.transport.local import open_local
 from launcher.transport.session import AgentSession
 from tests.conftest import REPO
@@ -25,19 +25,19 @@ def _install(site_dir: Path, distribution: str, version: str) -> None:
 def test_tensorflow_version_comes_from_its_dist_info(tmp_path: Path) -> None:
     _install(tmp_path / "a", "tensorflow_cpu", "2.21.0")
     (tmp_path / "b").mkdir()
-    assert probe._tensorflow_in([str(tmp_path / "b"), str(tmp_path / "a")]) == "2.21.0"
-    assert probe._tensorflow_in([str(tmp_path / "b")]) is None
+    assert host_python._tensorflow_in([str(tmp_path / "b"), str(tmp_path / "a")]) == "2.21.0"
+    assert host_python._tensorflow_in([str(tmp_path / "b")]) is None
 
 
 def test_a_dist_info_without_the_package_is_not_tensorflow(tmp_path: Path) -> None:
     (tmp_path / "tensorflow-2.21.0.dist-info").mkdir()  # left behind by an uninstall
-    assert probe._tensorflow_in([str(tmp_path)]) is None
+    assert host_python._tensorflow_in([str(tmp_path)]) is None
 
 
 def test_the_worker_runtime_is_found_in_a_site_directory(tmp_path: Path) -> None:
     (tmp_path / "worker").mkdir()
     (tmp_path / "worker" / "runtime.py").write_text("")
-    assert probe._worker_in([str(tmp_path)]) and not probe._worker_in([str(tmp_path / "worker")])
+    assert host_python._worker_in([str(tmp_path)]) and not host_python._worker_in([str(tmp_path / "worker")])
 
 
 def _ask(python: str, request: dict[str, object], cwd: Path) -> dict[str, object]:
@@ -67,10 +67,10 @@ def test_the_probe_sees_what_the_task_will_import(tmp_path: Path) -> None:
 
 def test_host_facts_are_looked_up_once_and_shared_by_every_info(monkeypatch: object, tmp_path: Path) -> None:
     calls: list[str] = []
-    monkeypatch.setattr(probe, "_facts", {})  # type: ignore[attr-defined]
-    monkeypatch.setattr(probe, "_tensorflow_version", lambda: calls.append("tf") or "2.21.0")  # type: ignore[attr-defined]
-    monkeypatch.setattr(probe, "_worker_importable", lambda: calls.append("worker") or True)  # type: ignore[attr-defined]
-    probe.host_facts()  # what the agent does as soon as it has said it is ready
+    monkeypatch.setattr(host_python, "_facts", {})  # type: ignore[attr-defined]
+    monkeypatch.setattr(host_python, "_tensorflow_version", lambda: calls.append("tf") or "2.21.0")  # type: ignore[attr-defined]
+    monkeypatch.setattr(host_python, "_worker_importable", lambda: calls.append("worker") or True)  # type: ignore[attr-defined]
+    host_python.host_facts()  # what the agent does as soon as it has said it is ready
     probe.handle({"op": "info", "workdir": str(tmp_path)})
     assert calls == ["tf"]  # the runtime is looked for only when an info needs it (a command does not)
     first = probe.handle({"op": "info", "workdir": str(tmp_path), "need_worker": True})
@@ -102,8 +102,8 @@ def test_a_virtual_environments_packages_are_found_without_running_site() -> Non
     import subprocess
 
     code = (
-        "import sys; sys.path.insert(0, sys.argv[1]); from launcher.agent import probe; "
-        "print(probe._tensorflow_version(), 'importlib.metadata' in sys.modules, probe._site_ran)"
+        "import sys; sys.path.insert(0, sys.argv[1]); from launcher.agent import host_python; "
+        "print(host_python._tensorflow_version(), 'importlib.metadata' in sys.modules, host_python._site_ran)"
     )
     out = subprocess.run(
         [sys.executable, "-I", "-S", "-c", code, str(Path(__file__).resolve().parents[2])],
@@ -121,12 +121,12 @@ def test_a_venv_that_sees_the_system_packages_adds_them(tmp_path: Path, monkeypa
     monkeypatch.setattr(sys, "executable", str(tmp_path / "bin" / "python"))  # type: ignore[attr-defined]
     monkeypatch.setattr(sys, "prefix", sys.base_prefix)  # type: ignore[attr-defined]
     (tmp_path / "pyvenv.cfg").write_text("home = /usr/bin\ninclude-system-site-packages = false\n")
-    assert probe._site_dirs() == [str(site_dir)]
+    assert host_python._site_dirs() == [str(site_dir)]
     (tmp_path / "pyvenv.cfg").write_text("home = /usr/bin\ninclude-system-site-packages = true\n")
     import site
 
-    assert probe._site_dirs()[0] == str(site_dir)
-    assert set(probe._site_dirs()[1:]) == {d for d in site.getsitepackages() if os.path.isdir(d)} | (
+    assert host_python._site_dirs()[0] == str(site_dir)
+    assert set(host_python._site_dirs()[1:]) == {d for d in site.getsitepackages() if os.path.isdir(d)} | (
         {site.getusersitepackages()} if os.path.isdir(site.getusersitepackages()) else set()
     )
 
@@ -185,8 +185,8 @@ def test_the_mesh_check_holds_few_sockets_and_survives_an_unusable_address_famil
             raise OSError(errno.EAFNOSUPPORT, "Address family not supported by protocol")
         return real_socket(family, *args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(probe, "_in_flight", lambda: 2)  # type: ignore[attr-defined]
-    monkeypatch.setattr(probe.socket, "socket", no_ipv6)  # type: ignore[attr-defined]
+    monkeypatch.setattr(network, "_in_flight", lambda: 2)
+    monkeypatch.setattr(network.socket, "socket", no_ipv6)
     try:
         addresses = [["127.0.0.1", port]] * 12 + [["::1", port]]
         answer = probe.handle({"op": "connect", "addresses": addresses, "timeout": 5})
@@ -213,7 +213,7 @@ def test_a_script_is_what_python_can_run_a_file_a_directory_or_a_zip_with_a_main
     import py_compile
     import zipfile
 
-    from launcher.agent.probe import _script_problem
+    from launcher.agent.host_python import _script_problem
 
     (tmp_path / "t.py").write_text("print(1)\n")
     assert _script_problem(str(tmp_path / "t.py")) is None
@@ -242,7 +242,7 @@ def test_a_package_split_across_roots_the_old_way_is_found(tmp_path: Path) -> No
 
 
 def test_a_function_a_module_plainly_lacks_is_named_with_the_names_that_come_close(tmp_path: Path) -> None:
-    from launcher.agent.probe import function_missing
+    from launcher.agent.host_python import function_missing
 
     (tmp_path / "train_mod.py").write_text(
         "import os.path as osp, json\nfrom typing import Any as A\nRATE = 0.1\n"
@@ -275,14 +275,14 @@ def test_a_function_a_module_plainly_lacks_is_named_with_the_names_that_come_clo
     ],
 )
 def test_a_module_that_binds_names_the_parser_cannot_see_is_never_refused(tmp_path: Path, source: str) -> None:
-    from launcher.agent.probe import function_missing
+    from launcher.agent.host_python import function_missing
 
     (tmp_path / "dyn_mod.py").write_text(source)
     assert function_missing("dyn_mod:trian", [str(tmp_path)]) is None
 
 
 def test_a_package_function_may_be_a_submodule_and_only_source_files_are_read(tmp_path: Path) -> None:
-    from launcher.agent.probe import function_missing
+    from launcher.agent.host_python import function_missing
 
     (tmp_path / "pkg_fn").mkdir()
     (tmp_path / "pkg_fn" / "__init__.py").write_text("def build(): ...\n")
@@ -329,9 +329,11 @@ def test_a_shebang_written_with_windows_line_endings_is_refused_as_the_kernel_re
     script = tmp_path / "w.sh"
     script.write_bytes(b"#!/bin/sh\r\necho hi\r\n")
     script.chmod(0o755)
-    assert "its #! line names '/bin/sh\\r'" in (probe.not_runnable("./w.sh", "/usr/bin:/bin", str(tmp_path)) or "")
+    assert "its #! line names '/bin/sh\\r'" in (
+        host_python.not_runnable("./w.sh", "/usr/bin:/bin", str(tmp_path)) or ""
+    )
     script.write_bytes(b"#!/bin/sh\necho hi\n")
-    assert probe.not_runnable("./w.sh", "/usr/bin:/bin", str(tmp_path)) is None
+    assert host_python.not_runnable("./w.sh", "/usr/bin:/bin", str(tmp_path)) is None
 
 
 def test_a_checkpoint_dir_that_is_a_link_to_nothing_cannot_be_made(tmp_path: Path) -> None:
