@@ -55,6 +55,8 @@ MODULES = (
     "launcher.agent.scratch",
     "launcher.agent.oom",
     "launcher.agent.adoption",
+    "launcher.agent.processes",
+    "launcher.agent.standby",
     "launcher.agent.tasks",
     MAIN,
 )

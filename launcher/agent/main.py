@@ -49,7 +49,8 @@ from launcher.agent.protocol import (
     StandbyCommand,
     StartCommand,
 )
-from launcher.agent.tasks import LATE_KEYS, Tasks
+from launcher.agent.standby import LATE_KEYS
+from launcher.agent.tasks import Tasks
 from worker.contract import ALIVE, ENV_PREFIX
 
 BEATS_PER_TIMEOUT = 4  # alive reports (and silence checks) per liveness timeout

@@ -21,8 +21,8 @@ from collections.abc import Callable
 from typing import IO, Any
 
 from launcher.agent import frames
+from launcher.agent.processes import kill_group
 from launcher.agent.protocol import Answer, Command, ProbeRequest
-from launcher.agent.tasks import kill_group
 from launcher.common.errors import HostError
 from launcher.common.masking import PemLines, redact
 from launcher.common.private_files import make_private_dir, open_private

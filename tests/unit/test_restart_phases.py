@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.agent.tasks import spare_declines
+from launcher.agent.standby import spare_declines
 from launcher.spec.models import RestartSpec
 from launcher.supervise.gang import LaunchState
 from launcher.supervise.recovery import RestartTimes, restart_phases
