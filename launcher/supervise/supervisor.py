@@ -9,40 +9,44 @@ The supervisor never asks which transport it holds and never prints: output goes
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import math
 import queue
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 from launcher.common.errors import HostError, InterruptedLaunchError
-from launcher.common.log_reading import ending_exception, read_end
 from launcher.common.private_files import make_private_dir
 from launcher.plan import LaunchPlan, TaskLaunch
-from launcher.supervise.gang import AttemptResult, GangStatus, LaunchState, RunResult, TaskResult, TaskStatus
+from launcher.supervise.gang import AttemptResult, GangStatus, LaunchState, RunResult, TaskStatus
 from launcher.supervise.policy import PREEMPTED_SAYS, Action, Decision, FailureKind, RestartPolicy, ended
 from launcher.supervise.records import RecordFiles
-from launcher.supervise.recovery import FIRST_STEP, RestartTimes, restart_phases
+from launcher.supervise.recovery import FIRST_STEP, RestartTimes
+from launcher.supervise.tracked import (
+    TrackedTask,
+    as_injected,
+    error_of,
+    exception_in_log,
+    names_of,
+    read_json,
+    recovery_of,
+    task_result,
+)
 from launcher.transport.base import (
     Event,
     ExitStatus,
     OutputLine,
     TaskExited,
-    TaskProcess,
     Transport,
     UnreachedTask,
     WorkerReport,
 )
-from tflaunch.faults import FaultInjector
 from worker.contract import (
     CONTINUED,
-    FAULT_VAR,
     JOINED,
-    PREEMPTION_EXIT_CODE_VAR,
     PROGRESS_EVENTS,
     RECORD,
     RESTORED,
@@ -62,57 +66,6 @@ NoticeCallback = Callable[[str], None]
 _KILL_WAIT_S = 10.0
 _QUIET_STOP_S = 1.0  # a stop that takes longer says what it waits for
 _HELPER_REPORTS = (STOPPED, CONTINUED)
-
-
-@dataclass
-class _Task:
-    """Mutable bookkeeping for one task of the current attempt (snapshotted by `status()`)."""
-
-    launch: TaskLaunch
-    process: TaskProcess | None = None
-    joined: bool = False
-    step: int | None = None
-    exit: ExitStatus | None = None
-    started_mono: float = 0.0
-    started_at: float = 0.0
-    last_progress: float = 0.0
-    stopped: bool = False
-    signals_sent: set[int] = field(default_factory=set)  # what the launcher sent its group to stop it
-    reported: bool = False
-    milestone: str | None = None
-    stopped_since: float | None = None
-    error: tuple[str, str] | None = None
-    error_file: dict[str, Any] | None = None  # what its error file held when it exited (mirrored with the exit)
-    times: dict[str, float] = field(default_factory=dict)  # milestone -> wall time the launcher got it
-    warm: dict[str, Any] | None = None  # the agent's `warm` report: ran in a spare, or why not
-    snapshot: TaskStatus | None = None  # the last TaskStatus made of it; None once anything in it changed
-    muted: int | None = None  # stopped because another task failed: lines not echoed since (logged)
-
-
-def _error_of(data: dict[str, Any] | None) -> tuple[str, str] | None:
-    """(exception type, message) from a task's error file, if it wrote one."""
-    if data is None:
-        return None
-    return str(data.get("type", "")), str(data.get("message", ""))
-
-
-def _exception_in_log(path: str) -> tuple[str, str] | None:
-    """(exception type, first line of its message) of the traceback that ends a task's log: how a
-    script that writes no error file died, for the root cause's words and to tell a failure bound to
-    repeat. Only a traceback that ends the log (TensorFlow's C++ log lines aside) counts: one the
-    script printed and handled before it exited for another reason is not why it exited."""
-
-    found = ending_exception(read_end(path))
-    return None if found is None else (found.short_type, found.message.split("\n", 1)[0].strip())
-
-
-def _read_json(path: str) -> dict[str, Any] | None:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
-    except (OSError, ValueError):  # not written (the task died first) or cut short
-        return None
-    return data if isinstance(data, dict) else None
 
 
 class Supervisor:
@@ -154,8 +107,8 @@ class Supervisor:
         self._echoes = echoes or (lambda launch, line: True)
         self._clock = clock
         self._sleep = sleep
-        self._events: queue.Queue[tuple[_Task, Event]] = queue.Queue(maxsize=_QUEUE_LIMIT)
-        self._tasks: dict[str, _Task] = {}
+        self._events: queue.Queue[tuple[TrackedTask, Event]] = queue.Queue(maxsize=_QUEUE_LIMIT)
+        self._tasks: dict[str, TrackedTask] = {}
         self._plan: LaunchPlan | None = None
         self._attempt_index = 0
         self._attempt_started_at = 0.0
@@ -203,7 +156,7 @@ class Supervisor:
             restart_at=self._restart_at,
         )
 
-    def _task_status(self, t: _Task) -> TaskStatus:
+    def _task_status(self, t: TrackedTask) -> TaskStatus:
         """The task's snapshot, made anew only after something in it changed (a gang of a thousand
         tasks is snapshotted at every step): whatever changes a task drops its snapshot. Its pid
         is the one thing a transport learns without an event (the agent's `started`)."""
@@ -225,7 +178,7 @@ class Supervisor:
             )
         return t.snapshot
 
-    def _apply(self, task: _Task, event: Event) -> None:
+    def _apply(self, task: TrackedTask, event: Event) -> None:
         if self._tasks.get(task.launch.name) is not task:  # a straggler from an earlier attempt
             return
         task.snapshot = None
@@ -266,11 +219,11 @@ class Supervisor:
                 task.joined = task.joined or kind == STEP  # a step is trained in the gang: a script says no more
             self._on_report(task.launch, event.data)
         elif isinstance(event, TaskExited):
-            task.exit = _as_injected(task.launch, event.exit)
-            task.error_file = _read_json(task.launch.error_path)
-            task.error = _error_of(task.error_file)
+            task.exit = as_injected(task.launch, event.exit)
+            task.error_file = read_json(task.launch.error_path)
+            task.error = error_of(task.error_file)
             if task.error is None and self._exited_on_its_own(task, event.exit):
-                task.error = _exception_in_log(task.launch.log_path)  # a script of the user's: no error file
+                task.error = exception_in_log(task.launch.log_path)  # a script of the user's: no error file
             log.debug("%s exited: %s", event.task, event.exit.describe())
             if task.launch.sidecar and not event.exit.ok and not task.stopped:
                 self._on_notice(
@@ -278,7 +231,7 @@ class Supervisor:
                     f"{task.launch.log_path})"
                 )
 
-    def _exited_on_its_own(self, task: _Task, exit: ExitStatus) -> bool:
+    def _exited_on_its_own(self, task: TrackedTask, exit: ExitStatus) -> bool:
         """A failing exit code of the task's own (not a signal, a lost host, a stop or a preemption)."""
         ended_itself = exit.code not in (0, None, self._policy.spec.preemption_exit_code)
         return ended_itself and exit.lost is None and not task.stopped
@@ -298,7 +251,7 @@ class Supervisor:
                 self._on_drained()
                 return
 
-    def _deliver(self, task: _Task, event: Event) -> None:
+    def _deliver(self, task: TrackedTask, event: Event) -> None:
         """The sink handed to the transport for one task (called from reader threads)."""
         self._events.put((task, event))
 
@@ -315,7 +268,7 @@ class Supervisor:
         self._plan = self._planner(attempt)
         if self._records is None:
             self._records = RecordFiles(self._plan.run_dir)
-        self._tasks = {launch.name: _Task(launch) for launch in self._plan.tasks}
+        self._tasks = {launch.name: TrackedTask(launch) for launch in self._plan.tasks}
         self._spares_asked = False
         self._trained_since = None  # (monotonic) when the attempt's start-up was over
         self._attempt_started_at = time.time()
@@ -490,7 +443,7 @@ class Supervisor:
         ignored = [t for t in live if t.exit is None] if stubborn else []
         if ignored:
             self._on_notice(
-                f"{_names(ignored)} did not exit within restart.grace_period_s={grace:g}s of SIGTERM: SIGKILL now. "
+                f"{names_of(ignored)} did not exit within restart.grace_period_s={grace:g}s of SIGTERM: SIGKILL now. "
                 "A training script should save and leave on SIGTERM (PreemptionCheckpointHandler: "
                 "docs/your-script.md); what it trained since its last checkpoint is lost"
             )
@@ -507,11 +460,11 @@ class Supervisor:
             if task.process is not None and not task.process.gone():
                 log.warning("%s (pid %s) survived SIGKILL wait", task.launch.name, task.process.pid)
 
-    def _say_who_is_awaited(self, waiting: list[_Task], left_s: float) -> None:
+    def _say_who_is_awaited(self, waiting: list[TrackedTask], left_s: float) -> None:
         """A stop that takes longer than a moment says what it waits for, and how to cut it short."""
         if not waiting or left_s <= 0 or self.hurry:
             return
-        names = _names(waiting)
+        names = names_of(waiting)
         hint = "; a second Ctrl-C (or `launch stop`) kills them now" if self._interrupted else ""
         self._on_notice(f"waiting up to {math.ceil(left_s):d}s for {names} to exit, then SIGKILL{hint}")
 
@@ -523,34 +476,15 @@ class Supervisor:
             self._pump(min(remaining, 0.2))
 
     def _record(self, decision: Decision) -> None:
-        tasks = []
-        for task in self._tasks.values():
-            launch = task.launch
-            tasks.append(
-                TaskResult(
-                    name=launch.name,
-                    host=launch.host,
-                    pid=task.process.pid if task.process else None,
-                    exit_code=task.exit.code if task.exit else None,
-                    signal=task.exit.signal if task.exit else None,
-                    started_at=task.started_at,
-                    ended_at=task.exit.time if task.exit else None,
-                    joined=task.joined,
-                    step=task.step,
-                    log_path=launch.log_path,
-                    reported=task.reported,
-                    stopped=task.stopped,
-                    killed_by_launcher=task.exit is not None and task.exit.signal in task.signals_sent,
-                    sidecar=task.launch.sidecar,
-                    lost=task.exit.lost if task.exit else None,
-                    preempted=task.exit is not None
-                    and self._policy.classify(self._task_status(task)) is FailureKind.PREEMPTED,
-                    error=task.error_file,
-                    result=_read_json(launch.result_path),
-                    oom_kills=task.exit.oom_kills if task.exit else None,
-                    injected=task.exit.injected if task.exit else None,
-                )
+        tasks = [
+            task_result(
+                task, task.exit is not None and self._policy.classify(self._task_status(task)) is FailureKind.PREEMPTED
             )
+            for task in self._tasks.values()
+        ]
+        recovery = None
+        if self._restart_times is not None:  # how this attempt's restart spent its time (not for the first)
+            recovery = recovery_of(self._restart_times, list(self._tasks.values()), self._why_no_spare)
         attempt = AttemptResult(
             self.plan.attempt,
             decision.reason,
@@ -559,28 +493,11 @@ class Supervisor:
             tuple(tasks),
             self._attempt_started_at,
             time.time(),
-            recovery=self._recovery(),
+            recovery=recovery,
         )
         if self.result is None:
             self.result = RunResult(self.plan.run_name, self.plan.run_dir, outputs=self.plan.outputs)
         self.result.attempts.append(attempt)
-
-    def _recovery(self) -> dict[str, Any] | None:
-        """How this attempt's restart spent its time (None for the first attempt)."""
-        if self._restart_times is None:
-            return None
-        trainers = [t for t in self._tasks.values() if not t.launch.sidecar]
-        recovery = restart_phases(self._restart_times, [t.times for t in trainers])
-        recovery["warm_tasks"] = sum(1 for t in trainers if t.warm and t.warm.get("used"))
-        recovery["forked_tasks"] = sum(1 for t in trainers if t.warm and t.warm.get("used") and t.warm.get("forked"))
-        recovery["tasks"] = len(trainers)
-        cold = {t.launch.name: t.warm.get("why") for t in trainers if t.warm and not t.warm.get("used")}
-        for task in trainers:
-            if task.warm is None:
-                cold[task.launch.name] = self._why_no_spare
-        if cold:
-            recovery["cold_because"] = cold
-        return recovery
 
     def run(self, poll_s: float = 0.5) -> RunResult:
         """Start and supervise until a terminal state; always shuts down."""
@@ -622,19 +539,3 @@ class Supervisor:
         self._transport.close()
         if self._records is not None:
             self._records.close()
-
-
-def _as_injected(launch: TaskLaunch, exit: ExitStatus) -> ExitStatus:
-    """`exit`, said to be the `launch --inject` fault the task was given when it ended as that fault ends it."""
-    fault = FaultInjector(launch.env.get(FAULT_VAR, ""))  # "": none (never this process's own environment)
-    preempted = launch.env.get(PREEMPTION_EXIT_CODE_VAR, "")
-    ends = fault.ends(exit.code, exit.signal, int(preempted) if preempted.lstrip("-").isdigit() else None)
-    if fault.kind is None or exit.lost is not None or not ends:
-        return exit
-    return replace(exit, injected=f"{fault.kind} at step {fault.step}")
-
-
-def _names(tasks: list[_Task]) -> str:
-    """The first three tasks' names, and how many more."""
-    more = f" and {len(tasks) - 3} more" if len(tasks) > 3 else ""
-    return ", ".join(t.launch.name for t in tasks[:3]) + more

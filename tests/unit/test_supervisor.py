@@ -539,22 +539,22 @@ def test_a_stop_during_a_backoff_leaves_the_restart_it_said_uncounted(tmp_path: 
 
 
 def test_an_end_that_is_the_injected_fault_is_said_to_be_it() -> None:
-    from launcher.supervise.supervisor import _as_injected
+    from launcher.supervise.tracked import as_injected
     from launcher.transport.base import ExitStatus
 
     class Launch:
         env = {"TFLAUNCH_FAULT": "kill:10:1"}
 
-    killed = _as_injected(Launch(), ExitStatus(None, signal.SIGKILL, oom_kills=0))  # type: ignore[arg-type]
+    killed = as_injected(Launch(), ExitStatus(None, signal.SIGKILL, oom_kills=0))  # type: ignore[arg-type]
     assert killed.describe() == "killed by SIGKILL (the injected fault: kill at step 10)"
-    other = _as_injected(Launch(), ExitStatus(3, None))  # type: ignore[arg-type]
+    other = as_injected(Launch(), ExitStatus(3, None))  # type: ignore[arg-type]
     assert other.describe() == "exit code 3", "an end of another kind is the task's own"
     Launch.env = {"TFLAUNCH_FAULT": "exit:5:7"}
-    assert _as_injected(Launch(), ExitStatus(7, None)).describe() == "exit code 7 (the injected fault: exit at step 5)"  # type: ignore[arg-type]
+    assert as_injected(Launch(), ExitStatus(7, None)).describe() == "exit code 7 (the injected fault: exit at step 5)"  # type: ignore[arg-type]
     Launch.env = {"TFLAUNCH_FAULT": "term:12:1", "TFLAUNCH_PREEMPTION_EXIT_CODE": "42"}  # saved and left on it
-    saved = _as_injected(Launch(), ExitStatus(42, None))  # type: ignore[arg-type]
+    saved = as_injected(Launch(), ExitStatus(42, None))  # type: ignore[arg-type]
     assert saved.describe() == "exit code 42 (the injected fault: term at step 12)"
-    assert _as_injected(Launch(), ExitStatus(3, None)).injected is None  # type: ignore[arg-type]
+    assert as_injected(Launch(), ExitStatus(3, None)).injected is None  # type: ignore[arg-type]
 
 
 def test_the_injected_faults_task_is_named_before_a_peer_that_left_first() -> None:
