@@ -23,7 +23,7 @@ from typing import Any, TextIO
 from launcher.common import json_lines, task_states
 from launcher.common.benign_lines import is_benign, opens_stragglers
 from launcher.common.durations import duration_text
-from launcher.common.masking import printable
+from launcher.common.printable import printable
 from launcher.plan import TaskLaunch
 from launcher.supervise.gang import GangStatus
 from worker.contract import CONTINUED, DONE, JOINED, PROGRESS_EVENTS, STOPPED

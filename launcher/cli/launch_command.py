@@ -32,7 +32,8 @@ from launcher.cli.request import (
 from launcher.cli.streams import quiet_libraries, say
 from launcher.common import exit_codes
 from launcher.common.errors import PreflightError, UsageError
-from launcher.common.masking import printable, redact, redacted
+from launcher.common.masking import redact, redacted
+from launcher.common.printable import printable
 from launcher.rundir.place import RunPlace, place_of
 from launcher.rundir.refusals import NOT_ANOTHER_DIRECTORY, refuse_run_dir
 from launcher.supervise.faults import Fault, parse_fault, unfired

@@ -268,7 +268,7 @@ _SETTINGS = frozenset(("0", "1", "y", "n", "t", "f", "yes", "no", "on", "off")) 
 def _secrets_too_short(spec: ClusterSpec) -> list[str]:
     """A secret's value shorter than MIN_MASKED is never masked (it would mask ordinary text): say so,
     where the spec's own env holds one (--dry-run shows it masked, by its name)."""
-    from launcher.common.masking import MIN_MASKED, is_secret
+    from launcher.common.secret_names import MIN_MASKED, is_secret
 
     envs = [("env", spec.env), *((f"hosts[{i}].env", host.env) for i, host in enumerate(spec.hosts))]
     short = sorted(

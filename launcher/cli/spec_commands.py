@@ -15,7 +15,8 @@ from pathlib import Path
 from launcher.cli.request import LaunchRequest, request_spec
 from launcher.common import exit_codes
 from launcher.common.errors import UsageError
-from launcher.common.masking import printable, redact
+from launcher.common.masking import redact
+from launcher.common.printable import printable
 from launcher.rundir.place import place_of
 
 

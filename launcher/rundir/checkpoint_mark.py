@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from launcher.agent.probe import foreign_owner
 from launcher.agent.safe_paths import unsafe_ancestry
 from launcher.common.errors import UsageError
-from launcher.common.masking import printable
+from launcher.common.printable import printable
 from launcher.rundir.lock import RunLock
 from launcher.spec.masked import recorded_spec
 from worker.contract import RunLayout, is_url

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from launcher.common.errors import UsageError
-from launcher.common.masking import printable
+from launcher.common.printable import printable
 from launcher.rundir.checkpoint_mark import (
     MARKER,
     has_checkpoints,

@@ -16,7 +16,7 @@ from fnmatch import fnmatch
 from typing import TYPE_CHECKING
 
 from launcher.common.errors import RunDirError, UsageError
-from launcher.common.masking import printable
+from launcher.common.printable import printable
 from worker.contract import RunLayout
 
 if TYPE_CHECKING:

@@ -22,7 +22,8 @@ from typing import BinaryIO, TextIO
 
 from launcher.common import exit_codes
 from launcher.common.errors import UsageError
-from launcher.common.masking import printable, redact
+from launcher.common.masking import redact
+from launcher.common.printable import printable
 from launcher.rundir.lock import is_run_dir
 from launcher.rundir.status import RunStatusError, launcher_process, no_run_files, not_a_run_dir, read_run
 from worker.contract import CUT_MARKER, MAX_LINE_BYTES, RunLayout, task_stem

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from launcher.agent.safe_paths import unsafe_ancestry
 from launcher.common.errors import LaunchError, RunDirError, UsageError
-from launcher.common.masking import escaped, printable
+from launcher.common.printable import escaped, printable
 from launcher.rundir.lock import RUNNING, foreign_files, holder_of, run_around
 
 if TYPE_CHECKING:

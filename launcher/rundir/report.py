@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 from launcher.common import json_lines
 from launcher.common.benign_lines import benign_lines
 from launcher.common.log_reading import LoggedException, last_exception, read_end, tail_lines
-from launcher.common.masking import printable, redact, redacted
+from launcher.common.masking import redact, redacted
+from launcher.common.printable import printable
 from launcher.supervise.gang import RunResult, TaskResult
 from worker.contract import RunLayout
 from worker.files import write_atomic

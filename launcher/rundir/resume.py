@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from launcher.common.errors import AlreadyTrained, UsageError
 from launcher.common.log_reading import read_end
-from launcher.common.masking import printable
+from launcher.common.printable import printable
 from launcher.rundir.checkpoint_mark import (
     SPEC_LIMIT,
     latest_checkpoint,

@@ -24,7 +24,8 @@ from launcher.common import exit_codes, task_states
 from launcher.common.durations import duration_text
 from launcher.common.errors import UsageError
 from launcher.common.log_reading import LoggedException
-from launcher.common.masking import escaped, printable, redact
+from launcher.common.masking import redact
+from launcher.common.printable import escaped, printable
 from launcher.rundir.checkpoint_mark import has_checkpoints
 from launcher.rundir.lock import run_around
 from worker.contract import RunLayout

@@ -6,7 +6,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from launcher.common.masking import printable
+from launcher.common.printable import printable
 from launcher.spec.python_script import program_of
 
 __all__ = ["argv_of", "shown_training", "what_trains"]

@@ -10,9 +10,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from launcher.common.masking import (
-    without_password,
-)
+from launcher.common.masking import without_password
 from launcher.spec import placement
 from launcher.spec.addresses import (
     IP_LIKE,

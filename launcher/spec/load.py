@@ -12,9 +12,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from launcher.common.errors import SpecError, SpecProblem
-from launcher.common.masking import (
-    escaped,
-)
+from launcher.common.printable import escaped
 from launcher.spec.limits import MAX_SPEC_BYTES
 from launcher.spec.messages import problems_beside_a_misspelt_kind, problems_of, shown, with_help
 from launcher.spec.models import HOSTS_LATER, ClusterSpec

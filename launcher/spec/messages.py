@@ -11,12 +11,8 @@ from typing import Any, get_args
 from pydantic import BaseModel, ValidationError
 
 from launcher.common.errors import SpecProblem
-from launcher.common.masking import (
-    MASK,
-    is_secret,
-    looks_secret,
-    secret_arguments,
-)
+from launcher.common.masking import looks_secret, secret_arguments
+from launcher.common.secret_names import MASK, is_secret
 from launcher.spec.hosts import CrossFieldProblems
 from launcher.spec.models import ClusterSpec
 from launcher.spec.strict_json import json_child

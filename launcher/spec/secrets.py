@@ -6,7 +6,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from launcher.common.masking import MIN_MASKED, Redactor, is_declared
+from launcher.common.masking import Redactor
+from launcher.common.secret_names import MIN_MASKED, is_declared
 from worker.contract import ENV_PREFIX
 
 _ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

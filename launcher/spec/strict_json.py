@@ -16,7 +16,8 @@ import re
 from typing import Any
 
 from launcher.common.errors import SpecProblem
-from launcher.common.masking import MASK, is_secret, looks_secret, secret_arguments
+from launcher.common.masking import looks_secret, secret_arguments
+from launcher.common.secret_names import MASK, is_secret
 
 # No spec nests deeper than $.hosts[i].tasks[j].port (5 levels); anything far deeper is not a spec.
 MAX_DEPTH = 16

@@ -6,8 +6,10 @@ import os
 import stat
 from pathlib import Path
 
-from launcher.common.masking import MASK, mask_env, printable
+from launcher.common.masking import mask_env
+from launcher.common.printable import printable
 from launcher.common.private_files import make_private_dir, open_private
+from launcher.common.secret_names import MASK
 from launcher.transport.session import Lines
 from worker.contract import CUT_MARKER, MAX_LINE_BYTES
 
