@@ -16,6 +16,7 @@ import posixpath
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import tensorflow as tf
@@ -171,24 +172,25 @@ def _leave_preempted(step: int, total: int, loss: float | None, code: int) -> No
     sys.exit(code)
 
 
+@dataclass
+class _Progress:
+    """Where training is: read by the preemption handler's exit at any step, and by the step reports."""
+
+    step: int
+    window_start: float  # the rate of steps/s is measured from here, at `window_step`
+    window_step: int
+    reported: int  # the last step reported (step reports go at most every half second)
+    last_report: float = 0.0
+    loss: float | None = None  # the last one logged
+    first_loss: float | None = None
+
+
 def train_builtin(strategy: tf.distribute.Strategy, cluster: ClusterInfo, settings: TaskEnv) -> dict[str, Any]:
     """Train to `steps`; returns what goes into the result file."""
     config = BuiltinTraining.model_validate(settings.training)
     replicas = strategy.num_replicas_in_sync
-    micro = config.accumulation_steps
-    global_batch = config.batch_per_replica * micro * replicas
-    log.info(
-        "%s: %d replicas in sync (%d task(s) x %d device(s)), global batch %d = %d per replica x %d replicas%s",
-        cluster.name,
-        replicas,
-        max(cluster.num_trainers, 1),
-        replicas // max(cluster.num_trainers, 1),
-        global_batch,
-        config.batch_per_replica,
-        replicas,
-        f" x {micro} accumulated micro-batches" if micro > 1 else "",
-    )
-
+    global_batch = config.batch_per_replica * config.accumulation_steps * replicas
+    _say_batch(cluster, config, replicas, global_batch)
     with strategy.scope():
         model = build_model(config)
         optimizer = build_optimizer(config)
@@ -202,13 +204,9 @@ def train_builtin(strategy: tf.distribute.Strategy, cluster: ClusterInfo, settin
         log.info("%s: restored %s, continuing from step %d", cluster.name, restored, start_step)
     else:
         log.info("%s: no checkpoint in %s, starting at step 0", cluster.name, settings.checkpoint_dir)
-
     data = strategy.distribute_datasets_from_function(make_dataset_fn(config, start_step, replicas))
-    iterator = iter(data)
     train_step = make_train_step(strategy, model, optimizer, config, global_batch)
-
-    step: int = start_step
-    loss: float | None = None
+    progress = _Progress(start_step, time.monotonic(), start_step, reported=start_step)
     # SIGTERM to any worker (a preemption notice) makes every worker save at the same next
     # step through this handler and leave with the preemption exit code; the launcher then
     # restarts the gang, which resumes from that very step.
@@ -216,55 +214,20 @@ def train_builtin(strategy: tf.distribute.Strategy, cluster: ClusterInfo, settin
         strategy.cluster_resolver,
         store.manager,
         termination_config=tf.distribute.experimental.TerminationConfig(
-            # `step` and `loss` as they are when it is called: the step just saved
-            exit_fn=lambda: _leave_preempted(step, config.steps, loss, settings.preemption_exit_code)
+            # the step and loss as they are when it is called: the step just saved
+            exit_fn=lambda: _leave_preempted(progress.step, config.steps, progress.loss, settings.preemption_exit_code)
         ),
     )
     if early_sigterm.pass_on():  # a stop that came before the handler listened: it saves at the next step
         log.info("%s: SIGTERM came before training started; leaving at the next step", cluster.name)
     metrics = MetricsWriter(settings, cluster.is_chief, config.tensorboard)
-    faults = injected()
-    first_loss = None
-    window_start, window_step, last_report = time.monotonic(), start_step, 0.0
-    reported = start_step  # the last step reported (step reports go at most every half second)
     try:
-        while step < config.steps:
-            loss_tensor = train_step(iterator)
-            step += 1
-            faults.at_step(step)
-            if step % config.log_every == 0 or step == config.steps or first_loss is None:
-                loss = float(loss_tensor.numpy())
-                first_loss = loss if first_loss is None else first_loss
-                now, logged_at = time.monotonic(), time.time()  # the step's time, not the record's writing
-                rate = (step - window_step) / max(now - window_start, 1e-9)
-                window_start, window_step = now, step
-                log.info("%s: step %d/%d loss %.5f (%.1f steps/s)", cluster.name, step, config.steps, loss, rate)
-                metrics.write(
-                    step,
-                    loss=loss,
-                    steps_per_s=rate,
-                    learning_rate=_learning_rate(optimizer),
-                    replicas=replicas,
-                    time=logged_at,
-                    attempt=settings.attempt,
-                )
-            if time.monotonic() - last_report >= _REPORT_INTERVAL_S or step == config.steps:
-                report(STEP, step=step, total=config.steps, loss=loss)  # loss: the last one logged
-                last_report, reported = time.monotonic(), step
-            if step < config.steps:
-                with _deprecations_silenced():  # TensorFlow warns of the property it reads itself
-                    preemption.save_checkpoint_if_preempted(checkpoint_number=step)
-            if step % config.checkpoint_every == 0 and step < config.steps:
-                store.save(step)
-                if reported != step:  # the step a restart resumes from: said at once, whatever the rate
-                    report(STEP, step=step, total=config.steps, loss=loss)
-                    last_report, reported = time.monotonic(), step
-                if cluster.is_chief and step % max(config.checkpoint_every, config.log_every) == 0:
-                    log.info("%s: checkpoint saved at step %d", cluster.name, step)  # not more often than steps
+        steps = _Steps(cluster, settings, config, progress, metrics, optimizer, replicas)
+        steps.run(iter(data), train_step, store, preemption)
         if restored is None or start_step < config.steps:
-            store.save(step)
+            store.save(progress.step)
             if cluster.is_chief:
-                log.info("%s: checkpoint saved at step %d in %s", cluster.name, step, settings.checkpoint_dir)
+                log.info("%s: checkpoint saved at step %d in %s", cluster.name, progress.step, settings.checkpoint_dir)
         if cluster.is_chief:
             tf.io.gfile.makedirs(settings.export_dir)  # a directory, or an object-store URL
             model.save(posixpath.join(settings.export_dir, "model.keras"))
@@ -273,13 +236,85 @@ def train_builtin(strategy: tf.distribute.Strategy, cluster: ClusterInfo, settin
         metrics.close()
         store.close()
     return {
-        "step": step,
+        "step": progress.step,
         "start_step": start_step,
         "restored_from": restored,
-        "loss": loss,
-        "first_loss": first_loss,
+        "loss": progress.loss,
+        "first_loss": progress.first_loss,
         "fingerprint": weights_fingerprint(model.weights),
         "replicas_in_sync": replicas,
         "global_batch": global_batch,
         "temp_checkpoint_dir": store.temp_dir,
     }
+
+
+def _say_batch(cluster: ClusterInfo, config: BuiltinTraining, replicas: int, global_batch: int) -> None:
+    micro = config.accumulation_steps
+    log.info(
+        "%s: %d replicas in sync (%d task(s) x %d device(s)), global batch %d = %d per replica x %d replicas%s",
+        cluster.name,
+        replicas,
+        max(cluster.num_trainers, 1),
+        replicas // max(cluster.num_trainers, 1),
+        global_batch,
+        config.batch_per_replica,
+        replicas,
+        f" x {micro} accumulated micro-batches" if micro > 1 else "",
+    )
+
+
+@dataclass
+class _Steps:
+    """The training loop's steps: each step, its log line and metrics, its report, its checkpoint."""
+
+    cluster: ClusterInfo
+    settings: TaskEnv
+    config: BuiltinTraining
+    progress: _Progress
+    metrics: MetricsWriter
+    optimizer: Any
+    replicas: int
+
+    def run(self, iterator: Any, train_step: Callable[[Any], Any], store: CheckpointStore, preemption: Any) -> None:
+        config, progress, faults = self.config, self.progress, injected()
+        progress.window_start = time.monotonic()  # the first rate is of training steps alone
+        while progress.step < config.steps:
+            loss_tensor = train_step(iterator)
+            progress.step += 1
+            step = progress.step
+            faults.at_step(step)
+            if step % config.log_every == 0 or step == config.steps or progress.first_loss is None:
+                self._log(step, float(loss_tensor.numpy()))
+            if time.monotonic() - progress.last_report >= _REPORT_INTERVAL_S or step == config.steps:
+                self._report(step)
+            if step < config.steps:
+                with _deprecations_silenced():  # TensorFlow warns of the property it reads itself
+                    preemption.save_checkpoint_if_preempted(checkpoint_number=step)
+            if step % config.checkpoint_every == 0 and step < config.steps:
+                store.save(step)
+                if progress.reported != step:  # the step a restart resumes from: said at once, whatever the rate
+                    self._report(step)
+                if self.cluster.is_chief and step % max(config.checkpoint_every, config.log_every) == 0:
+                    log.info("%s: checkpoint saved at step %d", self.cluster.name, step)  # not more often than steps
+
+    def _log(self, step: int, loss: float) -> None:
+        progress = self.progress
+        progress.loss = loss
+        progress.first_loss = loss if progress.first_loss is None else progress.first_loss
+        now, logged_at = time.monotonic(), time.time()  # the step's time, not the record's writing
+        rate = (step - progress.window_step) / max(now - progress.window_start, 1e-9)
+        progress.window_start, progress.window_step = now, step
+        log.info("%s: step %d/%d loss %.5f (%.1f steps/s)", self.cluster.name, step, self.config.steps, loss, rate)
+        self.metrics.write(
+            step,
+            loss=loss,
+            steps_per_s=rate,
+            learning_rate=_learning_rate(self.optimizer),
+            replicas=self.replicas,
+            time=logged_at,
+            attempt=self.settings.attempt,
+        )
+
+    def _report(self, step: int) -> None:
+        report(STEP, step=step, total=self.config.steps, loss=self.progress.loss)  # loss: the last one logged
+        self.progress.last_report, self.progress.reported = time.monotonic(), step
