@@ -207,17 +207,7 @@ def train_builtin(strategy: tf.distribute.Strategy, cluster: ClusterInfo, settin
     data = strategy.distribute_datasets_from_function(make_dataset_fn(config, start_step, replicas))
     train_step = make_train_step(strategy, model, optimizer, config, global_batch)
     progress = _Progress(start_step, time.monotonic(), start_step, reported=start_step)
-    # SIGTERM to any worker (a preemption notice) makes every worker save at the same next
-    # step through this handler and leave with the preemption exit code; the launcher then
-    # restarts the gang, which resumes from that very step.
-    preemption = tf.distribute.experimental.PreemptionCheckpointHandler(
-        strategy.cluster_resolver,
-        store.manager,
-        termination_config=tf.distribute.experimental.TerminationConfig(
-            # the step and loss as they are when it is called: the step just saved
-            exit_fn=lambda: _leave_preempted(progress.step, config.steps, progress.loss, settings.preemption_exit_code)
-        ),
-    )
+    preemption = _preemption_handler(strategy, store, config.steps, settings.preemption_exit_code, progress)
     if early_sigterm.pass_on():  # a stop that came before the handler listened: it saves at the next step
         log.info("%s: SIGTERM came before training started; leaving at the next step", cluster.name)
     metrics = MetricsWriter(settings, cluster.is_chief, config.tensorboard)
@@ -246,6 +236,22 @@ def train_builtin(strategy: tf.distribute.Strategy, cluster: ClusterInfo, settin
         "global_batch": global_batch,
         "temp_checkpoint_dir": store.temp_dir,
     }
+
+
+def _preemption_handler(
+    strategy: tf.distribute.Strategy, store: CheckpointStore, steps: int, exit_code: int, progress: _Progress
+) -> Any:
+    """SIGTERM to any worker (a preemption notice) makes every worker save at the same next step
+    through this handler and leave with the preemption exit code; the launcher then restarts the
+    gang, which resumes from that very step."""
+    return tf.distribute.experimental.PreemptionCheckpointHandler(
+        strategy.cluster_resolver,
+        store.manager,
+        termination_config=tf.distribute.experimental.TerminationConfig(
+            # the step and loss as they are when it is called: the step just saved
+            exit_fn=lambda: _leave_preempted(progress.step, steps, progress.loss, exit_code)
+        ),
+    )
 
 
 def _say_batch(cluster: ClusterInfo, config: BuiltinTraining, replicas: int, global_batch: int) -> None:

@@ -73,15 +73,7 @@ def connect(addresses: list[list[Any]], timeout: float) -> dict[str, Any]:
 
     deadline = time.monotonic() + timeout
     targets = [(str(host), int(port)) for host, port in addresses]
-    resolved = _resolve({host for host, _ in targets})
-    outcomes: dict[tuple[str, int], str] = {}
-    pending: dict[tuple[str, int], list[Any]] = {}
-    for host, port in targets:
-        found = resolved[host]
-        if isinstance(found, str):
-            outcomes[(host, port)] = found
-        else:
-            pending[(host, port)] = [(family, (address[0], port, *address[2:])) for family, address in found]
+    outcomes, pending = _addresses(targets)
     waiting = list(pending)  # not started yet
     in_flight = _in_flight()
     with selectors.DefaultSelector() as selector:
@@ -127,6 +119,20 @@ def connect(addresses: list[list[Any]], timeout: float) -> dict[str, Any]:
     for target in waiting:  # never started: the time ran out on the ones before it
         outcomes.setdefault(target, "TimeoutError")
     return {"results": {f"{host}:{port}": outcomes[(host, port)] for host, port in targets}}
+
+
+def _addresses(targets: list[tuple[str, int]]) -> tuple[dict[tuple[str, int], str], dict[tuple[str, int], list[Any]]]:
+    """Each target's socket addresses to try in turn; a target whose name does not resolve gets its outcome."""
+    resolved = _resolve({host for host, _ in targets})
+    outcomes: dict[tuple[str, int], str] = {}
+    pending: dict[tuple[str, int], list[Any]] = {}
+    for host, port in targets:
+        found = resolved[host]
+        if isinstance(found, str):
+            outcomes[(host, port)] = found
+        else:
+            pending[(host, port)] = [(family, (address[0], port, *address[2:])) for family, address in found]
+    return outcomes, pending
 
 
 def _in_flight() -> int:

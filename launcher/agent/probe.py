@@ -122,27 +122,7 @@ def _info(request: InfoRequest) -> Answer:
     if unrunnable:
         answer["scripts_unrunnable"] = unrunnable
     extra = [os.path.join(workdir, p) for p in pythonpath.split(os.pathsep) if p]
-    unfound = [m for m in request.get("modules") or [] if not module_found(m, [workdir, *extra])]
-    if unfound:
-        answer["modules_missing"] = unfound
-    commanded = [m for m in request.get("command_modules") or [] if not module_found(m, [workdir, *extra])]
-    if commanded:
-        answer["command_modules_missing"] = commanded
-    mainless = [
-        m
-        for m in request.get("command_modules") or []
-        if m not in commanded and _package_without_main(m, [workdir, *extra])
-    ]
-    if mainless:
-        answer["command_packages_without_main"] = mainless
-    absent = {
-        target: close
-        for target in request.get("functions") or []
-        if target.partition(":")[0] not in unfound
-        and (close := function_missing(target, [workdir, *extra])) is not None
-    }
-    if absent:
-        answer["functions_missing"] = absent
+    answer.update(_modules(request, [workdir, *extra]))
     startup_env = request.get("startup_env") or {}
     if startup_env:
         failed = _python_fails_with(startup_env, workdir)
@@ -150,6 +130,31 @@ def _info(request: InfoRequest) -> Answer:
             answer["startup_env_fails"] = failed
     if request.get("gpus"):
         answer["gpus"] = _nvidia_smi()
+    return answer
+
+
+def _modules(request: InfoRequest, first: list[str]) -> Answer:
+    """The spec's `module:function` targets and a command's `-m` modules that are not there (found from
+    `first`, the working directory and PYTHONPATH, then the python's own packages; never imported)."""
+    answer: Answer = {}
+    unfound = [m for m in request.get("modules") or [] if not module_found(m, first)]
+    if unfound:
+        answer["modules_missing"] = unfound
+    commanded = [m for m in request.get("command_modules") or [] if not module_found(m, first)]
+    if commanded:
+        answer["command_modules_missing"] = commanded
+    mainless = [
+        m for m in request.get("command_modules") or [] if m not in commanded and _package_without_main(m, first)
+    ]
+    if mainless:
+        answer["command_packages_without_main"] = mainless
+    absent = {
+        target: close
+        for target in request.get("functions") or []
+        if target.partition(":")[0] not in unfound and (close := function_missing(target, first)) is not None
+    }
+    if absent:
+        answer["functions_missing"] = absent
     return answer
 
 

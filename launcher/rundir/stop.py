@@ -176,18 +176,7 @@ def stop_launcher(
     if on_signal is not None:
         on_signal(f"{run_dir}: asked the launcher (pid {status.pid}) to stop; waiting up to {timeout_s:g}s for it")
     if not _wait_gone(process, timeout_s):
-        if _is_stopped(process):
-            return StopResult(
-                f"{run_dir}: the launcher (pid {status.pid}) is itself stopped (Ctrl-Z or SIGSTOP), so it cannot act "
-                f"on the stop it was sent: `kill -CONT {status.pid}` (or `fg` in its terminal) lets it stop the run.",
-                exit_codes.RUNNING,
-            )
-        return StopResult(
-            f"{run_dir}: the launcher (pid {status.pid}) is still running {timeout_s:g}s after SIGINT; it may still "
-            f"be giving its tasks their grace period to save. See `launch status {run_dir}`; `launch stop {run_dir}` "
-            f"again (or kill -TERM {status.pid}) kills its tasks at once.",
-            exit_codes.RUNNING,
-        )
+        return _still_running(run_dir, status.pid, process, timeout_s)
     after = read_run(run_dir)
     if after.summary is not None and after.summary_is_current:
         return StopResult(
@@ -196,6 +185,22 @@ def stop_launcher(
         )
     return StopResult(
         f"{run_dir}: the launcher (pid {status.pid}) has stopped but wrote no summary.", exit_codes.SUCCEEDED
+    )
+
+
+def _still_running(run_dir: str, pid: int, process: Any, timeout_s: float) -> StopResult:
+    """What a stop that the launcher has not obeyed in time says: it is itself stopped, or still busy."""
+    if _is_stopped(process):
+        return StopResult(
+            f"{run_dir}: the launcher (pid {pid}) is itself stopped (Ctrl-Z or SIGSTOP), so it cannot act "
+            f"on the stop it was sent: `kill -CONT {pid}` (or `fg` in its terminal) lets it stop the run.",
+            exit_codes.RUNNING,
+        )
+    return StopResult(
+        f"{run_dir}: the launcher (pid {pid}) is still running {timeout_s:g}s after SIGINT; it may still "
+        f"be giving its tasks their grace period to save. See `launch status {run_dir}`; `launch stop {run_dir}` "
+        f"again (or kill -TERM {pid}) kills its tasks at once.",
+        exit_codes.RUNNING,
     )
 
 

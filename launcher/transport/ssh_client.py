@@ -200,15 +200,19 @@ def _resolve(
     )
     if not follow_jumps:
         return target
-    # `ProxyJump a,b`: a as its own config says (its own ProxyJump included), b through a, this
-    # host through b; as `ssh -J a,b` does.
+    return replace(target, jump=_jumps(found.get("proxyjump"), config, config_path, timeout_s, (*chain, name)))
+
+
+def _jumps(
+    proxy_jump: str | None, config: Any, config_path: str, timeout_s: float, chain: tuple[str, ...]
+) -> SshTarget | None:
+    """`ProxyJump a,b`: a as its own config says (its own ProxyJump included), b through a, this host
+    through b; as `ssh -J a,b` does. None without one."""
     jump: SshTarget | None = None
-    for index, each in enumerate(parse_proxy_jump(found.get("proxyjump"))):
-        reached = _resolve(
-            each.host, config, config_path, timeout_s, hop=each, chain=(*chain, name), follow_jumps=index == 0
-        )
+    for index, each in enumerate(parse_proxy_jump(proxy_jump)):
+        reached = _resolve(each.host, config, config_path, timeout_s, hop=each, chain=chain, follow_jumps=index == 0)
         jump = reached if index == 0 else replace(reached, jump=jump)
-    return replace(target, jump=jump)
+    return jump
 
 
 class HostKeyRefused(Exception):
