@@ -8,7 +8,6 @@ so the same inputs always give the same plan (tested against golden JSON).
 from __future__ import annotations
 
 import json
-import posixpath
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +16,7 @@ from launcher.agent.cluster import address
 from launcher.common.masking import redact, secret_arguments
 from launcher.spec.hosts import HostSpec
 from launcher.spec.models import ClusterSpec
+from launcher.spec.paths import checkpoint_dir_of
 from launcher.spec.python_script import split_python_command
 from worker.contract import (
     ARGV_TRAMPOLINE,
@@ -29,7 +29,6 @@ from worker.contract import (
     UMASK_VAR,
     RunLayout,
     TaskEnv,
-    is_url,
     task_stem,
     with_python,
 )
@@ -175,15 +174,6 @@ def task_slots(spec: ClusterSpec) -> list[TaskSlot]:
     return sorted(slots, key=lambda s: (order[s.task_type], s.task_index))
 
 
-def checkpoint_dir_of(spec: ClusterSpec, layout: RunLayout, launcher_cwd: str) -> str:
-    """Where the run's checkpoints go: the spec's `checkpoint_dir` (relative to the launcher's
-    directory; URLs untouched) or the run directory's `checkpoints`."""
-    checkpoint_dir = spec.checkpoint_dir or layout.default_checkpoint_dir
-    if not posixpath.isabs(checkpoint_dir) and not is_url(checkpoint_dir):  # gs://... reaches TF untouched
-        checkpoint_dir = posixpath.normpath(posixpath.join(launcher_cwd, checkpoint_dir))
-    return checkpoint_dir
-
-
 def _cluster(slots: list[TaskSlot], ports: Mapping[str, int]) -> dict[str, list[str]]:
     """The trainers' `cluster` of TF_CONFIG (the evaluator is outside the coordination service)."""
     cluster: dict[str, list[str]] = {}
@@ -299,7 +289,7 @@ def build_plan(spec: ClusterSpec, inputs: PlanInputs) -> LaunchPlan:
         raise ValueError(f"no port chosen for {', '.join(missing)}; resolve port 0 before planning")
     cluster = _cluster(slots, ports)
     layout = RunLayout(inputs.run_dir)
-    checkpoint_dir = checkpoint_dir_of(spec, layout, inputs.launcher_cwd)
+    checkpoint_dir = checkpoint_dir_of(spec.checkpoint_dir, layout, inputs.launcher_cwd)
     run_env = _run_env(spec, inputs, layout, checkpoint_dir)
     preloads = {sidecar: _preload(spec, sidecar) if spec.restart.warm_spares else () for sidecar in (False, True)}
 

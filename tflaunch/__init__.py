@@ -33,7 +33,7 @@ __version__ = "0.1.0"  # launcher.__version__ and pyproject's, as tests/unit/tes
 
 def launch(spec: Any, **options: Any) -> LaunchResult:
     """Run a cluster spec to its end and return its result; see `tflaunch.api.launch`."""
-    from tflaunch.api import launch as _launch
+    from tflaunch.api import launch as _launch  # the launcher, loaded by a launch only (see tflaunch/api.py)
 
     return _launch(spec, **options)
 
@@ -44,7 +44,7 @@ def __getattr__(name: str) -> Any:
     errors are not there, as `launch` would not be."""
     if name in _ERRORS:
         try:
-            from launcher.common import errors
+            from launcher.common import errors  # asked for by name only: `report` stays free of the launcher
         except Exception as error:  # noqa: BLE001 - shadowed or broken: whatever it raised, the errors are not there
             raise AttributeError(f"tflaunch.{name} needs the launcher, which cannot be imported: {error}") from None
         return getattr(errors, name)

@@ -29,7 +29,7 @@ def entry() -> None:
     if ours:  # script's background job): that stays so
         signal.signal(signal.SIGINT, _interrupted)
     try:
-        from launcher.cli.main import entry as run
+        from launcher.cli.main import entry as run  # here: a Ctrl-C while the command loads is caught
 
         run()
     except BaseException as error:

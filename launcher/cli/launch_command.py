@@ -133,7 +133,7 @@ def dry_run(plan: LaunchPlan, as_json: bool, remote: str = "ssh", would: Would |
 def check(spec: ClusterSpec, place: RunPlace, allocation: Allocation | None) -> int:
     """The preflight, and what the launch would refuse in its run directory (another user's, a run
     still going, another training's checkpoints), without starting anything."""
-    from launcher.run import make_planner, make_transport, preflight
+    from launcher.run import make_planner, make_transport, preflight  # likewise
     from launcher.rundir.resume import new_run_would, resume_notice  # see the module's docstring
 
     freeze_start_up()
@@ -165,7 +165,7 @@ def launch_and_report(
     fresh: bool = False,
 ) -> int:
     from launcher.console import Console  # rich, and the run: see the module's docstring
-    from launcher.run import launch
+    from launcher.run import launch  # likewise, as the three below
     from launcher.rundir.report import failure_text, success_text
     from launcher.rundir.resume import resume_or_start_over
     from launcher.supervise.gang import LaunchState

@@ -16,9 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from launcher.common.errors import LaunchError, SpecError, UsageError
+from launcher.common.errors import LaunchError, SpecError, SpecProblem, UsageError
 from launcher.common.masking import redact, secret_arguments, set_secrets, without_password
+from launcher.common.secret_names import MIN_MASKED, is_secret
 from launcher.rundir.refusals import RUN_ROOT_IN_A_RUN, refuse_run_root
+from launcher.spec.addresses import is_this_machine
 from launcher.spec.limits import MAX_HOSTS, MAX_WORKERS_PER_HOST
 from launcher.spec.masked import redactor_of
 from launcher.spec.python_script import split_python_command
@@ -169,8 +171,6 @@ def _base_data(request: LaunchRequest) -> dict[str, Any] | None:
             **_quiet_tensorflow(),
         }
     if request.hosts:
-        from launcher.spec.addresses import is_this_machine
-
         hosts: list[dict[str, Any]] = []
         for host, count in request.hosts:
             entry: dict[str, Any] = {"address": host, "workers": count}
@@ -211,8 +211,8 @@ def request_spec(
 ) -> ClusterSpec:
     """Validate what was asked for; raises SpecError or UsageError (exit 2), starts nothing. What the
     command line changed of the spec's own settings without a word is added to `notes`."""
-    from launcher.spec.load import load_spec, parse_spec
-    from worker.training_spec import CommandTraining
+    from launcher.spec.load import load_spec, parse_spec  # pydantic (~70 ms): only a request that validates
+    from worker.training_spec import CommandTraining  # pydantic, likewise
 
     for flag, value in (("name", request.name), ("run-root", request.run_root)):
         if value is not None and not value.strip():
@@ -268,7 +268,6 @@ _SETTINGS = frozenset(("0", "1", "y", "n", "t", "f", "yes", "no", "on", "off")) 
 def _secrets_too_short(spec: ClusterSpec) -> list[str]:
     """A secret's value shorter than MIN_MASKED is never masked (it would mask ordinary text): say so,
     where the spec's own env holds one (--dry-run shows it masked, by its name)."""
-    from launcher.common.secret_names import MIN_MASKED, is_secret
 
     envs = [("env", spec.env), *((f"hosts[{i}].env", host.env) for i, host in enumerate(spec.hosts))]
     short = sorted(
@@ -297,7 +296,6 @@ def _refuse_visible_secrets(spec: ClusterSpec, source: str) -> None:
     in /proc) only when the command is a python: its arguments then travel in its environment. A
     Slurm job's options are shown to every user (squeue, scontrol): none may hold one. A secret is a
     flag of a secret name, a value of the spec's secrets, or a secret's form (`redact` finds the last two)."""
-    from launcher.common.errors import SpecError, SpecProblem
 
     def holding(args: list[str], first: int) -> list[int]:
         hidden = set(secret_arguments(args[first:], spec.secrets))
@@ -339,7 +337,7 @@ def _refuse_visible_secrets(spec: ClusterSpec, source: str) -> None:
 
 
 def task_names(spec: ClusterSpec) -> set[str]:
-    from launcher.plan import task_slots
+    from launcher.plan import task_slots  # pydantic, likewise: only a --show or --inject names tasks
 
     return {slot.name for slot in task_slots(spec)}
 
@@ -348,7 +346,7 @@ def shown_tasks(spec: ClusterSpec, text: str | None, flag: str = "--show") -> fr
     """The tasks `--show worker:0,worker:1` names; every name must be one of the spec's tasks."""
     if text is None:
         return frozenset()
-    from launcher.rundir.logs import as_given, task_order
+    from launcher.rundir.logs import as_given, task_order  # the log reader (~10 ms): only for a --show
 
     wanted = frozenset(part.strip() for part in text.split(",") if part.strip())
     if not wanted:  # `--show "$T"`, T unset: no task, not all

@@ -86,7 +86,7 @@ def slurm(args: argparse.Namespace, command: list[str]) -> int:
 
 def export(args: argparse.Namespace, command: list[str]) -> int:
     from launcher.k8s.cli_args import export_options  # pydantic (~70 ms): see the module's docstring
-    from launcher.k8s.export import export, text, write
+    from launcher.k8s.export import export, text, write  # likewise
 
     request = _request(args, command)
     spec, options, source, output = request_spec(request), export_options(args), request.described, args.output

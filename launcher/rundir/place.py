@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from launcher.plan import checkpoint_dir_of
 from launcher.rundir.refusals import RUN_ROOT_MOUNTED, SAFE_ANCESTRY, refuse_run_root
+from launcher.spec.paths import checkpoint_dir_of
 from worker.contract import RunLayout
 
 if TYPE_CHECKING:
@@ -41,4 +41,4 @@ def place_of(spec: ClusterSpec, cwd: str | None = None) -> RunPlace:
     refuse_run_root(spec, (SAFE_ANCESTRY, RUN_ROOT_MOUNTED))
     run_dir = str(Path(spec.run_root).resolve() / spec.name)
     cwd = os.getcwd() if cwd is None else cwd
-    return RunPlace(run_dir, checkpoint_dir_of(spec, RunLayout(run_dir), cwd), cwd)
+    return RunPlace(run_dir, checkpoint_dir_of(spec.checkpoint_dir, RunLayout(run_dir), cwd), cwd)

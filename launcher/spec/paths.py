@@ -1,9 +1,13 @@
 """Paths a spec names (run_root, checkpoint_dir, workdir): what a file system can hold and a
-screen shows, checked before anything is made. Pure and without pydantic."""
+screen shows, checked before anything is made, and where a run's checkpoints go. Pure and without
+pydantic."""
 
 from __future__ import annotations
 
+import posixpath
 import re
+
+from worker.contract import RunLayout, is_url
 
 MAX_NAME_BYTES = 255  # one component of a path (NAME_MAX of Linux file systems)
 
@@ -51,3 +55,12 @@ def path_that_fits(value: str) -> str:
     if len(encoded) > MAX_PATH_BYTES:
         raise ValueError(f"is {len(encoded)} bytes long; give a path of at most {MAX_PATH_BYTES}")
     return value
+
+
+def checkpoint_dir_of(given: str | None, layout: RunLayout, launcher_cwd: str) -> str:
+    """Where the run's checkpoints go: the spec's `checkpoint_dir` (relative to the launcher's
+    directory; URLs untouched) or the run directory's `checkpoints`."""
+    checkpoint_dir = given or layout.default_checkpoint_dir
+    if not posixpath.isabs(checkpoint_dir) and not is_url(checkpoint_dir):  # gs://... reaches TF untouched
+        checkpoint_dir = posixpath.normpath(posixpath.join(launcher_cwd, checkpoint_dir))
+    return checkpoint_dir

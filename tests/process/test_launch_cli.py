@@ -150,6 +150,16 @@ def test_dry_run_json_masks_secrets_and_starts_nothing(work: Path) -> None:
     assert not (work / "runs").exists()
 
 
+def test_the_command_line_loads_no_spec_machinery_until_it_validates() -> None:
+    """`launch status`, `--help` and a refused argument answer without pydantic, rich or paramiko, and a
+    launch starts its local agents before it pays for them."""
+    code = (
+        "import sys, launcher.cli.main;"
+        "print(sorted(m for m in ('pydantic', 'rich', 'paramiko', 'launcher.plan') if m in sys.modules))"
+    )
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "[]"
+
+
 def test_launcher_never_imports_tensorflow() -> None:
     code = (
         "import sys, launcher.cli.main, launcher.supervise.supervisor, launcher.transport.fleet, launcher.agent.main;"
