@@ -41,10 +41,11 @@ def _model_in(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
-def _field_help(loc: tuple[int | str, ...]) -> str | None:
-    """The description of the field at `loc`, used as the fix hint."""
+def _walk(loc: tuple[int | str, ...]) -> tuple[list[Any], type[BaseModel] | None]:
+    """The field each part of `loc` names, model by model (a list index passes through, a training kind
+    picks its model), up to a part that names none (then None, last); and the model reached."""
     model: type[BaseModel] | None = ClusterSpec
-    description = None
+    fields: list[Any] = []
     for part in loc:
         if isinstance(part, int) or model is None:
             continue
@@ -52,24 +53,20 @@ def _field_help(loc: tuple[int | str, ...]) -> str | None:
             model = _TRAINING_KINDS[part]
             continue
         field = model.model_fields.get(part)
-        if field is None:
-            return None
-        description = field.description
-        model = _model_in(field.annotation)
-    return description
+        fields.append(field)
+        model = _model_in(field.annotation) if field is not None else None
+    return fields, model
+
+
+def _field_help(loc: tuple[int | str, ...]) -> str | None:
+    """The description of the field at `loc`, used as the fix hint."""
+    fields, _ = _walk(loc)
+    return None if not fields or fields[-1] is None else fields[-1].description
 
 
 def _keys_beside(loc: tuple[int | str, ...]) -> list[str]:
     """The keys the model at the parent of `loc` accepts (its fields and their aliases)."""
-    model: type[BaseModel] | None = ClusterSpec
-    for part in loc[:-1]:
-        if isinstance(part, int) or model is None:
-            continue
-        if part in _TRAINING_KINDS:
-            model = _TRAINING_KINDS[part]
-            continue
-        field = model.model_fields.get(part)
-        model = _model_in(field.annotation) if field is not None else None
+    _, model = _walk(loc[:-1])
     if model is None:
         return []
     return [field.alias or name for name, field in model.model_fields.items()]
