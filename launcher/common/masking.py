@@ -23,6 +23,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from launcher.common.printable import printable
 from launcher.common.secret_names import (
     MASK,
     MIN_MASKED,
@@ -208,6 +209,16 @@ class Redactor:
         return cls(literals, declared)
 
     def text(self, text: str) -> str:
+        masked = self._masked(text)
+        if self._literals is not None and (plain := printable(masked)) != masked:
+            # a secret split by a colour, cursor or title code, or a NUL, shows whole once they are gone: then
+            # the line is given as a screen shows it, the secret masked
+            unsplit = self._masked(plain)
+            if unsplit != plain:
+                return unsplit
+        return masked
+
+    def _masked(self, text: str) -> str:
         if self._literals is not None:
             text = self._literals.sub(MASK, text)
         return _patterns(text)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from launcher.common.errors import SpecError, SpecProblem, UsageError
-from launcher.common.masking import mask_value, secret_arguments
+from launcher.common.masking import Redactor, mask_value, secret_arguments
 from launcher.k8s.names import (
     Toleration,
     check_label,
@@ -27,6 +27,7 @@ from launcher.k8s.names import (
 )
 from launcher.k8s.yaml_text import scalar
 from launcher.plan import runtime_env, task_slots
+from launcher.spec.masked import redactor_of
 from launcher.spec.models import ClusterSpec
 from worker.contract import JOB_COMPLETION_INDEX_VAR, POD_LAYOUT_VAR, POD_TASK_TYPE_VAR, RunLayout, is_url
 from worker.pod import TASK_TYPES, PodLayout
@@ -213,20 +214,21 @@ def _controller_vars(spec: ClusterSpec) -> list[SpecProblem]:
     ]
 
 
-def _secret_strings(data: Any, path: str) -> list[str]:
+def _secret_strings(data: Any, path: str, hide: Redactor) -> list[str]:
     """JSON paths of the strings in `data` that the launcher masks wherever it shows them."""
     if isinstance(data, dict):
-        return [found for key, value in data.items() for found in _secret_strings(value, f"{path}.{key}")]
+        return [found for key, value in data.items() for found in _secret_strings(value, f"{path}.{key}", hide)]
     if isinstance(data, list):
-        return [found for i, value in enumerate(data) for found in _secret_strings(value, f"{path}[{i}]")]
-    return [path] if isinstance(data, str) and mask_value("", data) != data else []
+        return [found for i, value in enumerate(data) for found in _secret_strings(value, f"{path}[{i}]", hide)]
+    return [path] if isinstance(data, str) and hide.text(data) != data else []
 
 
 def _written_secrets(spec: ClusterSpec) -> list[SpecProblem]:
     """checkpoint_dir and training go into the manifest as they are (and checkpoint_dir into its head
     comments): a password in them would be written in plain text, where `--secret` cannot reach."""
-    paths = _secret_strings(spec.checkpoint_dir, "$.checkpoint_dir")
-    paths += _secret_strings(spec.training.model_dump(mode="json"), "$.training")
+    hide = redactor_of(spec)  # every value the launcher knows to be secret, a declared one's in any word too
+    paths = _secret_strings(spec.checkpoint_dir, "$.checkpoint_dir", hide)
+    paths += _secret_strings(spec.training.model_dump(mode="json"), "$.training", hide)
     if isinstance(spec.training, CommandTraining):  # `--token X`: the plan keeps it off the command line
         secret = set(secret_arguments(spec.training.argv[1:], spec.secrets))  # values: `--password=X` gives X
         paths += [
@@ -276,9 +278,10 @@ def secret_keys(spec: ClusterSpec) -> list[str]:
     """Env keys whose values are never written into a manifest: secret-looking names, names the spec
     declares secret (`secrets`), URLs with passwords."""
     keys: dict[str, None] = {}
+    hide = redactor_of(spec)  # a value known to be secret under another name (DB_PASS's, in PLAIN_X) too
     for env in (spec.env, *(host.env for host in spec.hosts)):
         for key, value in env.items():
-            if mask_value(key, value, spec.secrets) != value:
+            if mask_value(key, value, spec.secrets) != value or hide.text(value) != value:
                 keys[key] = None
     return list(keys)
 

@@ -152,6 +152,11 @@ def stop_launcher(
         )
     if files.summary_is_current:
         raise UsageError(_ended_text(files))
+    if status.started is None and status.pid <= 1:  # forged: no launcher has pid 0 or 1; `kill -1` is every process
+        raise UsageError(
+            f"{run_dir}: {os.path.basename(files.layout.status_file)} names pid {status.pid}, which is no "
+            "launcher's; nothing was signalled."
+        )
     if status.started is None:
         raise UsageError(
             f"{run_dir}: {os.path.basename(files.layout.status_file)} does not say when its launcher (pid "

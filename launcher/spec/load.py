@@ -47,8 +47,9 @@ def parse_spec(data: Any, source: str = "cluster spec", hosts_from: HostsFrom | 
     if isinstance(data.get(SCHEMA_KEY), str):  # how editors attach a schema; not part of the spec
         data = {key: value for key, value in data.items() if key != SCHEMA_KEY}
     problems = raw_problems(data)
-    if problems:
-        raise SpecError(source, [with_help(problem) for problem in problems])
+    if problems:  # a message quotes what the user wrote, secrets included
+        hide = redactor_of_raw(data)
+        raise SpecError(source, [with_help(SpecProblem(p.path, hide.text(p.message))) for p in problems])
     try:
         if hosts_from is None:
             return ClusterSpec.model_validate(data)

@@ -281,8 +281,20 @@ class ClusterSpec(StrictModel):
         "077",
         pattern=r"^0?[0-7]{3}$",
         description="umask of every task (octal): 077, the default, makes what tasks write (checkpoints, exports, "
-        "TensorBoard) readable by their user only; 027 lets the group read it.",
+        "TensorBoard) readable by their user only; 027 lets the group read it. Others may never write: a "
+        "checkpoint they could change would be restored.",
     )
+
+    @field_validator("umask")
+    @classmethod
+    def _others_never_write(cls, value: str) -> str:
+        if not int(value, 8) & 0o002:
+            raise ValueError(
+                f"{value!r} lets every user of the host write the tasks' checkpoints, which a run would restore; "
+                f"give one that takes write from others, such as {int(value, 8) | 0o022:03o}"
+            )
+        return value
+
     checkpoint_dir: str | None = Field(
         None,
         min_length=1,

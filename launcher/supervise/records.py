@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from typing import IO, Any
 
+from launcher.common.masking import redacted
 from launcher.common.private_files import make_private_dir, open_private
 from worker.contract import RECORD_STREAMS, RunLayout
 
@@ -28,7 +29,7 @@ class RecordFiles:
         if handle is None:
             make_private_dir(self._layout.run_dir)
             handle = self._files[str(stream)] = open_private(self._layout.record_file(str(stream)), "a")
-        handle.write(json.dumps(row, default=str) + "\n")
+        handle.write(json.dumps(redacted(row), default=str) + "\n")  # a row may quote a secret, as a line may
         handle.flush()
 
     def close(self) -> None:

@@ -124,3 +124,15 @@ def test_pid_0_is_never_signalled(tmp_path: Path, signals: list[tuple[int, int]]
     )
     _refused(layout, "is gone")
     assert signals == []
+
+
+def test_a_forged_pid_of_1_without_a_start_time_is_refused_without_a_kill_to_copy(
+    tmp_path: Path, signals: list[tuple[int, int]]
+) -> None:
+    layout = _layout(tmp_path)
+    for pid in (1, 0, -1):
+        _write(layout.status_file, {"launcher_pid": pid, "updated": 0.0, "attempt": 0, "restarts": 0, "tasks": []})
+        with pytest.raises(UsageError, match="which is no launcher's; nothing was signalled") as caught:
+            stop_launcher(layout.run_dir, timeout_s=1)
+        assert "kill" not in str(caught.value)  # `kill -INT -1`, as root, would signal every process
+    assert signals == []
