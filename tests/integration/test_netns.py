@@ -18,10 +18,11 @@ from typing import Any
 import pytest
 
 from tests.conftest import launch_cmd, launcher_traceback, run_launch, write_spec
-from tests.integration.test_ssh import ssh_spec, wait_for_text
+from tests.integration.test_ssh import ssh_spec
 from tests.integration.test_train_local import assert_agree, results
 from tests.labs.netns import NetnsHost, NetnsLab
 from tests.labs.ports import free_port
+from tests.labs.waiting import wait_for_text
 
 pytestmark = pytest.mark.tf
 
@@ -63,7 +64,7 @@ def wait_tasks_gone(hosts: list[NetnsHost], deadline: float) -> list[str]:
 def test_silent_partition_with_default_settings_loses_the_host_and_its_tasks_stop(lab: NetnsLab, work: Path) -> None:
     healthy, cut = lab.hosts
     with launched(work, lab_spec(lab, work, "partition")) as (proc, log):
-        wait_for_text(log, "step 20/", proc)
+        wait_for_text(log, "step 20/", 120, lambda: proc.poll() is None)
         assert cut.tasks_alive(), "the worker should be running in the partitioned host's namespace"
         lab.partition(cut)
         cut_at = time.monotonic()
@@ -89,9 +90,11 @@ def test_partition_that_heals_after_the_gang_restarted_without_it(lab: NetnsLab,
     spec["training"]["checkpoint_every"] = 20
     spec["restart"].update({"max_restarts": 6, "backoff_s": 1})
     with launched(work, spec) as (proc, log):
-        wait_for_text(log, "step 40/", proc)
+        wait_for_text(log, "step 40/", 120, lambda: proc.poll() is None)
         lab.partition(cut)
-        wait_for_text(log, f"cannot start: {cut.address}", proc, timeout=60)  # a restart could not reach it
+        wait_for_text(
+            log, f"cannot start: {cut.address}", 60, lambda: proc.poll() is None
+        )  # a restart could not reach it
         lab.heal()
         code = proc.wait(timeout=240)
     text = log.read_text()
@@ -120,7 +123,7 @@ def test_preflight_names_the_pair_when_a_task_port_is_firewalled(lab: NetnsLab, 
 
 def test_launcher_partitioned_from_every_worker(lab: NetnsLab, work: Path) -> None:
     with launched(work, lab_spec(lab, work, "island", ssh={"liveness_timeout_s": 3})) as (proc, log):
-        wait_for_text(log, "step 20/", proc)
+        wait_for_text(log, "step 20/", 120, lambda: proc.poll() is None)
         for host in lab.hosts:
             lab.partition_from_launcher(host)  # the workers still reach each other
         cut_at = time.monotonic()
