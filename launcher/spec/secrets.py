@@ -10,6 +10,8 @@ from launcher.common.masking import Redactor
 from launcher.common.secret_names import MIN_MASKED, is_declared
 from worker.contract import ENV_PREFIX
 
+# Linux takes one environment string ("KEY=VALUE" and its NUL) of at most 32 pages (MAX_ARG_STRLEN).
+MAX_ENV_STRING_BYTES = 32 * 4096
 _ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -28,6 +30,14 @@ def check_env(env: dict[str, str], where: str) -> list[tuple[str, str]]:
                 (
                     f"{where}.{key}",
                     f"TF_CONFIG and {ENV_PREFIX}* are set by the launcher for each task; remove this key",
+                )
+            )
+        elif (size := len(f"{key}={env[key]}".encode("utf-8", "surrogateescape")) + 1) > MAX_ENV_STRING_BYTES:
+            problems.append(
+                (
+                    f"{where}.{key}",
+                    f"is {size // 1024} KiB; Linux takes at most {MAX_ENV_STRING_BYTES // 1024} KiB in one environment "
+                    "variable (a longer one fails every task's start): put the data in a file and give its path",
                 )
             )
     return problems

@@ -786,3 +786,10 @@ def test_a_secrets_value_of_the_wrong_type_is_masked_without_being_called_a_stri
     assert "123456789012345" not in said
     with pytest.raises(SpecError, match=r"\$\.secrets: got true; give a list: \[\.\.\.\]"):
         parse_spec({**GOOD, "secrets": True})  # the field naming secrets holds none itself
+
+
+def test_an_env_value_too_long_for_linux_is_refused_before_anything_starts() -> None:
+    big = {"name": "e", "hosts": [{"address": "localhost"}], "env": {"BLOB": "x" * 200_000}}
+    with pytest.raises(SpecError, match=r"\$\.env\.BLOB: is 195 KiB; Linux takes at most 128 KiB"):
+        parse_spec(big)
+    parse_spec({**big, "env": {"BLOB": "x" * 100_000}})
