@@ -72,9 +72,9 @@ def launch(
     cluster = os.fspath(spec) if isinstance(spec, (str, os.PathLike)) else spec
     request = LaunchRequest(cluster=cluster, name=name, run_root=run_root, command=tuple(command))
     parsed = request_spec(request)
-    place = place_of(parsed)  # where the run lives: decided once, handed to all that follows
     names = show if isinstance(show, str) else ",".join(show)  # "worker:0,worker:1" or a list of names
     shown = shown_tasks(parsed, names, flag="show=") if show else frozenset()
+    place = place_of(parsed)  # where the run lives: decided once, handed to all that follows
     out = _writable(sys.stdout)
     console = Console(quiet=not echo, live=False, out=out, err=out, verbose=verbose, show=shown, owns_streams=False)
 

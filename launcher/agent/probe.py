@@ -281,7 +281,7 @@ def _nvidia_smi() -> dict[str, Any]:
 
 
 def _write_marker(request: MarkerRequest) -> Answer:
-    path = request["path"]
+    path = request.get("path", "")
     _make_dirs(os.path.dirname(path))
     with open(path, "w", encoding="utf-8") as handle:
         handle.write(request["token"])
@@ -290,7 +290,7 @@ def _write_marker(request: MarkerRequest) -> Answer:
 
 def _read_marker(request: MarkerRequest) -> Answer:
     try:
-        with open(request["path"], encoding="utf-8") as handle:
+        with open(request.get("path", ""), encoding="utf-8") as handle:
             return {"token": handle.read()}
     except OSError as error:
         return {"token": None, "error": error.strerror}
@@ -298,7 +298,7 @@ def _read_marker(request: MarkerRequest) -> Answer:
 
 def _remove(request: MarkerRequest) -> Answer:
     try:
-        os.remove(request["path"])
+        os.remove(request.get("path", ""))
     except OSError:  # already gone, or never written
         pass
     while _created:

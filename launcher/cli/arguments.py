@@ -60,12 +60,6 @@ def _seconds(text: str) -> float:
     return value
 
 
-def _parser(prog: str, description: str, epilog: str | None = None) -> argparse.ArgumentParser:
-    return _ArgumentParser(
-        prog=prog, description=description, epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-
-
 def _command_parser(prog: str, description: str, epilog: str | None = None) -> argparse.ArgumentParser:
     parser: _ArgumentParser = _ArgumentParser(
         prog=prog, description=description, epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -164,12 +158,10 @@ _RUN_ROOT_HELP = "where to find a run given by its name (the spec's run_root; de
 
 
 def parse_subcommand(words: list[str]) -> argparse.Namespace:
-    """`launch SUBCOMMAND ...` read by `launch` and its subparsers; a word no subcommand takes is refused
-    by that subcommand's parser, with its usage."""
-    parser, subcommands = _tree(words[0])
-    args, extra = parser.parse_known_args(words)
-    if extra:
-        subcommands[words[0]].error(f"unrecognized arguments: {' '.join(extra)}")
+    """`launch SUBCOMMAND ...`, read by that subcommand's parser alone (launch's own flags neither apply
+    nor make its abbreviations ambiguous: `launch slurm submit --c x.json`)."""
+    args = _tree(words[0])[1][words[0]].parse_args(words[1:])
+    args.subcommand = words[0]
     return args
 
 

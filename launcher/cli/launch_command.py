@@ -133,8 +133,8 @@ def dry_run(plan: LaunchPlan, as_json: bool, remote: str = "ssh", would: Would |
 def check(spec: ClusterSpec, place: RunPlace, allocation: Allocation | None) -> int:
     """The preflight, and what the launch would refuse in its run directory (another user's, a run
     still going, another training's checkpoints), without starting anything."""
-    from launcher.run import make_planner, make_transport, preflight  # likewise
-    from launcher.rundir.resume import new_run_would, resume_notice  # see the module's docstring
+    from launcher.run import make_planner, make_transport, preflight  # see the module's docstring
+    from launcher.rundir.resume import new_run_would, resume_notice
 
     freeze_start_up()
     refuse_run_dir(place.run_dir)  # as the launch does: another user's or swappable, before anything else
@@ -262,9 +262,8 @@ def run(args: argparse.Namespace, command: list[str]) -> int:
         start_agents_early(args)
     notes: list[str] = []
     spec = request_spec(request, allocation.hosts if allocation is not None else None, notes)
-    place = place_of(spec)  # where the run lives: decided once, handed to all that follows
     if fresh_refused:
-        run_dir = place.run_dir
+        run_dir = place_of(spec).run_dir
         named = printable(run_dir)
         moves = (
             f"it renames the run directory {named} (and checkpoints kept elsewhere on this machine) to "
@@ -281,6 +280,7 @@ def run(args: argparse.Namespace, command: list[str]) -> int:
     faults = faults_of(spec, args.inject)
     show = shown_tasks(spec, args.show)
     raise_fd_limit()
+    place = place_of(spec)  # where the run lives: decided once, handed to all that follows
     if args.dry_run:
         from launcher.run import make_planner  # the plan, the preflight and the run: see the docstring
 

@@ -59,12 +59,18 @@ _NOT_SECRET_KINDS = {
         "NAME QUERY VALUE ATTENTION MODEL CONFIG IMAGE TEXT AUDIO RESULT OBJECT SPLIT BLOB FILE PATH PREFIX "
         "BUCKET".split()
     ),
-    "TOKEN": frozenset("PAD EOS BOS UNK SEP CLS MASK SPECIAL START END STOP NEWLINE SPACE EOT BOT DECODER".split()),
+    "TOKEN": frozenset(
+        "PAD EOS BOS UNK SEP CLS MASK SPECIAL START END STOP NEWLINE SPACE EOT BOT DECODER "
+        "PAGE NEXT CONTINUATION CURSOR SYNC RESUME RESUMPTION".split()  # and a listing's place: pageToken
+    ),
 }
 
 
 # A number or a switch is a setting, never a secret: `--use_auth_token True`, `MAX_TOKENS=2048`.
-_SETTING = re.compile(r"(?i:true|false|yes|no|on|off|none|null)|[-+]?\d+(?:\.\d*)?(?:e[-+]?\d+)?")
+_SETTING = re.compile(
+    r"(?i:true|false|yes|no|on|off|none|null|basic|bearer|digest|oauth2?|kerberos|ntlm|anonymous)"  # an auth method
+    r"|[-+]?\d+(?:\.\d*)?(?:e[-+]?\d+)?"
+)
 
 
 _WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
