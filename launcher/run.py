@@ -149,7 +149,7 @@ def _install_signals(supervisor: Supervisor, layout: RunLayout) -> SignalHandler
             return
         state["stopping"] = True
         by = None
-        if signum == signal.SIGINT:  # `launch stop`'s? (imported here: not on the way to starting the tasks)
+        if signum == signal.SIGINT:  # `launch stop`'s?
             by = stop_requester(layout)
         raise InterruptedLaunchError(signum, by)
 

@@ -177,9 +177,9 @@ class _Progress:
     """Where training is: read by the preemption handler's exit at any step, and by the step reports."""
 
     step: int
-    window_start: float  # the rate of steps/s is measured from here, at `window_step`
-    window_step: int
+    window_step: int  # the rate of steps/s is measured from here, at `window_start`
     reported: int  # the last step reported (step reports go at most every half second)
+    window_start: float = 0.0  # set as the loop starts
     last_report: float = 0.0
     loss: float | None = None  # the last one logged
     first_loss: float | None = None
@@ -206,7 +206,7 @@ def train_builtin(strategy: tf.distribute.Strategy, cluster: ClusterInfo, settin
         log.info("%s: no checkpoint in %s, starting at step 0", cluster.name, settings.checkpoint_dir)
     data = strategy.distribute_datasets_from_function(make_dataset_fn(config, start_step, replicas))
     train_step = make_train_step(strategy, model, optimizer, config, global_batch)
-    progress = _Progress(start_step, time.monotonic(), start_step, reported=start_step)
+    progress = _Progress(start_step, start_step, reported=start_step)
     preemption = _preemption_handler(strategy, store, config.steps, settings.preemption_exit_code, progress)
     if early_sigterm.pass_on():  # a stop that came before the handler listened: it saves at the next step
         log.info("%s: SIGTERM came before training started; leaving at the next step", cluster.name)

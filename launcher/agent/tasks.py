@@ -8,11 +8,8 @@ are drained for a bounded time, and one `exit` event closes the task's frames: t
 signal, and the contents of its result and error files, which it wrote in the agent's scratch
 directory (so the launcher gets them whether or not it shares a file system with this host).
 
-A standby (warm spare) is a spare interpreter started for a task of the next attempt while the
-current one runs (launcher/agent/spare.py). The next start of that task hands it the order when
-the spare is ready and can run the command; the spare must acknowledge the order before the
-agent counts the task as started in it. Otherwise it is killed and the task starts cold. Either
-way a `warm` event says which, and why.
+A task of the next attempt may start in a warm spare made while the current one runs
+(launcher/agent/standby.py); a `warm` event says whether it did, and why not.
 
 Standard library only. Never catches a signal meant for a task; never leaves a task's group alive.
 """

@@ -10,9 +10,9 @@
 
 A LaunchError becomes its message and exit code (2 for anything the user can fix); never a
 traceback. Signals become an exception on the main thread; shutdown runs in `finally`.
-This module (and the whole launcher) never imports TensorFlow. Each command loads what it needs
-when it runs, so `launch status`, `launch --help` and a usage error answer without paying for the
-spec (pydantic), the plan or the transports.
+This module (and the whole launcher) never imports TensorFlow. The commands' modules are light: what
+each needs beyond them (pydantic, the plan, the transports, rich) it loads when it runs, so `launch
+status`, `launch --help` and a usage error answer without paying for it.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ from launcher.common.secret_names import (
     is_secret,
     names_secret_argument,
 )
-from launcher.common.token_forms import TOKEN_FORMS, credential_like
+from launcher.common.token_forms import ANY_FORM, TOKEN_FORMS, credential_like
 
 __all__ = [
     "PemLines",
@@ -78,8 +78,9 @@ def _secret_parts(value: str) -> list[str]:
 def _patterns(text: str) -> str:
     if "-----BEGIN" in text:
         text = _PEM_BLOCK.sub(MASK, text)
-    for form in TOKEN_FORMS:
-        text = form.mask(text)
+    if ANY_FORM.search(text):
+        for form in TOKEN_FORMS:
+            text = form.mask(text)
     return _URL_PASSWORD.sub(rf"\g<1>{MASK}@", text) if "://" in text else text
 
 
@@ -213,9 +214,8 @@ class Redactor:
         if self._literals is not None and (plain := printable(masked)) != masked:
             # a secret split by a colour, cursor or title code, or a NUL, shows whole once they are gone: then
             # the line is given as a screen shows it, the secret masked
-            unsplit = self._masked(plain)
-            if unsplit != plain:
-                return unsplit
+            if self._literals.search(plain):
+                return self._masked(plain)
         return masked
 
     def _masked(self, text: str) -> str:

@@ -13,7 +13,6 @@ import stat
 import time
 from typing import TYPE_CHECKING, Any
 
-from launcher.agent.probe import foreign_owner
 from launcher.agent.safe_paths import unsafe_ancestry
 from launcher.common.errors import UsageError
 from launcher.common.printable import printable
@@ -294,6 +293,7 @@ def refuse_if_unsafe(checkpoints: str, to_move: bool = False) -> None:
     anybody, or below a directory they could swap): a run would restore it. The preflight asks each host
     the same; here it is asked before a launch says it resumes, or `--fresh` moves anything aside
     (`to_move`: only the directories above count, the directory itself being set aside)."""
+    from launcher.agent.probe import foreign_owner  # the probe (~8 ms): not for launch status, logs, stop
 
     if is_url(checkpoints):
         return

@@ -13,14 +13,10 @@ import errno
 import fcntl
 import os
 from fnmatch import fnmatch
-from typing import TYPE_CHECKING
 
 from launcher.common.errors import RunDirError, UsageError
 from launcher.common.printable import printable
 from worker.contract import RunLayout
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = ["RUNNING", "RunLock", "foreign_files", "holder_of", "is_run_dir", "lock_run", "run_around"]
 
@@ -142,7 +138,7 @@ class RunLock:
 
 
 def lock_run(run_dir: str) -> RunLock:
-    """Take the run's lock (the run directory exists and passed `check_run_dir`)."""
+    """Take the run's lock (the run directory exists and passed `refuse_run_dir(run_dir, OWNED)`)."""
     path = RunLayout(run_dir).lock_file
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)

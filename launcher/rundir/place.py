@@ -3,7 +3,8 @@
 The run directory is `<run_root>/<name>` with run_root's symbolic links resolved, once nobody else
 could have swapped one of them (after resolving, a link of theirs would no longer show); the
 checkpoint directory is the spec's `checkpoint_dir` or the run directory's `checkpoints`. Resume,
---fresh, the lock, the plan and the transports take these; none derives them again.
+--fresh, the lock, the planner and the transports take these; the plan itself, a pure function, gives
+each task the same checkpoint directory by the same rule (spec/paths.py).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from launcher.rundir.refusals import RUN_ROOT_MOUNTED, SAFE_ANCESTRY, refuse_run_root
+from launcher.rundir.refusals import RUN_ROOT_MOUNTED, SAFE_ANCESTRY, refuse_run_dir, refuse_run_root
 from launcher.spec.paths import checkpoint_dir_of
 from worker.contract import RunLayout
 
@@ -38,7 +39,8 @@ class RunPlace:
 def place_of(spec: ClusterSpec, cwd: str | None = None) -> RunPlace:
     """Decide where the run lives; UsageError when its run_root could be swapped by another user or leads
     through a symbolic link to nothing."""
-    refuse_run_root(spec, (SAFE_ANCESTRY, RUN_ROOT_MOUNTED))
+    refuse_run_dir(os.path.join(os.path.abspath(spec.run_root), spec.name), (SAFE_ANCESTRY,))
+    refuse_run_root(spec, (RUN_ROOT_MOUNTED,))
     run_dir = str(Path(spec.run_root).resolve() / spec.name)
     cwd = os.getcwd() if cwd is None else cwd
     return RunPlace(run_dir, checkpoint_dir_of(spec.checkpoint_dir, RunLayout(run_dir), cwd), cwd)

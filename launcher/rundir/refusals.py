@@ -189,11 +189,10 @@ RUN_ROOT_MOUNTED = Refusal(
 
 
 def refuse_run_root(spec: ClusterSpec, rows: tuple[Refusal, ...]) -> None:
-    """Raise the first refusal of `rows` that finds a problem with the spec's run_root (and, for the
-    safe-ancestry row, with the run directory under it)."""
+    """Raise the first refusal of `rows` that finds a problem with the spec's run_root."""
     root = os.path.abspath(os.path.expanduser(spec.run_root))
     for row in rows:
-        path = os.path.join(root, spec.name) if row is SAFE_ANCESTRY else root
+        path = root
         found = row.finds(path)
         if found is not None:
             given = escaped(spec.run_root)

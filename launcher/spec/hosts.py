@@ -4,7 +4,6 @@ secrets and GPU placement they check are the pure modules beside this one."""
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from typing import Annotated, Any, Literal
 
@@ -220,8 +219,9 @@ class HostSpec(StrictModel):
                         f"workers; drop workers or fix it",
                     )
                 )
-        problems += placement.task_gpu_problems(self.placement())
-        split = placement.split_problem(self.placement())
+        gpus = self.placement()
+        problems += placement.task_gpu_problems(gpus)
+        split = placement.split_problem(gpus)
         if split is not None:
             problems.append(("gpus", split))
         problems += check_env(self.env, "env")
@@ -242,13 +242,6 @@ class HostSpec(StrictModel):
         return self.worker_count + (1 if self.chief else 0) + (1 if self.evaluator else 0)
 
     @property
-    def trainer_count(self) -> int:
-        """Tasks of this host that train (the chief and the workers; not the evaluator)."""
-        if self.tasks is not None:
-            return sum(1 for t in self.tasks if t.type != "evaluator")
-        return self.worker_count + (1 if self.chief else 0)
-
-    @property
     def gpu_ids(self) -> list[int] | None:
         """Every GPU this host's tasks use: `gpus`, else the union of the tasks' own lists; None: not set."""
         return placement.gpu_ids(self.placement())
@@ -265,8 +258,10 @@ class HostSpec(StrictModel):
         else:  # every task counted, whatever `ports` holds (a wrong length is a problem of its own)
             kinds = ["chief"] * self.chief + ["worker"] * self.worker_count + ["evaluator"] * self.evaluator
             seats = [placement.Seat(kind, -1) for kind in kinds]
-        host = placement.HostGpus(self.gpus, seats, self.tasks is not None, self.chief, self.worker_per_gpu)
-        return dataclasses.replace(host, machine=machine_key(self.address), address=self.address)
+        listed = self.tasks is not None
+        return placement.HostGpus(
+            self.gpus, seats, listed, self.chief, self.worker_per_gpu, machine_key(self.address), self.address
+        )
 
     @property
     def is_local(self) -> bool:

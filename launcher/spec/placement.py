@@ -2,7 +2,8 @@
 each task's own list, and what is wrong with a placement (uneven, shared, idle, mixed counts).
 
 Pure: plain data in (GPU ids, each task's type and own list), shares and problems out. The spec's
-validators, the Slurm allocation and the Kubernetes layout all call it; it imports no model."""
+validators and the Slurm allocation call it, and the plan hands its shares to the transports and the
+Kubernetes layout; it imports no model."""
 
 from __future__ import annotations
 

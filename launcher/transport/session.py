@@ -1,7 +1,7 @@
 """The launcher's end of one host agent: one channel, one reader, every task of the host.
 
 Whatever carries it (a local pipe, an SSH session, a node's share of a Slurm step), a session
-speaks the agent protocol (launcher/agent/main.py, launcher/agent/frames.py): commands out,
+speaks the agent protocol (launcher/agent/protocol.py, launcher/agent/frames.py): commands out,
 frames in. One reader thread per host reads every frame and routes it: output to its task (the
 attempt's log file gets the bytes; the console gets lines, an over-long one cut and saying so),
 events to the supervisor's sink, the agent's answers to whoever asked. When the channel ends or
@@ -235,6 +235,12 @@ class AgentSession:
         self._write_lock = threading.Lock()
         self._lock = threading.Lock()
         self._tasks: dict[int, AgentTask] = {}
+        # each frame kind to its handler (launcher/agent/frames.py): the agent's own messages, a task's output or events
+        self._routes: dict[str, Callable[[int, Any], None]] = {
+            frames.AGENT: self._from_agent,
+            frames.OUTPUT: self._task_output,
+            frames.EVENT: self._task_event,
+        }
         self._standbys: dict[int, dict[str, Any] | None] = {}  # standby id -> its spare report, once sent
         self._answers: dict[int, queue.Queue[dict[str, Any] | None]] = {}
         self._ready = threading.Event()
@@ -371,14 +377,7 @@ class AgentSession:
         self._end()
 
     def _route(self, kind: str, ident: int, payload: Any) -> None:
-        """Each frame kind to its handler (launcher/agent/frames.py): the agent's own messages, and a
-        task's output or events."""
-        routes: dict[str, Callable[[int, Any], None]] = {
-            frames.AGENT: self._from_agent,
-            frames.OUTPUT: self._task_output,
-            frames.EVENT: self._task_event,
-        }
-        routes[kind](ident, payload)
+        self._routes[kind](ident, payload)
 
     def _from_agent(self, ident: int, payload: dict[str, Any]) -> None:
         if payload.get("event") == "ready" and ident == 0:
