@@ -40,6 +40,7 @@ from launcher.supervise.supervisor import Supervisor
 from launcher.transport.base import Transport
 from launcher.transport.fleet import AgentTransport
 from launcher.transport.hosts import agent_hosts, host_transport
+from launcher.transport.local_network import LocalNetwork, open_local_network
 from launcher.transport.slurm import SlurmMedium
 from worker.contract import RunLayout, is_url
 from worker.training_spec import BuiltinTraining, FunctionTraining
@@ -166,12 +167,21 @@ def _restore_signals(previous: SignalHandlers) -> None:
         signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
 
 
-def make_transport(spec: ClusterSpec, allocation: Allocation | None, run_dir: str) -> Transport:
+def local_network(spec: ClusterSpec, plan: LaunchPlan, allocation: Allocation | None) -> LocalNetwork | None:
+    """How a gang all on this machine is kept off the network (launcher/transport/local_network.py);
+    None for one with a task elsewhere. The caller closes it once the tasks are gone."""
+    return None if allocation is not None else open_local_network(spec.local_network, plan.tasks, plan.run_dir)
+
+
+def make_transport(
+    spec: ClusterSpec, allocation: Allocation | None, run_dir: str, network: LocalNetwork | None = None
+) -> Transport:
     """An agent on every host: through a pipe (local hosts) or SSH; or, inside a Slurm allocation,
-    one job step with an agent per node (its output kept in the run directory)."""
+    one job step with an agent per node (its output kept in the run directory). Local tasks start in
+    `network`'s private network, where it has one."""
     pythons = [host_python(spec, host, sys.executable) for host in spec.hosts]
     if allocation is None:
-        return host_transport(spec, pythons)
+        return host_transport(spec, pythons, None if network is None else network.order)
 
     options = spec.slurm.srun_options if spec.slurm is not None else []
     medium = SlurmMedium(allocation.nodes, pythons, options, run_dir)
@@ -199,9 +209,16 @@ def launch(
     planner = make_planner(spec, place, faults, ports)
     first_plan = planner(0)  # validates local ports before anything starts (raises PortInUseError)
     with contextlib.ExitStack() as unstarted:  # closed only when the launch ends before its tasks start
-        transport = make_transport(spec, allocation, place.run_dir)
+        network = local_network(spec, first_plan, allocation)
+        if network is not None:
+            unstarted.callback(network.close)
+            if network.warning is not None:
+                console.notice(network.warning)
+        transport = make_transport(spec, allocation, place.run_dir, network)
         unstarted.callback(transport.close)
         report = preflight(spec, first_plan, transport)
+        if network is not None:
+            report.lines.append(network.says)  # kept in preflight.json, with the ports
         if not report.ok:
             raise PreflightError(report.problems)
         if once_checked is not None:
@@ -228,6 +245,8 @@ def launch(
         held.callback(lock.release)
         if mark is not None:
             held.callback(mark.release)
+        if network is not None:  # the supervisor closed the transport: every task is gone
+            held.callback(network.close)
         return _supervise(spec, console, supervisor, first_plan)
 
 

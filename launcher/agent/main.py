@@ -43,6 +43,7 @@ from launcher.agent.protocol import (
     ClusterCommand,
     CommonCommand,
     DropCommand,
+    NetworkCommand,
     ProbeCommand,
     Ready,
     SignalCommand,
@@ -153,6 +154,9 @@ class Agent:
 
     def _start_named(self, command: StartCommand) -> None:
         self._start({**self.commons.get(str(command.get("common")), {}), **command})
+
+    def _network(self, command: NetworkCommand) -> None:
+        spawn.enter_network(list(command["enter"]), bool(command["wd"]))
 
     def _drop(self, command: DropCommand) -> None:
         self.tasks.drop([int(i) for i in command.get("ids", [])])
@@ -267,6 +271,7 @@ ORDERS: dict[str, Callable[[Agent, Any], None]] = {
     "standby": Agent._standby,
     "drop": Agent._drop,
     "signal": Agent._signal,
+    "network": Agent._network,
     "bye": Agent._bye,
 }
 

@@ -122,8 +122,27 @@ class SignalCommand(TypedDict):
     sig: int
 
 
+class NetworkCommand(TypedDict):
+    """A local agent's tasks and spares start in the gang's private network: `enter` is the
+    `nsenter` command (without `--`) that moves a process there; `wd`: it enters a mount namespace
+    too, so it is given the working directory again (launcher/transport/local_network.py)."""
+
+    op: Literal["network"]
+    enter: list[str]
+    wd: bool
+
+
 Command = Union[
-    Ping, Bye, ProbeCommand, ClusterCommand, CommonCommand, StartCommand, StandbyCommand, DropCommand, SignalCommand
+    Ping,
+    Bye,
+    ProbeCommand,
+    ClusterCommand,
+    CommonCommand,
+    StartCommand,
+    StandbyCommand,
+    DropCommand,
+    SignalCommand,
+    NetworkCommand,
 ]
 
 # --- launcher -> agent: probe requests --------------------------------------------------------------

@@ -10,7 +10,7 @@ this one, which know nothing of pydantic."""
 from __future__ import annotations
 
 import os
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
@@ -283,6 +283,15 @@ class ClusterSpec(StrictModel):
         description="umask of every task (octal): 077, the default, makes what tasks write (checkpoints, exports, "
         "TensorBoard) readable by their user only; 027 lets the group read it. Others may never write: a "
         "checkpoint they could change would be restored.",
+    )
+
+    local_network: Literal["private", "host"] = Field(
+        "private",
+        description="Where a gang whose tasks all run on this machine listens. private (the default): in a "
+        "network of its own, which no other machine can reach (TensorFlow's task servers listen on every interface "
+        "and run what they are sent, unauthenticated); it goes out through slirp4netns, and reaches a service on "
+        "this machine's loopback at 10.0.2.2. Where that cannot be made, as root, a firewall rule closes the ports; "
+        "else the console says they are open. host: this machine's network, as tasks on remote hosts always are.",
     )
 
     @field_validator("umask")

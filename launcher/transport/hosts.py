@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+
+from launcher.agent.protocol import NetworkCommand
 from launcher.common.errors import HostError
 from launcher.spec.hosts import HostSpec
 from launcher.spec.models import ClusterSpec
@@ -13,9 +16,12 @@ from launcher.transport.session import Channel
 class HostsMedium:
     """Local hosts through pipes, remote ones over SSH (paramiko only when a host needs it)."""
 
-    def __init__(self, hosts: list[HostSpec], pythons: list[str]) -> None:
+    def __init__(self, hosts: list[HostSpec], pythons: list[str], network: NetworkCommand | None = None) -> None:
         self._hosts = hosts
         self._pythons = pythons
+        # the gang's private network (launcher/transport/local_network.py), told to each local agent
+        # before anything else, so that none of its tasks or spares starts outside it
+        self._network = None if network is None else (json.dumps(network) + "\n").encode()
         self._ssh = None
         if any(not host.is_local for host in hosts):
             from launcher.transport.ssh import SshMedium  # ~10 ms: paid only by a spec with a remote host
@@ -28,9 +34,13 @@ class HostsMedium:
         for index in indices:
             if index not in remote:
                 try:
-                    opened[index] = open_local(self._hosts[index].address, self._pythons[index], first_line)
+                    opened[index] = channel = open_local(self._hosts[index].address, self._pythons[index], first_line)
+                    if self._network is not None:
+                        channel.write(self._network)
                 except HostError as error:
                     opened[index] = error
+                except OSError:  # the agent died at once: its session reads why
+                    pass
         if remote:
             assert self._ssh is not None
             opened.update(self._ssh.open(remote, first_line))
@@ -55,9 +65,9 @@ def agent_hosts(spec: ClusterSpec, pythons: list[str]) -> list[AgentHost]:
     return hosts
 
 
-def host_transport(spec: ClusterSpec, pythons: list[str]) -> AgentTransport:
-    """Local and SSH hosts, an agent on each."""
-    return AgentTransport(agent_hosts(spec, pythons), HostsMedium(list(spec.hosts), pythons))
+def host_transport(spec: ClusterSpec, pythons: list[str], network: NetworkCommand | None = None) -> AgentTransport:
+    """Local and SSH hosts, an agent on each; the local ones' tasks in the private `network`, if given."""
+    return AgentTransport(agent_hosts(spec, pythons), HostsMedium(list(spec.hosts), pythons, network))
 
 
 __all__ = ["AgentTransport", "HostsMedium", "agent_hosts", "host_transport"]

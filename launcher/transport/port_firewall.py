@@ -1,0 +1,92 @@
+"""A firewall rule that keeps other machines off a local gang's ports, where no private network can
+be made and the launcher runs as root.
+
+One nftables table per launch, `inet tflaunch_<pid>_<start>` (the launcher's pid and start time),
+whose input chain refuses (a TCP reset) a connection to one of the gang's ports that does not come
+through the loopback device; traffic between the tasks is loopback traffic, so it passes. A table of
+its own rejects whatever other tables accept: nftables drops a packet that any base chain drops.
+It is removed when the launch ends; a table left by a launcher killed outright is removed by the next
+launch that makes one (its launcher is gone).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+
+from launcher.agent.keeper import proc_stat
+
+_PREFIX = "tflaunch_"
+_OURS = re.compile(rf"\btable inet ({_PREFIX}(\d+)_(\d+))\b")
+_TIMEOUT_S = 10.0
+
+
+class FirewallUnavailable(Exception):
+    """Why no rule could be added (no nft, not root, the kernel refused)."""
+
+
+def start_ticks(pid: int) -> int | None:
+    """A process's start time (clock ticks after boot): with its pid, a name no later process takes."""
+    fields = proc_stat(pid)
+    return int(fields[19]) if fields is not None and len(fields) > 19 else None
+
+
+def _nft() -> str:
+    found = shutil.which("nft")
+    if found is None:
+        raise FirewallUnavailable("no nft (nftables) for a firewall rule")
+    return found
+
+
+def _run(nft: str, args: list[str], script: str | None = None) -> str:
+    try:
+        done = subprocess.run(
+            [nft, *args], input=script, capture_output=True, text=True, timeout=_TIMEOUT_S, check=False
+        )
+    except (OSError, subprocess.SubprocessError) as error:
+        raise FirewallUnavailable(f"nft did not run ({error})") from None
+    if done.returncode != 0:
+        said = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
+        raise FirewallUnavailable(f"nft refused the rule ({said[:200]})")
+    return done.stdout
+
+
+def _remove_stale(nft: str) -> None:
+    """Tables of launchers that are gone (killed before they could remove theirs)."""
+    for name, pid, ticks in _OURS.findall(_run(nft, ["list", "tables"])):
+        if start_ticks(int(pid)) != int(ticks):
+            try:
+                _run(nft, ["delete", "table", "inet", name])
+            except FirewallUnavailable:  # another launcher removed it first
+                pass
+
+
+class PortFirewall:
+    """The rule for `ports`, added at construction (FirewallUnavailable: it could not be) and
+    removed by `close`."""
+
+    def __init__(self, ports: list[int]) -> None:
+        if os.geteuid() != 0:
+            raise FirewallUnavailable("not root, which a firewall rule needs")
+        self._nft = _nft()
+        _remove_stale(self._nft)
+        self.table = f"{_PREFIX}{os.getpid()}_{start_ticks(os.getpid()) or 0}"
+        listed = ", ".join(str(port) for port in sorted(set(ports)))
+        _run(
+            self._nft,
+            ["-f", "-"],
+            f"table inet {self.table} {{\n"
+            "  chain input {\n"
+            "    type filter hook input priority -1; policy accept;\n"
+            f'    iifname != "lo" tcp dport {{ {listed} }} reject with tcp reset\n'
+            "  }\n"
+            "}\n",
+        )
+
+    def close(self) -> None:
+        try:
+            _run(self._nft, ["delete", "table", "inet", self.table])
+        except FirewallUnavailable:  # already gone; a later launch removes one that is not
+            pass
