@@ -10,6 +10,9 @@ missing=()
 { command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ]; } || missing+=(iproute2)
 { command -v iptables >/dev/null 2>&1 || [ -x /usr/sbin/iptables ]; } || missing+=(iptables)
 command -v nsenter >/dev/null 2>&1 || missing+=(util-linux)
+# A local gang's private network (slirp4netns) and, without it, its firewall rule (nft).
+command -v slirp4netns >/dev/null 2>&1 || missing+=(slirp4netns)
+{ command -v nft >/dev/null 2>&1 || [ -x /usr/sbin/nft ]; } || missing+=(nftables)
 # A real Slurm (controller and node daemons started by the tests) and munge for its authentication.
 { [ -x /usr/sbin/slurmctld ] && [ -x /usr/sbin/slurmd ] && command -v sbatch >/dev/null 2>&1; } || missing+=(slurm-wlm)
 [ -x /usr/sbin/munged ] || missing+=(munge)

@@ -43,6 +43,7 @@ SLIRP_DNS = "10.0.2.3"  # slirp4netns' resolver, which asks this machine's own
 _READY_TIMEOUT_S = 10.0
 _CLOSE_WAIT_S = 5.0
 _RESOLV_CONF = "/etc/resolv.conf"
+_APPARMOR_USERNS = "/proc/sys/kernel/apparmor_restrict_unprivileged_userns"
 
 
 class NetworkUnavailable(Exception):
@@ -106,11 +107,13 @@ def _listed(ports: tuple[int, ...]) -> str:
 
 
 def _warning(ports: tuple[int, ...], reasons: list[str]) -> str:
+    fixes = ["install slirp4netns (apt install slirp4netns) for a private network"]
+    fixes.append("install nftables for a firewall rule" if os.geteuid() == 0 else "launch as root for a firewall rule")
+    fixes.append("refuse connections to them from other machines in your firewall")
+    them = f"port {ports[0]} is" if len(ports) == 1 else f"ports {_listed(ports)} are"
     return (
-        f"warning: the tasks' TensorFlow ports {_listed(ports)} are open to other machines, and TensorFlow runs "
-        f"what anyone sends them ({'; '.join(reasons)}). To close them: install slirp4netns (apt install "
-        "slirp4netns) for a private network, or launch as root for a firewall rule, or refuse the ports in your "
-        f"firewall (nft add rule inet filter input iifname != lo tcp dport {{ {_listed(ports)} }} drop)"
+        f"warning: the tasks' TensorFlow {them} open to other machines, and TensorFlow runs what anyone sends "
+        f"there ({'; '.join(reasons)}). To close them: {', or '.join(fixes)}"
     )
 
 
@@ -158,6 +161,17 @@ def _private(env: dict[str, str]) -> LocalNetwork:
     )
 
 
+def _restricted() -> str:
+    """Why the kernel refuses a user other than root its namespaces, where a setting says (Ubuntu 24.04's AppArmor)."""
+    try:
+        restricted = Path(_APPARMOR_USERNS).read_text().strip() == "1"
+    except OSError:
+        restricted = False
+    if os.geteuid() == 0 or not restricted:
+        return ""
+    return " (AppArmor restricts user namespaces to programs it allows: kernel.apparmor_restrict_unprivileged_userns=1)"
+
+
 def _read_line(proc: subprocess.Popen[bytes], what: str) -> bytes:
     assert proc.stdout is not None
     ready, _, _ = select.select([proc.stdout], [], [], _READY_TIMEOUT_S)
@@ -198,7 +212,7 @@ def _start_holder(env: dict[str, str], closers: list[Callable[[], None]]) -> tup
     except ValueError:
         answer = {"error": said.decode(errors="replace").strip() or f"it exited with code {holder.wait()}"}
     if "error" in answer:
-        raise NetworkUnavailable(f"{answer['error']}, so no private network")
+        raise NetworkUnavailable(f"{answer['error']}{_restricted()}, so no private network")
     return int(answer["pid"]), [str(kind) for kind in answer["namespaces"]]
 
 

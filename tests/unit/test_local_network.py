@@ -1,0 +1,146 @@
+"""Which isolation a local gang gets, and how its tasks are started there (the decisions; the real
+namespaces, slirp4netns and firewall are in tests/integration/test_local_network.py)."""
+
+from __future__ import annotations
+
+import errno
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from launcher.agent import spawn
+from launcher.transport import local_network, netns_holder
+from launcher.transport.local_network import NetworkUnavailable, open_local_network
+from launcher.transport.port_firewall import FirewallUnavailable
+
+
+@dataclass
+class Task:
+    host: str
+    port: int
+    is_local: bool = True
+
+
+class Unavailable:
+    def __init__(self, ports: list[int]) -> None:
+        raise FirewallUnavailable("no nft (nftables) for a firewall rule")
+
+
+def _no_private(env: dict[str, str]) -> Any:
+    raise NetworkUnavailable("no slirp4netns on PATH for a private network")
+
+
+@pytest.fixture
+def nothing_works(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(local_network, "_private", _no_private)
+    monkeypatch.setattr(local_network, "PortFirewall", Unavailable)
+
+
+def test_a_gang_with_a_remote_task_is_left_on_the_machines_network() -> None:
+    tasks: list[Any] = [Task("localhost", 1000), Task("node2", 1001, is_local=False)]
+    assert open_local_network("private", tasks, "/r") is None
+
+
+def test_host_keeps_the_machines_network_without_a_warning() -> None:
+    network = open_local_network("host", [Task("localhost", 1000)], "/r")  # type: ignore[list-item]
+    assert network is not None and network.order is None and network.warning is None
+    assert network.exposed == (1000,) and "local_network is host" in network.says
+
+
+def test_where_nothing_closes_the_ports_the_warning_names_them_and_why(nothing_works: None) -> None:
+    network = open_local_network("private", [Task("localhost", 2001), Task("127.0.0.1", 2000)], "/r")  # type: ignore[list-item]
+    assert network is not None and network.order is None and network.exposed == (2000, 2001)
+    assert network.warning is not None
+    assert "ports 2000, 2001 are open to other machines" in network.warning
+    assert "no slirp4netns on PATH" in network.warning and "no nft" in network.warning
+    assert "OPEN" in network.says
+
+
+def test_an_address_no_private_network_has_goes_to_the_firewall(monkeypatch: pytest.MonkeyPatch) -> None:
+    tried: list[str] = []
+    monkeypatch.setattr(local_network, "_private", lambda env: tried.append("private"))
+    monkeypatch.setattr(local_network, "PortFirewall", Unavailable)
+    network = open_local_network("private", [Task("10.1.2.3", 2000)], "/r")  # type: ignore[list-item]
+    assert not tried and network is not None and network.warning is not None
+    assert "not a loopback one" in network.warning
+
+
+def test_the_firewall_is_closed_with_the_network(monkeypatch: pytest.MonkeyPatch) -> None:
+    closed: list[int] = []
+
+    class Rule:
+        table = "tflaunch_1_2"
+
+        def __init__(self, ports: list[int]) -> None:
+            self.ports = ports
+
+        def close(self) -> None:
+            closed.extend(self.ports)
+
+    monkeypatch.setattr(local_network, "_private", _no_private)
+    monkeypatch.setattr(local_network, "PortFirewall", Rule)
+    network = open_local_network("private", [Task("localhost", 2000)], "/r")  # type: ignore[list-item]
+    assert network is not None and network.warning is None and "tflaunch_1_2" in network.says
+    network.close()
+    network.close()
+    assert closed == [2000]
+
+
+@pytest.mark.parametrize(
+    ("text", "loopback"),
+    [
+        ("nameserver 127.0.0.53\noptions edns0\n", True),
+        ("# comment\nnameserver ::1\n", True),
+        ("nameserver 10.255.255.53\nsearch example.org\n", False),
+        ("nameserver fe80::1%eth0\n", False),
+        ("nameserver\n", False),
+    ],
+)
+def test_a_resolver_on_the_machines_loopback_is_seen(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str, loopback: bool
+) -> None:
+    resolv = tmp_path / "resolv.conf"
+    resolv.write_text(text)
+    monkeypatch.setattr(local_network, "_RESOLV_CONF", str(resolv))
+    assert local_network._loopback_resolver() is loopback
+
+
+def test_the_private_resolv_conf_keeps_search_and_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    resolv = tmp_path / "resolv.conf"
+    resolv.write_text("nameserver 127.0.0.53\nsearch lab.example\noptions edns0 trust-ad\nnameserver ::1\n")
+    monkeypatch.setattr(netns_holder, "RESOLV_CONF", str(resolv))
+    assert netns_holder._resolv_text("10.0.2.3") == "nameserver 10.0.2.3\nsearch lab.example\noptions edns0 trust-ad\n"
+
+
+def test_tasks_start_under_nsenter_once_the_agent_is_told(tmp_path: Path) -> None:
+    try:
+        assert spawn._in_network(["python", "-m", "worker"], str(tmp_path)) == ["python", "-m", "worker"]
+        spawn.enter_network(["/usr/bin/nsenter", "--target=7", "--net", "--mount"], True)
+        assert spawn._in_network(["python", "-m", "worker"], str(tmp_path)) == [
+            "/usr/bin/nsenter",
+            "--target=7",
+            "--net",
+            "--mount",
+            f"--wd={tmp_path}",
+            "--",
+            "python",
+            "-m",
+            "worker",
+        ]
+        spawn.enter_network(["/usr/bin/nsenter", "--target=7", "--net"], False)
+        assert spawn._in_network(["x"], None) == ["/usr/bin/nsenter", "--target=7", "--net", "--", "x"]
+    finally:
+        spawn.enter_network([], False)
+
+
+def test_a_program_that_cannot_run_is_refused_as_popen_would(tmp_path: Path) -> None:
+    env = {"PATH": str(tmp_path)}
+    assert spawn._exec_error("absent", env, str(tmp_path)).errno == errno.ENOENT
+    (tmp_path / "plain").write_text("echo hi\n")
+    assert spawn._exec_error("plain", env, str(tmp_path)).errno == errno.EACCES
+    os.chmod(tmp_path / "plain", 0o755)
+    assert spawn._exec_error("plain", env, str(tmp_path)).errno == errno.ENOEXEC
+    assert spawn._exec_error("./absent", env, str(tmp_path)).errno == errno.ENOENT
