@@ -40,7 +40,7 @@ from launcher.supervise.supervisor import Supervisor
 from launcher.transport.base import Transport
 from launcher.transport.fleet import AgentTransport
 from launcher.transport.hosts import agent_hosts, host_transport
-from launcher.transport.local_network import LocalNetwork, open_local_network
+from launcher.transport.local_network import NetworkStarting
 from launcher.transport.slurm import SlurmMedium
 from worker.contract import RunLayout, is_url
 from worker.training_spec import BuiltinTraining, FunctionTraining
@@ -167,14 +167,14 @@ def _restore_signals(previous: SignalHandlers) -> None:
         signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
 
 
-def local_network(spec: ClusterSpec, plan: LaunchPlan, allocation: Allocation | None) -> LocalNetwork | None:
-    """How a gang all on this machine is kept off the network (launcher/transport/local_network.py);
-    None for one with a task elsewhere. The caller closes it once the tasks are gone."""
-    return None if allocation is not None else open_local_network(spec.local_network, plan.tasks, plan.run_dir)
+def local_network(spec: ClusterSpec, plan: LaunchPlan, allocation: Allocation | None) -> NetworkStarting | None:
+    """How a gang all on this machine is kept off the network (launcher/transport/local_network.py),
+    made while the agents start; None under Slurm. The caller closes it once the tasks are gone."""
+    return None if allocation is not None else NetworkStarting(spec.local_network, plan.tasks, plan.run_dir)
 
 
 def make_transport(
-    spec: ClusterSpec, allocation: Allocation | None, run_dir: str, network: LocalNetwork | None = None
+    spec: ClusterSpec, allocation: Allocation | None, run_dir: str, network: NetworkStarting | None = None
 ) -> Transport:
     """An agent on every host: through a pipe (local hosts) or SSH; or, inside a Slurm allocation,
     one job step with an agent per node (its output kept in the run directory). Local tasks start in
@@ -212,13 +212,13 @@ def launch(
         network = local_network(spec, first_plan, allocation)
         if network is not None:
             unstarted.callback(network.close)
-            if network.warning is not None:
-                console.notice(network.warning)
         transport = make_transport(spec, allocation, place.run_dir, network)
         unstarted.callback(transport.close)
         report = preflight(spec, first_plan, transport)
-        if network is not None:
-            report.lines.append(network.says)  # kept in preflight.json, with the ports
+        if network is not None and (made := network.result()) is not None:
+            report.lines.append(made.says)  # kept in preflight.json, with the ports
+            if made.warning is not None:
+                console.notice(made.warning)
         if not report.ok:
             raise PreflightError(report.problems)
         if once_checked is not None:

@@ -149,8 +149,8 @@ def check(spec: ClusterSpec, place: RunPlace, allocation: Allocation | None) -> 
     finally:
         if network is not None:
             network.close()
-    if network is not None:
-        report.lines.append(network.says)
+    if network is not None and (made := network.result()) is not None:
+        report.lines.append(made.says)
     for line in report.lines:
         print(f"  {line}")
     if not report.ok:

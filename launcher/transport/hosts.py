@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 from launcher.agent.protocol import NetworkCommand
 from launcher.common.errors import HostError
@@ -16,12 +17,15 @@ from launcher.transport.session import Channel
 class HostsMedium:
     """Local hosts through pipes, remote ones over SSH (paramiko only when a host needs it)."""
 
-    def __init__(self, hosts: list[HostSpec], pythons: list[str], network: NetworkCommand | None = None) -> None:
+    def __init__(
+        self, hosts: list[HostSpec], pythons: list[str], network: Callable[[], NetworkCommand | None] | None = None
+    ) -> None:
         self._hosts = hosts
         self._pythons = pythons
         # the gang's private network (launcher/transport/local_network.py), told to each local agent
-        # before anything else, so that none of its tasks or spares starts outside it
-        self._network = None if network is None else (json.dumps(network) + "\n").encode()
+        # before anything else, so that none of its tasks or spares starts outside it; asked for once
+        # the agents are on their way (it is being made meanwhile)
+        self._network = network
         self._ssh = None
         if any(not host.is_local for host in hosts):
             from launcher.transport.ssh import SshMedium  # ~10 ms: paid only by a spec with a remote host
@@ -34,11 +38,14 @@ class HostsMedium:
         for index in indices:
             if index not in remote:
                 try:
-                    opened[index] = channel = open_local(self._hosts[index].address, self._pythons[index], first_line)
-                    if self._network is not None:
-                        channel.write(self._network)
+                    opened[index] = open_local(self._hosts[index].address, self._pythons[index], first_line)
                 except HostError as error:
                     opened[index] = error
+        order = None if self._network is None or len(remote) == len(indices) else self._network()
+        for channel in opened.values():
+            if order is not None and not isinstance(channel, HostError):
+                try:
+                    channel.write((json.dumps(order) + "\n").encode())
                 except OSError:  # the agent died at once: its session reads why
                     pass
         if remote:
@@ -65,7 +72,9 @@ def agent_hosts(spec: ClusterSpec, pythons: list[str]) -> list[AgentHost]:
     return hosts
 
 
-def host_transport(spec: ClusterSpec, pythons: list[str], network: NetworkCommand | None = None) -> AgentTransport:
+def host_transport(
+    spec: ClusterSpec, pythons: list[str], network: Callable[[], NetworkCommand | None] | None = None
+) -> AgentTransport:
     """Local and SSH hosts, an agent on each; the local ones' tasks in the private `network`, if given."""
     return AgentTransport(agent_hosts(spec, pythons), HostsMedium(list(spec.hosts), pythons, network))
 

@@ -28,6 +28,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +47,10 @@ _RESOLV_CONF = "/etc/resolv.conf"
 _APPARMOR_USERNS = "/proc/sys/kernel/apparmor_restrict_unprivileged_userns"
 
 
+# Tells one helper to leave (or removes a rule) and returns what waits for it to be gone, if anything.
+Closer = Callable[[], "Callable[[], None] | None"]
+
+
 class NetworkUnavailable(Exception):
     """Why a private network cannot be made here."""
 
@@ -59,11 +64,49 @@ class LocalNetwork:
     order: NetworkCommand | None = None
     exposed: tuple[int, ...] = ()
     warning: str | None = None
-    _closers: list[Callable[[], None]] = field(default_factory=list)
+    _closers: list[Closer] = field(default_factory=list)
 
     def close(self) -> None:
+        """Tell every helper to leave, then wait for them: they leave side by side."""
+        waits = []
         while self._closers:
-            self._closers.pop()()
+            waits.append(self._closers.pop()())
+        for wait in waits:
+            if wait is not None:
+                wait()
+
+
+class NetworkStarting:
+    """`open_local_network` on a thread of its own, so that making the namespaces overlaps the
+    agents' own start; `result()` waits for it (and raises what it raised)."""
+
+    def __init__(self, choice: str, tasks: Sequence[TaskLaunch], run_dir: str) -> None:
+        self._made: list[LocalNetwork | None] = []
+        self._error: list[BaseException] = []
+        self._thread = threading.Thread(target=self._make, args=(choice, tasks, run_dir), daemon=True, name="network")
+        self._thread.start()
+
+    def _make(self, choice: str, tasks: Sequence[TaskLaunch], run_dir: str) -> None:
+        try:
+            self._made.append(open_local_network(choice, tasks, run_dir))
+        except BaseException as error:  # noqa: BLE001 - raised by result(), on the caller's thread
+            self._error.append(error)
+
+    def result(self) -> LocalNetwork | None:
+        self._thread.join()
+        if self._error:
+            raise self._error[0]
+        return self._made[0]
+
+    def order(self) -> NetworkCommand | None:
+        """What each local agent is told before anything else (None: nothing)."""
+        made = self.result()
+        return None if made is None else made.order
+
+    def close(self) -> None:
+        made = self.result() if not self._error else None
+        if made is not None:
+            made.close()
 
 
 def open_local_network(choice: str, tasks: Sequence[TaskLaunch], run_dir: str) -> LocalNetwork | None:
@@ -92,7 +135,7 @@ def open_local_network(choice: str, tasks: Sequence[TaskLaunch], run_dir: str) -
     else:
         return LocalNetwork(
             f"the tasks' ports {_listed(ports)} are closed to other machines by the nftables table {firewall.table}",
-            _closers=[firewall.close],
+            _closers=[firewall.close],  # removed at once: no wait
         )
     return LocalNetwork(
         f"the tasks' ports {_listed(ports)} are OPEN to other machines: {'; '.join(reasons)}",
@@ -142,7 +185,7 @@ def _private(env: dict[str, str]) -> LocalNetwork:
     nsenter = shutil.which("nsenter")
     if slirp is None or nsenter is None:
         raise NetworkUnavailable(f"no {'slirp4netns' if slirp is None else 'nsenter'} on PATH for a private network")
-    closers: list[Callable[[], None]] = []
+    closers: list[Closer] = []
     try:
         pid, namespaces = _start_holder(env, closers)
         _start_slirp(slirp, pid, namespaces, env, closers)
@@ -151,8 +194,7 @@ def _private(env: dict[str, str]) -> LocalNetwork:
             enter.append("--preserve-credentials")
         _check_enter(enter)
     except BaseException:
-        for close in reversed(closers):
-            close()
+        LocalNetwork("", _closers=closers).close()
         raise
     return LocalNetwork(
         "the tasks run in a private network (slirp4netns): no other machine can reach their ports",
@@ -180,12 +222,10 @@ def _read_line(proc: subprocess.Popen[bytes], what: str) -> bytes:
     return proc.stdout.readline()
 
 
-def _stopper(proc: subprocess.Popen[bytes], *files: int) -> Callable[[], None]:
-    def stop() -> None:
-        for fd in files:
-            os.close(fd)
-        if proc.stdin is not None:
-            proc.stdin.close()
+def _stopper(proc: subprocess.Popen[bytes], *files: int) -> Callable[[], Callable[[], None]]:
+    """What tells `proc` to leave (closing its lifeline `files`, or its input); it returns the wait."""
+
+    def wait() -> None:
         try:
             proc.wait(timeout=_CLOSE_WAIT_S)
         except subprocess.TimeoutExpired:
@@ -194,10 +234,17 @@ def _stopper(proc: subprocess.Popen[bytes], *files: int) -> Callable[[], None]:
         if proc.stdout is not None:
             proc.stdout.close()
 
+    def stop() -> Callable[[], None]:
+        for fd in files:
+            os.close(fd)
+        if proc.stdin is not None:
+            proc.stdin.close()
+        return wait
+
     return stop
 
 
-def _start_holder(env: dict[str, str], closers: list[Callable[[], None]]) -> tuple[int, list[str]]:
+def _start_holder(env: dict[str, str], closers: list[Closer]) -> tuple[int, list[str]]:
     argv = [sys.executable, "-I", "-S", HOLDER, *([SLIRP_DNS] if _loopback_resolver() else [])]
     try:  # a process group of its own: a Ctrl-C at the terminal is the launcher's to handle
         holder = subprocess.Popen(
@@ -216,9 +263,7 @@ def _start_holder(env: dict[str, str], closers: list[Callable[[], None]]) -> tup
     return int(answer["pid"]), [str(kind) for kind in answer["namespaces"]]
 
 
-def _start_slirp(
-    slirp: str, pid: int, namespaces: list[str], env: dict[str, str], closers: list[Callable[[], None]]
-) -> None:
+def _start_slirp(slirp: str, pid: int, namespaces: list[str], env: dict[str, str], closers: list[Closer]) -> None:
     """slirp4netns for the namespace's way out: ends when `exit_w` closes (the launcher closed it, or died)."""
     exit_r, exit_w = os.pipe()
     ready_r, ready_w = os.pipe()
