@@ -58,7 +58,18 @@ def _overhead(data: Results) -> list[Row]:
     ratio = _median(data["ratios"])
     latest = f"{_x(ratio)} ({_s(_median(data['launch_s']))} against {_s(_median(data['by_hand_s']))} by hand)"
     target = f"wall time of a {data['steps']}-step 2-worker job <= {overhead.TARGET:g}x by hand"
-    return [Row(target, latest, ratio <= overhead.TARGET)]
+    rows = [Row(target, latest, ratio <= overhead.TARGET)]
+    if data.get("isolation_ratios"):
+        rows.append(
+            Row(
+                "the private network's own cost: the same launch with local_network host, side by side (reported)",
+                f"private / host network {_x(_median(data['isolation_ratios']))} "
+                f"(host network {_s(_median(data['host_network_s']))}, "
+                f"{_x(_median(data['host_network_ratios']))} by hand)",
+                None,
+            )
+        )
+    return rows
 
 
 def _teardown(data: Results) -> list[Row]:

@@ -2,7 +2,9 @@
 
 Target: ratio <= 1.05. The baseline is bench/by_hand.py: a minimal script, handed the plan ready-made,
 that sets TF_CONFIG and starts both workers. Both sides pay one interpreter start; `launch` also
-validates the spec, plans, and supervises.
+validates the spec, plans, and supervises. The launch runs twice per round, side by side: as users
+get it (its tasks in a private network, launcher/transport/local_network.py) and with
+`local_network: "host"` (the machine's network, as by hand), so the isolation's own cost shows.
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ import time
 
 from bench.common import (
     builtin_spec,
-    interleaved,
     plan_by_hand,
     save,
     start_by_hand,
@@ -26,9 +27,10 @@ from bench.common import (
 TARGET = 1.05  # launch / by hand, median of the pairs
 
 
-def _under_launch(steps: int) -> float:
+def _under_launch(steps: int, network: str = "private") -> float:
     directory = workdir("ovh-launch")
     spec = builtin_spec("ovh", 2, directory / "runs", steps=steps, checkpoint_every=10_000, log_every=10_000)
+    spec["local_network"] = network
     path = write_spec(directory, spec)
     started = time.monotonic()
     code = start_launch(path, cwd=directory).wait()
@@ -52,17 +54,36 @@ def _by_hand(steps: int) -> float:
 
 def run(quick: bool) -> str:
     pairs, steps = (1, 10) if quick else (7, 30)
-    launch, hand, ratios = interleaved(lambda: _under_launch(steps), lambda: _by_hand(steps), pairs)
+    launch, open_, hand = [], [], []
+    for _ in range(pairs):  # private, host network, by hand: side by side in every round
+        launch.append(_under_launch(steps))
+        open_.append(_under_launch(steps, "host"))
+        hand.append(_by_hand(steps))
+    ratios = [private / by_hand for private, by_hand in zip(launch, hand, strict=True)]
+    open_ratios = [host / by_hand for host, by_hand in zip(open_, hand, strict=True)]
+    isolation = [private / host for private, host in zip(launch, open_, strict=True)]
     save(
         "overhead",
-        {"steps": steps, "launch_s": launch, "by_hand_s": hand, "ratios": ratios, "target": f"<= {TARGET:g}"},
+        {
+            "steps": steps,
+            "launch_s": launch,
+            "by_hand_s": hand,
+            "ratios": ratios,
+            "host_network_s": open_,
+            "host_network_ratios": open_ratios,
+            "isolation_ratios": isolation,
+            "target": f"<= {TARGET:g}",
+        },
         quick,
     )
     return table(
         f"Launch overhead: 2 workers, {steps} steps (target ratio <= {TARGET:g})",
         [
-            ("launch wall time", summarize(launch), "s"),
+            ("launch wall time (private network)", summarize(launch), "s"),
+            ("launch wall time (local_network host)", summarize(open_), "s"),
             ("by hand wall time", summarize(hand), "s"),
             ("ratio launch / by hand", summarize(ratios), "x"),
+            ("ratio launch (host network) / by hand", summarize(open_ratios), "x"),
+            ("ratio private / host network", summarize(isolation), "x"),
         ],
     )

@@ -121,7 +121,7 @@ def open_local_network(choice: str, tasks: Sequence[TaskLaunch], run_dir: str) -
             f"the tasks' ports {_listed(ports)} are open to other machines (local_network is host)", None, ports
         )
     reasons = []
-    if all(is_this_machine(task.host) for task in tasks):
+    if all(_loopback(task.host) for task in tasks):
         try:
             return _private({**os.environ, RUN_DIR_VAR: run_dir})
         except NetworkUnavailable as why:
@@ -143,6 +143,17 @@ def open_local_network(choice: str, tasks: Sequence[TaskLaunch], run_dir: str) -
         ports,
         _warning(ports, reasons),
     )
+
+
+def _loopback(address: str) -> bool:
+    """An address every private network has: localhost, or any of 127.0.0.0/8 and ::1 (its loopback
+    device holds them all)."""
+    if is_this_machine(address):
+        return True
+    try:
+        return ipaddress.ip_address(address.strip("[]")).is_loopback
+    except ValueError:  # a host name
+        return False
 
 
 def _listed(ports: tuple[int, ...]) -> str:

@@ -144,3 +144,11 @@ def test_a_program_that_cannot_run_is_refused_as_popen_would(tmp_path: Path) -> 
     os.chmod(tmp_path / "plain", 0o755)
     assert spawn._exec_error("plain", env, str(tmp_path)).errno == errno.ENOEXEC
     assert spawn._exec_error("./absent", env, str(tmp_path)).errno == errno.ENOENT
+
+
+@pytest.mark.parametrize(
+    ("address", "loopback"),
+    [("localhost", True), ("127.0.0.2", True), ("::1", True), ("[::1]", True), ("10.0.0.5", False), ("node1", False)],
+)
+def test_a_private_network_has_every_loopback_address(address: str, loopback: bool) -> None:
+    assert local_network._loopback(address) is loopback
