@@ -46,6 +46,7 @@ MODULES = (
     "launcher.agent.cluster",
     "launcher.agent.safe_paths",
     "launcher.agent.module_names",
+    "launcher.agent.netns",
     "launcher.agent.spawn",
     "launcher.agent.protocol",
     "launcher.agent.host_python",

@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, cast
 
-from launcher.agent import cluster, frames, probe, scratch, spawn
+from launcher.agent import cluster, frames, netns, probe, scratch, spawn
 from launcher.agent.host_python import host_facts, python_version
 from launcher.agent.keeper import Keeper
 from launcher.agent.keeper import start as start_keeper
@@ -156,7 +156,7 @@ class Agent:
         self._start({**self.commons.get(str(command.get("common")), {}), **command})
 
     def _network(self, command: NetworkCommand) -> None:
-        spawn.enter_network(list(command["enter"]), bool(command["wd"]))
+        netns.enter(command)
 
     def _drop(self, command: DropCommand) -> None:
         self.tasks.drop([int(i) for i in command.get("ids", [])])

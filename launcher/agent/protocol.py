@@ -123,11 +123,14 @@ class SignalCommand(TypedDict):
 
 
 class NetworkCommand(TypedDict):
-    """A local agent's tasks and spares start in the gang's private network: `enter` is the
-    `nsenter` command (without `--`) that moves a process there; `wd`: it enters a mount namespace
-    too, so it is given the working directory again (launcher/transport/local_network.py)."""
+    """A local agent's tasks and spares start in the gang's private network, held by process `pid`
+    in `namespaces` (launcher/transport/local_network.py). As root the agent's command thread enters
+    it once; otherwise each process starts under `enter`, the `nsenter` command (without `--`) that
+    moves it there, given its working directory again when `wd` (a mount namespace resets it)."""
 
     op: Literal["network"]
+    pid: int
+    namespaces: list[str]
     enter: list[str]
     wd: bool
 

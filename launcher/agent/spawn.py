@@ -27,6 +27,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from launcher.agent import netns
 from worker.contract import UMASK_VAR
 
 if TYPE_CHECKING:
@@ -75,31 +76,9 @@ def own_group_dying_with(agent_pid: int, env: dict[str, str]) -> Callable[[], No
     return setup
 
 
-# The gang's private network (launcher/transport/local_network.py): the `nsenter` command that
-# moves a process there, and whether it enters a mount namespace too (then the working directory is
-# given again). Empty: the machine's own network. Set once by the launcher's `network` order,
-# before any task or spare is started.
-_network: list[str] = []
-_network_wd: list[bool] = [False]
-
-
-def enter_network(enter: list[str], wd: bool) -> None:
-    """Start every later task and spare in the network that `enter` (nsenter and its options) names."""
-    _network[:] = enter
-    _network_wd[0] = wd
-
-
-def _in_network(argv: list[str], cwd: str | None) -> list[str]:
-    """`argv` as started in the gang's private network, if it has one."""
-    if not _network:
-        return argv
-    wd = [f"--wd={os.path.abspath(cwd or os.getcwd())}"] if _network_wd[0] else []
-    return [*_network, *wd, "--", *argv]
-
-
 def _exec_error(program: str, env: dict[str, str], cwd: str | None) -> OSError:
     """The error Popen raises for a program exec would not run (see `_startable`), raised without
-    starting anything: under the private network, the process that would say it is `nsenter`."""
+    starting anything: under nsenter, the process that would say it is nsenter."""
     here = cwd or os.getcwd()
     folders = [""] if "/" in program else env.get("PATH", os.defpath).split(os.pathsep)
     if _found(program, env, cwd) is not None:
@@ -228,10 +207,10 @@ def start_task(
     }
     umask = _umask_of(env)
     own: dict[str, Any] = {"process_group": 0, "umask": -1 if umask is None else umask}
-    if _network and argv and not _startable(argv[0], env, cwd):
+    if netns.wrapped(argv, cwd) != argv and argv and not _startable(argv[0], env, cwd):
         raise _exec_error(argv[0], env, cwd)
     if keeper is not None and keeper.lives():
-        proc = subprocess.Popen(_in_network(argv, cwd), **own, **started)
+        proc = subprocess.Popen(netns.wrapped(argv, cwd), **own, **started)
         if keeper.watch(proc.pid):
             return proc
         # the keeper is gone (or stopped): a task it does not list would outlive a killed agent, so
@@ -240,5 +219,5 @@ def start_task(
         proc.wait()
     tool = setpriv()
     if tool is not None and argv and _startable(argv[0], env, cwd):
-        return subprocess.Popen([tool, "--pdeathsig", "KILL", "--", *_in_network(argv, cwd)], **own, **started)
-    return subprocess.Popen(_in_network(argv, cwd), preexec_fn=own_group_dying_with(os.getpid(), env), **started)
+        return subprocess.Popen([tool, "--pdeathsig", "KILL", "--", *netns.wrapped(argv, cwd)], **own, **started)
+    return subprocess.Popen(netns.wrapped(argv, cwd), preexec_fn=own_group_dying_with(os.getpid(), env), **started)

@@ -67,13 +67,14 @@ class LocalNetwork:
     _closers: list[Closer] = field(default_factory=list)
 
     def close(self) -> None:
-        """Tell every helper to leave, then wait for them: they leave side by side."""
+        """Tell every helper to leave; they are reaped on a thread of their own, so that the run's end
+        does not wait for them (each leaves within milliseconds of its lifeline's end)."""
         waits = []
         while self._closers:
             waits.append(self._closers.pop()())
-        for wait in waits:
-            if wait is not None:
-                wait()
+        left = [wait for wait in waits if wait is not None]
+        if left:
+            threading.Thread(target=lambda: [wait() for wait in left], daemon=True, name="network-close").start()
 
 
 class NetworkStarting:
@@ -203,13 +204,14 @@ def _private(env: dict[str, str]) -> LocalNetwork:
         enter = [nsenter, f"--target={pid}", *(f"--{kind}" for kind in namespaces)]
         if "user" in namespaces:
             enter.append("--preserve-credentials")
-        _check_enter(enter)
+        if "user" in namespaces:  # each task starts under nsenter (as root, the agent enters itself)
+            _check_enter(enter)
     except BaseException:
         LocalNetwork("", _closers=closers).close()
         raise
     return LocalNetwork(
         "the tasks run in a private network (slirp4netns): no other machine can reach their ports",
-        {"op": "network", "enter": enter, "wd": "mount" in namespaces},
+        {"op": "network", "pid": pid, "namespaces": namespaces, "enter": enter, "wd": "mount" in namespaces},
         _closers=closers,
     )
 

@@ -23,12 +23,16 @@ from pathlib import Path
 
 import pytest
 
+from launcher.agent import netns
 from launcher.transport import netns_holder
+from launcher.transport.local_network import open_local_network
 from tests.conftest import launcher_traceback, local_spec, processes_mentioning, run_launch
 from tests.integration.test_netns import launched
 from tests.integration.test_train_local import assert_agree, results
 from tests.labs.netns import NetnsLab, make_lab, unavailable_reason
+from tests.labs.ports import free_port
 from tests.labs.waiting import wait_for_text
+from tests.unit.test_local_network import Task
 
 _CONNECT = (
     "import socket, sys\n"
@@ -256,3 +260,31 @@ def test_a_user_other_than_root_gets_a_private_network_keeping_its_own_ids(tmp_p
             assert holder.wait(timeout=10) == 0
     finally:
         shutil.rmtree(shared)
+
+
+def test_as_root_the_agents_command_thread_enters_the_network_once(tmp_path: Path) -> None:
+    """Its tasks are born inside at no cost; the agent's other threads stay on the machine's network."""
+    if os.geteuid() != 0 or shutil.which("slirp4netns") is None:
+        pytest.skip("needs root and slirp4netns")
+    network = open_local_network("private", [Task("localhost", free_port())], str(tmp_path))  # type: ignore[list-item]
+    assert network is not None and network.order is not None
+    seen: dict[str, str] = {}
+
+    def command_thread() -> None:
+        assert network.order is not None
+        netns.enter(network.order)
+        argv = [sys.executable, "-c", "import os; print(os.readlink('/proc/self/ns/net'))"]
+        seen["wrapped"] = " ".join(netns.wrapped(argv, None))
+        seen["task"] = subprocess.run(argv, capture_output=True, text=True, check=True).stdout.strip()
+
+    try:
+        thread = threading.Thread(target=command_thread)
+        thread.start()
+        thread.join(30)
+        holder = network.order["pid"]
+        assert seen["task"] == net_namespace(holder) != net_namespace("self")
+        assert "nsenter" not in seen["wrapped"]
+        assert netns.wrapped(["x"], None)[-2:] == ["--", "x"]  # another thread: under nsenter
+    finally:
+        netns.forget()
+        network.close()

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from launcher.agent import spawn
+from launcher.agent import netns, spawn
 from launcher.transport import local_network, netns_holder
 from launcher.transport.local_network import NetworkUnavailable, open_local_network
 from launcher.transport.port_firewall import FirewallUnavailable
@@ -115,11 +115,12 @@ def test_the_private_resolv_conf_keeps_search_and_options(tmp_path: Path, monkey
     assert netns_holder._resolv_text("10.0.2.3") == "nameserver 10.0.2.3\nsearch lab.example\noptions edns0 trust-ad\n"
 
 
-def test_tasks_start_under_nsenter_once_the_agent_is_told(tmp_path: Path) -> None:
+def test_tasks_start_under_nsenter_where_the_agent_did_not_enter_itself(tmp_path: Path) -> None:
+    order: Any = {"op": "network", "pid": 0, "namespaces": ["user", "net"], "wd": True}
     try:
-        assert spawn._in_network(["python", "-m", "worker"], str(tmp_path)) == ["python", "-m", "worker"]
-        spawn.enter_network(["/usr/bin/nsenter", "--target=7", "--net", "--mount"], True)
-        assert spawn._in_network(["python", "-m", "worker"], str(tmp_path)) == [
+        assert netns.wrapped(["python", "-m", "worker"], str(tmp_path)) == ["python", "-m", "worker"]
+        netns.enter({**order, "enter": ["/usr/bin/nsenter", "--target=7", "--net", "--mount"]})
+        assert netns.wrapped(["python", "-m", "worker"], str(tmp_path)) == [
             "/usr/bin/nsenter",
             "--target=7",
             "--net",
@@ -130,10 +131,10 @@ def test_tasks_start_under_nsenter_once_the_agent_is_told(tmp_path: Path) -> Non
             "-m",
             "worker",
         ]
-        spawn.enter_network(["/usr/bin/nsenter", "--target=7", "--net"], False)
-        assert spawn._in_network(["x"], None) == ["/usr/bin/nsenter", "--target=7", "--net", "--", "x"]
+        netns.enter({**order, "enter": ["/usr/bin/nsenter", "--target=7", "--net"], "wd": False})
+        assert netns.wrapped(["x"], None) == ["/usr/bin/nsenter", "--target=7", "--net", "--", "x"]
     finally:
-        spawn.enter_network([], False)
+        netns.forget()
 
 
 def test_a_program_that_cannot_run_is_refused_as_popen_would(tmp_path: Path) -> None:
