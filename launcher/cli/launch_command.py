@@ -24,6 +24,7 @@ from launcher.cli.request import (
     LaunchRequest,
     local_hosts_here,
     parse_host_list,
+    private_network_here,
     read_hostfile,
     request_spec,
     shown_tasks,
@@ -38,6 +39,7 @@ from launcher.rundir.place import RunPlace, place_of
 from launcher.rundir.refusals import NOT_ANOTHER_DIRECTORY, refuse_run_dir
 from launcher.supervise.faults import Fault, parse_fault, unfired
 from launcher.transport.local import LOCAL_BEAT_S, start_early
+from launcher.transport.private_network import start_early as start_early_network
 from worker.contract import TF_CONFIG
 
 if TYPE_CHECKING:
@@ -243,6 +245,8 @@ def start_agents_early(args: argparse.Namespace) -> None:
     count = local_hosts_here(args.cluster, args.local, args.hosts)
     if count:
         start_early(sys.executable, agent_line(LOCAL_BEAT_S, False, False, False), count)
+    if private_network_here(args.cluster, args.local, args.hosts):
+        start_early_network()
 
 
 def run(args: argparse.Namespace, command: list[str]) -> int:

@@ -365,6 +365,37 @@ def shown_tasks(spec: ClusterSpec, text: str | None, flag: str = "--show") -> fr
 _THIS_MACHINE = ("localhost", "127.0.0.1", "::1")
 
 
+def private_network_here(cluster: str | None, local: int | None, hosts: str | None) -> bool:
+    """A cheap guess, before the spec is validated, that this launch runs every task on this machine in
+    a private network (launcher/transport/local_network.py), which is then made ahead; a wrong guess
+    costs a network the launch closes unused."""
+    if local is not None:
+        return True
+    if hosts is not None:
+        try:
+            return all(host in _THIS_MACHINE for host, _ in parse_host_list(hosts))
+        except UsageError:  # the real reading says why
+            return False
+    data = _spec_data(cluster)
+    if data is None or data.get("local_network", "private") != "private" or not data["hosts"]:
+        return False
+    return all(
+        isinstance(h, dict) and h.get("transport") in (None, "auto", "local") and h.get("address") in _THIS_MACHINE
+        for h in data["hosts"]
+    )
+
+
+def _spec_data(cluster: str | None) -> dict[str, Any] | None:
+    """The spec file as plain JSON, when it is one with a list of hosts (None: the real reading reports it)."""
+    if not cluster or cluster == STDIN_FLAG or not os.path.isfile(cluster):  # a pipe is the real reading's alone
+        return None
+    try:
+        data = json.loads(Path(cluster).read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None
+    return data if isinstance(data, dict) and isinstance(data.get("hosts"), list) else None
+
+
 def local_hosts_here(cluster: str | None, local: int | None, hosts: str | None) -> int:
     """A cheap guess, before the spec is validated, of how many hosts of this launch are this machine
     and run the launcher's own python (wrong guesses only cost agents that are closed unused)."""
@@ -375,13 +406,8 @@ def local_hosts_here(cluster: str | None, local: int | None, hosts: str | None) 
             return sum(host in _THIS_MACHINE for host, _ in parse_host_list(hosts))
         except UsageError:  # the real reading says why
             return 0
-    if not cluster or cluster == STDIN_FLAG or not os.path.isfile(cluster):  # a pipe is the real reading's alone
-        return 0
-    try:
-        data = json.loads(Path(cluster).read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):  # the real reading reports it
-        return 0
-    if not isinstance(data, dict) or data.get("python") or not isinstance(data.get("hosts"), list):
+    data = _spec_data(cluster)
+    if data is None or data.get("python"):
         return 0
     return sum(
         isinstance(h, dict)

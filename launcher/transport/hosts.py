@@ -11,6 +11,7 @@ from launcher.spec.hosts import HostSpec
 from launcher.spec.models import ClusterSpec
 from launcher.transport.fleet import AgentHost, AgentTransport
 from launcher.transport.local import close_early, open_local
+from launcher.transport.private_network import close_early as close_early_network
 from launcher.transport.session import Channel
 
 
@@ -59,6 +60,7 @@ class HostsMedium:
 
     def close(self) -> None:
         close_early()
+        close_early_network()
         if self._ssh is not None:
             self._ssh.close()
 

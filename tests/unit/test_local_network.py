@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 
 from launcher.agent import netns, spawn
-from launcher.transport import local_network, netns_holder
-from launcher.transport.local_network import NetworkUnavailable, open_local_network
+from launcher.transport import local_network, netns_holder, private_network
+from launcher.transport.local_network import open_local_network
+from launcher.transport.private_network import NetworkUnavailable
 from launcher.transport.port_firewall import FirewallUnavailable
 
 
@@ -35,7 +36,8 @@ def _no_private(env: dict[str, str]) -> Any:
 
 @pytest.fixture
 def nothing_works(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(local_network, "_private", _no_private)
+    monkeypatch.setattr(local_network, "make_private", _no_private)
+    monkeypatch.setattr(local_network, "take_early", lambda: None)
     monkeypatch.setattr(local_network, "PortFirewall", Unavailable)
 
 
@@ -61,7 +63,7 @@ def test_where_nothing_closes_the_ports_the_warning_names_them_and_why(nothing_w
 
 def test_an_address_no_private_network_has_goes_to_the_firewall(monkeypatch: pytest.MonkeyPatch) -> None:
     tried: list[str] = []
-    monkeypatch.setattr(local_network, "_private", lambda env: tried.append("private"))
+    monkeypatch.setattr(local_network, "make_private", lambda env: tried.append("private"))
     monkeypatch.setattr(local_network, "PortFirewall", Unavailable)
     network = open_local_network("private", [Task("10.1.2.3", 2000)], "/r")  # type: ignore[list-item]
     assert not tried and network is not None and network.warning is not None
@@ -80,7 +82,8 @@ def test_the_firewall_is_closed_with_the_network(monkeypatch: pytest.MonkeyPatch
         def close(self) -> None:
             closed.extend(self.ports)
 
-    monkeypatch.setattr(local_network, "_private", _no_private)
+    monkeypatch.setattr(local_network, "make_private", _no_private)
+    monkeypatch.setattr(local_network, "take_early", lambda: None)
     monkeypatch.setattr(local_network, "PortFirewall", Rule)
     network = open_local_network("private", [Task("localhost", 2000)], "/r")  # type: ignore[list-item]
     assert network is not None and network.warning is None and "tflaunch_1_2" in network.says
@@ -104,8 +107,8 @@ def test_a_resolver_on_the_machines_loopback_is_seen(
 ) -> None:
     resolv = tmp_path / "resolv.conf"
     resolv.write_text(text)
-    monkeypatch.setattr(local_network, "_RESOLV_CONF", str(resolv))
-    assert local_network._loopback_resolver() is loopback
+    monkeypatch.setattr(private_network, "_RESOLV_CONF", str(resolv))
+    assert private_network._loopback_resolver() is loopback
 
 
 def test_the_private_resolv_conf_keeps_search_and_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
