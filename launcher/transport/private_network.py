@@ -21,6 +21,7 @@ import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from launcher.agent.protocol import NetworkCommand
 
@@ -30,6 +31,8 @@ _READY_TIMEOUT_S = 10.0
 _CLOSE_WAIT_S = 5.0
 _RESOLV_CONF = "/etc/resolv.conf"
 _APPARMOR_USERNS = "/proc/sys/kernel/apparmor_restrict_unprivileged_userns"
+# A process group of its own: a Ctrl-C at the terminal is the launcher's to handle, not the helpers'.
+_OWN_GROUP: dict[str, Any] = {"process_group": 0} if sys.version_info >= (3, 11) else {"start_new_session": True}
 SAYS = "the tasks run in a private network (slirp4netns): no other machine can reach their ports"
 
 # Tells one helper to leave (or removes a rule) and returns what waits for it to be gone, if anything.
@@ -97,6 +100,9 @@ def make_private(env: dict[str, str]) -> PrivateNetwork:
         if "user" in namespaces:  # each task starts under nsenter (as root, the agent enters itself)
             enter.append("--preserve-credentials")
             _check_enter(enter)
+    except OSError as error:  # out of file descriptors or processes: no network, and the launch says why
+        close_all(closers)
+        raise NetworkUnavailable(f"cannot make a private network ({error.strerror or error})") from None
     except BaseException:
         close_all(closers)
         raise
@@ -153,9 +159,9 @@ def _stopper(proc: subprocess.Popen[bytes], *files: int) -> Callable[[], Callabl
 
 def _start_holder(env: dict[str, str], closers: list[Closer]) -> tuple[int, list[str]]:
     argv = [sys.executable, "-I", "-S", HOLDER, *([SLIRP_DNS] if _loopback_resolver() else [])]
-    try:  # a process group of its own: a Ctrl-C at the terminal is the launcher's to handle
+    try:
         holder = subprocess.Popen(
-            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, process_group=0
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, **_OWN_GROUP
         )
     except OSError as error:
         raise NetworkUnavailable(f"cannot run {sys.executable} ({error.strerror})") from None
@@ -186,7 +192,7 @@ def _start_slirp(slirp: str, pid: int, namespaces: list[str], env: dict[str, str
                 stderr=subprocess.STDOUT,
                 pass_fds=(exit_r, ready_w),
                 env=env,
-                process_group=0,
+                **_OWN_GROUP,
             )
         except OSError as error:
             os.close(exit_w)
@@ -234,7 +240,7 @@ def start_early() -> None:
     def make() -> None:
         try:
             _made.append(make_private({**os.environ, "PWD": os.getcwd()}))
-        except NetworkUnavailable:  # the launch tries again, and says why
+        except Exception:  # noqa: BLE001 - whatever it was, the launch tries again and says why
             pass
 
     if not _early:
