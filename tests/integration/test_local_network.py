@@ -8,12 +8,15 @@ same place to a listener of the test's own must succeed, so the probe could pass
 
 from __future__ import annotations
 
+import contextlib
 import grp
 import json
 import os
 import pwd
+import secrets
 import shutil
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -26,7 +29,7 @@ import pytest
 from launcher.agent import netns
 from launcher.transport import netns_holder
 from launcher.transport.local_network import open_local_network
-from tests.conftest import launcher_traceback, local_spec, processes_mentioning, run_launch
+from tests.conftest import launch_cmd, launcher_traceback, local_spec, processes_mentioning, run_launch
 from tests.integration.test_netns import launched
 from tests.integration.test_train_local import assert_agree, results
 from tests.labs.netns import NetnsLab, make_lab, unavailable_reason
@@ -288,3 +291,71 @@ def test_as_root_the_agents_command_thread_enters_the_network_once(tmp_path: Pat
     finally:
         netns.forget()
         network.close()
+
+
+def _dns_answer(query: bytes, address: str) -> bytes:
+    """A reply to a DNS query: its one question answered with an A record for `address`."""
+    question_end = query.index(b"\0", 12) + 5  # the name, then its type and class
+    answer = b"\xc0\x0c" + struct.pack(">HHIH", 1, 1, 60, 4) + socket.inet_aton(address)
+    return query[:2] + b"\x81\x80" + query[4:6] + b"\x00\x01\x00\x00\x00\x00" + query[12:question_end] + answer
+
+
+def test_where_the_resolver_is_on_the_machines_loopback_a_task_still_resolves_names(
+    work: Path, outside: NetnsLab
+) -> None:
+    """As on a desktop with systemd-resolved (nameserver 127.0.0.53): the tasks get a resolv.conf of
+    their own naming slirp4netns' resolver, which asks this machine's. Here the launcher runs in a
+    mount namespace whose resolv.conf names a resolver of the test's own on a loopback address."""
+    if shutil.which("slirp4netns") is None or shutil.which("unshare") is None:
+        pytest.fail("slirp4netns and unshare are needed: run the tests through scripts/test.sh")
+    resolver = f"127.{secrets.randbelow(200) + 20}.{secrets.randbelow(250) + 1}.53"
+    dns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        dns.bind((resolver, 53))
+    except OSError as error:
+        pytest.skip(f"cannot serve DNS on {resolver}:53 here ({error})")
+    host = outside.hosts[0].address
+
+    def serve() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                query, peer = dns.recvfrom(512)
+                dns.sendto(_dns_answer(query, host), peer)
+
+    threading.Thread(target=serve, daemon=True).start()
+    (work / "resolv.conf").write_text(f"nameserver {resolver}\n")
+    (work / "data.txt").write_text("named data\n")
+    server = subprocess.Popen(
+        [*other_machine(outside), sys.executable, "-m", "http.server", "--bind", host, "0"],
+        cwd=work,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None
+        port = int(server.stdout.readline().split(" port ")[1].split()[0])
+        (work / "fetch.py").write_text(
+            "import sys, urllib.request\n"
+            "print(open('/etc/resolv.conf').read().split()[:2])\n"
+            "print('fetched', urllib.request.urlopen(sys.argv[1], timeout=20).read().decode().strip())\n"
+        )
+        url = f"http://data.example.test:{port}/data.txt"
+        launch = " ".join(
+            launch_cmd("--local", "1", "--run-root", str(work / "runs"), "--", sys.executable, "fetch.py", url)
+        )
+        script = f"mount --bind {work / 'resolv.conf'} /etc/resolv.conf && exec {launch}"
+        done = subprocess.run(
+            ["unshare", "--mount", "--propagation", "slave", "sh", "-c", script],
+            cwd=work,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        server.kill()
+        server.wait()
+        dns.close()
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "['nameserver', '10.0.2.3']" in done.stdout and "fetched named data" in done.stdout, done.stdout
+    assert Path("/etc/resolv.conf").read_text() != f"nameserver {resolver}\n"  # the machine's own is as it was

@@ -14,8 +14,8 @@ import pytest
 from launcher.agent import netns, spawn
 from launcher.transport import local_network, netns_holder, private_network
 from launcher.transport.local_network import open_local_network
-from launcher.transport.private_network import NetworkUnavailable
 from launcher.transport.port_firewall import FirewallUnavailable
+from launcher.transport.private_network import NetworkUnavailable
 
 
 @dataclass
