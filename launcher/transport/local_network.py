@@ -136,7 +136,11 @@ def _listed(ports: tuple[int, ...]) -> str:
 
 
 def _warning(ports: tuple[int, ...], reasons: list[str]) -> str:
-    fixes = ["install slirp4netns (apt install slirp4netns) for a private network"]
+    fixes = []
+    if any("no slirp4netns" in reason for reason in reasons):
+        fixes.append("install slirp4netns (apt install slirp4netns) for a private network")
+    elif any("private network" in reason for reason in reasons):
+        fixes.append("mend what keeps the private network from being made (above)")
     fixes.append("install nftables for a firewall rule" if os.geteuid() == 0 else "launch as root for a firewall rule")
     fixes.append("refuse connections to them from other machines in your firewall")
     them = f"port {ports[0]} is" if len(ports) == 1 else f"ports {_listed(ports)} are"

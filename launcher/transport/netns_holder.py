@@ -42,9 +42,9 @@ def _check(result: int, what: str) -> None:
         raise OSError(ctypes.get_errno(), f"{what}: {os.strerror(ctypes.get_errno())}")
 
 
-def _map_own_ids() -> None:
-    """Map the user's own uid and gid, and no other, into the new user namespace."""
-    uid, gid = os.getuid(), os.getgid()
+def _map_own_ids(uid: int, gid: int) -> None:
+    """Map the user's own uid and gid (read before the user namespace was made: inside it, unmapped,
+    they read as the kernel's overflow id), and no other, into the new user namespace."""
     for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
         with open(f"/proc/self/{name}", "w", encoding="ascii") as file:
             file.write(text)
@@ -80,14 +80,15 @@ def _own_resolver(libc: ctypes.CDLL, nameserver: str) -> None:
 def make(nameserver: str | None) -> list[str]:
     """Move this process into namespaces of its own; the namespaces made, as nsenter names them."""
     libc = ctypes.CDLL(None, use_errno=True)
-    made = ["net"] if os.getuid() == 0 else ["user", "net"]
+    uid, gid = os.getuid(), os.getgid()
+    made = ["net"] if uid == 0 else ["user", "net"]
     flags = CLONE_NEWNET | (CLONE_NEWUSER if "user" in made else 0)
     if nameserver is not None:
         made.append("mount")
         flags |= CLONE_NEWNS
     _check(libc.unshare(flags), "the kernel refused new namespaces")
     if "user" in made:
-        _map_own_ids()
+        _map_own_ids(uid, gid)
     _loopback_up()
     if nameserver is not None:
         _own_resolver(libc, nameserver)

@@ -210,9 +210,18 @@ def _start_slirp(slirp: str, pid: int, namespaces: list[str], env: dict[str, str
             proc.kill()
             proc.wait()
             said_file.seek(0)
-            lines = said_file.read(64 * 1024).decode(errors="replace").strip().splitlines()
-            why = (lines or ["it said nothing"])[-1][:200]
-            raise NetworkUnavailable(f"slirp4netns could not give the private network a way out ({why})")
+            raise NetworkUnavailable(_slirp_failure(said_file.read(64 * 1024).decode(errors="replace")))
+
+
+def _slirp_failure(output: str) -> str:
+    """Why slirp4netns gave up, from what it printed: its error, not a warning printed after it."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    errors = [line for line in lines if not line.startswith("WARNING")] or lines or ["it said nothing"]
+    why = next((line for line in errors if "/dev/net/tun" in line), errors[-1])[:200]
+    fix = ""
+    if "/dev/net/tun" in why and "ermission denied" in why:
+        fix = "; /dev/net/tun must be open to you, as stock Debian and Ubuntu make it: chmod 0666 /dev/net/tun"
+    return f"slirp4netns could not give the private network a way out ({why}){fix}"
 
 
 def _check_enter(enter: list[str]) -> None:

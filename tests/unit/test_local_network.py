@@ -156,3 +156,23 @@ def test_a_program_that_cannot_run_is_refused_as_popen_would(tmp_path: Path) -> 
 )
 def test_a_private_network_has_every_loopback_address(address: str, loopback: bool) -> None:
     assert local_network._loopback(address) is loopback
+
+
+def test_slirp4netns_failure_is_its_error_with_the_fix_not_a_warning_after_it() -> None:
+    said = 'open("/dev/net/tun"): Permission denied\nchild failed(1)\nWARNING: Support for seccomp is experimental\n'
+    why = private_network._slirp_failure(said)
+    assert 'open("/dev/net/tun"): Permission denied' in why and "chmod 0666 /dev/net/tun" in why
+    assert "WARNING" not in why
+    assert private_network._slirp_failure("").endswith("(it said nothing)")
+
+
+def test_the_warning_does_not_tell_to_install_what_is_installed(
+    nothing_works: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def tun_refused(env: dict[str, str]) -> Any:
+        raise NetworkUnavailable("slirp4netns could not give the private network a way out (...)")
+
+    monkeypatch.setattr(local_network, "make_private", tun_refused)
+    network = open_local_network("private", [Task("localhost", 2000)], "/r")  # type: ignore[list-item]
+    assert network is not None and network.warning is not None
+    assert "install slirp4netns" not in network.warning and "could not give" in network.warning
