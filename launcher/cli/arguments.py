@@ -109,6 +109,12 @@ def _host_list_flags(parser: argparse.ArgumentParser) -> None:
         help=f"run N workers on each host, without a spec (remote hosts: TF ports from {HOST_LIST_PORT} up)",
     )
     parser.add_argument("--hostfile", metavar="FILE", help="like -H, one HOST[:N] or 'HOST slots=N' per line")
+    parser.add_argument(
+        "--host-network",
+        action="store_true",
+        help="tasks all on this machine use its network (local_network: host), not a private one: "
+        "localhost reaches this machine's services, and their TensorFlow ports are open to other machines",
+    )
 
 
 def _run_flags(parser: argparse.ArgumentParser) -> None:

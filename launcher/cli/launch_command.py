@@ -226,7 +226,15 @@ def request_of(args: argparse.Namespace, command: list[str]) -> LaunchRequest:
         hosts = parse_host_list(args.hosts)
     elif getattr(args, "hostfile", None) is not None:
         hosts = read_hostfile(args.hostfile)
-    return LaunchRequest(args.cluster, getattr(args, "local", None), hosts, args.name, args.run_root, tuple(command))
+    return LaunchRequest(
+        args.cluster,
+        getattr(args, "local", None),
+        hosts,
+        args.name,
+        args.run_root,
+        tuple(command),
+        local_network="host" if getattr(args, "host_network", False) else None,
+    )
 
 
 def faults_of(spec: ClusterSpec, texts: list[str]) -> list[Fault]:
@@ -245,7 +253,7 @@ def start_agents_early(args: argparse.Namespace) -> None:
     count = local_hosts_here(args.cluster, args.local, args.hosts)
     if count:
         start_early(sys.executable, agent_line(LOCAL_BEAT_S, False, False, False), count)
-    if private_network_here(args.cluster, args.local, args.hosts):
+    if not args.host_network and private_network_here(args.cluster, args.local, args.hosts):
         start_early_network()
 
 

@@ -53,6 +53,7 @@ class LaunchRequest:
     name: str | None = None
     run_root: str | None = None
     command: tuple[str, ...] = ()
+    local_network: str | None = None  # --host-network: "host"
     source: str = field(default="")
 
     @property
@@ -182,7 +183,12 @@ def _base_data(request: LaunchRequest) -> dict[str, Any] | None:
 
 
 # The spec's fields the command line sets, as a message names them (not by a spec path no one wrote)
-_FLAGS = {"run_root": "--run-root", "name": "--name", "training": "the command after --"}
+_FLAGS = {
+    "local_network": "--host-network",
+    "run_root": "--run-root",
+    "name": "--name",
+    "training": "the command after --",
+}
 _NEWLINE_HINT = "contains a newline: put the code in a script file (python3 train.py)"
 
 
@@ -245,6 +251,8 @@ def request_spec(
         updates["name"] = request.name
     if request.run_root is not None:
         updates["run_root"] = request.run_root
+    if request.local_network is not None:
+        updates["local_network"] = request.local_network
     if updates:  # re-validate: overrides obey the same rules as the file
         merged = {**spec.model_dump(mode="json", exclude_unset=True), **updates}
         try:

@@ -112,6 +112,13 @@ KNOWN_FAILURES: tuple[KnownFailure, ...] = (
         "TF_USE_LEGACY_KERAS=1 needs tf-keras, and tf.keras cannot load it: pip install '.[fit]' from this project (or "
         "tf-keras matching TensorFlow)",
     ),
+    _known(
+        "a-local-task-cannot-reach-a-service-on-localhost",
+        r"\[Errno 111\] Connection refused|ConnectionRefusedError",
+        "a connection was refused. If every task ran on this machine, they ran in a private network where "
+        "localhost is their own: this machine's loopback is 10.0.2.2 there, or launch with --host-network "
+        "(local_network: host) to keep localhost",
+    ),
 )
 
 

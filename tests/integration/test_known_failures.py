@@ -33,6 +33,12 @@ CASES = [
     ),
     ("no_tensorflow.py", 1, "ModuleNotFoundError: No module named 'tensorflow'", "tensorflow-is-not-installed"),
     (
+        "localhost_refused.py",
+        1,
+        "ConnectionRefusedError: [Errno 111] Connection refused",
+        "a-local-task-cannot-reach-a-service-on-localhost",
+    ),
+    (
         "no_tf_keras.py",
         1,
         "ImportError: Keras cannot be imported. Check that it is installed.",
