@@ -1,13 +1,14 @@
 """How a local agent starts its tasks and spares in the gang's private network.
 
 The launcher makes the network (launcher/transport/local_network.py) and tells the agent where it is
-before any task. As root, with no user namespace, the agent's command thread (the one that starts
-every task and spare) enters the network itself, once: a network namespace is a thread's, so that
-thread alone moves, and the processes it starts are born inside at no cost. A mount namespace (a
-private resolv.conf) is entered the same way once the thread has its own working directory and root
-(`unshare(CLONE_FS)`), which it then takes back. Otherwise (a user namespace, which a thread of a
-process with threads cannot enter; or entering failed; or a start from another thread) each process
-starts under `nsenter`, about a millisecond of CPU more per task.
+before any task. The agent opens its namespaces at once and holds them: they live as long as the
+agent does, whatever becomes of the process that made them, and no later process can stand in for
+them. As root, with no user namespace, the agent's command thread (the one that starts every task
+and spare) also enters the network itself, once: a network namespace is a thread's, so that thread
+alone moves, and the processes it starts are born inside at no cost. Otherwise (a user namespace,
+which a thread of a process with threads cannot enter; or entering failed; or a start from another
+thread) each process starts under `nsenter`, given the held namespaces as its own descriptors:
+about a millisecond of CPU more per task.
 
 Standard library only.
 """
@@ -16,73 +17,73 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from launcher.agent.protocol import NetworkCommand
 
-_CLONE_FS = 0x00000200
-_FLAGS = {"net": 0x40000000, "mount": 0x00020000}
+_CLONE_NEWNET = 0x40000000
 
 
 class _Network:
-    enter: list[str] = []  # nsenter and its options; empty: the machine's network
-    wd = False  # nsenter enters a mount namespace: give it the working directory again
+    fds: dict[str, int] = {}  # namespace kind -> a descriptor the agent holds
+    nsenter = ""  # empty: the machine's network
     thread: int | None = None  # the thread that entered the network itself
 
 
-def _libc() -> Any:
-    import ctypes  # loaded by the agent only when it has a network to enter
-
-    return ctypes.CDLL(None, use_errno=True)
-
-
-def _enter_here(pid: int, namespaces: list[str]) -> bool:
-    """Move this thread into `pid`'s namespaces (root, no user namespace); False when it could not
-    (the thread is then as it was, or its network changed but the caller falls back to nsenter)."""
-    if os.geteuid() != 0 or any(kind not in _FLAGS for kind in namespaces):
+def _enter_here(fd: int) -> bool:
+    """Move this thread into the network namespace `fd` (root only); False when it could not."""
+    if os.geteuid() != 0:
         return False
     try:
-        libc = _libc()
-        cwd = os.getcwd()
-        for kind in namespaces:
-            if kind == "mount" and libc.unshare(_CLONE_FS) != 0:
-                return False
-            fd = os.open(f"/proc/{pid}/ns/{'mnt' if kind == 'mount' else kind}", os.O_RDONLY | os.O_CLOEXEC)
-            try:
-                if libc.setns(fd, _FLAGS[kind]) != 0:
-                    return False
-            finally:
-                os.close(fd)
-        if "mount" in namespaces:
-            os.chdir(cwd)  # entering a mount namespace took this thread to its root
-        return os.readlink("/proc/thread-self/ns/net") == os.readlink(f"/proc/{pid}/ns/net")
+        import ctypes  # loaded by the agent only when it has a network to enter
+
+        if ctypes.CDLL(None, use_errno=True).setns(fd, _CLONE_NEWNET) != 0:
+            return False
+        return os.readlink("/proc/thread-self/ns/net") == os.readlink(f"/proc/self/fd/{fd}")
     except (OSError, AttributeError):
         return False
 
 
 def enter(command: NetworkCommand) -> None:
-    """Every later task and spare starts in the network `command` names."""
-    _Network.enter = list(command["enter"])
-    _Network.wd = bool(command["wd"])
-    _Network.thread = None
-    if _enter_here(int(command["pid"]), list(command["namespaces"])):
+    """Every later task and spare starts in the network `command` names. Where its namespaces cannot
+    be opened (the process that holds them is gone), every start fails, none outside."""
+    forget()
+    pid = int(command["pid"])
+    try:
+        for kind in command["namespaces"]:
+            _Network.fds[kind] = os.open(f"/proc/{pid}/ns/{kind}", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:  # wrapped() then names a namespace that is not there: nsenter says so, per task
+        forget()
+    _Network.nsenter = str(command["nsenter"])
+    if not _Network.fds:
+        return
+    if list(_Network.fds) == ["net"] and _enter_here(_Network.fds["net"]):
         _Network.thread = threading.get_ident()
 
 
-def active() -> bool:
-    return bool(_Network.enter)
+def fds() -> tuple[int, ...]:
+    """The descriptors a process started under nsenter must be given."""
+    return tuple(_Network.fds.values())
 
 
-def wrapped(argv: list[str], cwd: str | None) -> list[str]:
+def wrapped(argv: list[str]) -> list[str]:
     """`argv` as started from this thread: as it is outside a network, or inside one this thread
-    entered; else under nsenter."""
-    if not _Network.enter or _Network.thread == threading.get_ident():
+    entered; else under nsenter, which enters the namespaces the agent holds (given as `fds()`)."""
+    if not _Network.nsenter or _Network.thread == threading.get_ident():
         return argv
-    wd = [f"--wd={os.path.abspath(cwd or os.getcwd())}"] if _Network.wd else []
-    return [*_Network.enter, *wd, "--", *argv]
+    if not _Network.fds:
+        return [_Network.nsenter, "--net=/nonexistent/the-private-network-is-gone", "--", *argv]
+    held = [f"--{kind}=/proc/self/fd/{fd}" for kind, fd in _Network.fds.items()]
+    credentials = ["--preserve-credentials"] if "user" in _Network.fds else []
+    return [_Network.nsenter, *held, *credentials, "--", *argv]
 
 
 def forget() -> None:
-    """The machine's network again for later starts (tests)."""
-    _Network.enter, _Network.wd, _Network.thread = [], False, None
+    """The machine's network again for later starts (tests), its descriptors closed."""
+    for fd in _Network.fds.values():
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _Network.fds, _Network.nsenter, _Network.thread = {}, "", None  # a new dict: the class's stays empty

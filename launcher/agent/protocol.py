@@ -124,15 +124,14 @@ class SignalCommand(TypedDict):
 
 class NetworkCommand(TypedDict):
     """A local agent's tasks and spares start in the gang's private network, held by process `pid`
-    in `namespaces` (launcher/transport/local_network.py). As root the agent's command thread enters
-    it once; otherwise each process starts under `enter`, the `nsenter` command (without `--`) that
-    moves it there, given its working directory again when `wd` (a mount namespace resets it)."""
+    in `namespaces` (launcher/transport/local_network.py). The agent opens them at once (they then
+    live as long as it does); as root its command thread enters the network itself, otherwise each
+    process starts under `nsenter`."""
 
     op: Literal["network"]
     pid: int
     namespaces: list[str]
-    enter: list[str]
-    wd: bool
+    nsenter: str
 
 
 Command = Union[

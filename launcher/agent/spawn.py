@@ -207,10 +207,13 @@ def start_task(
     }
     umask = _umask_of(env)
     own: dict[str, Any] = {"process_group": 0, "umask": -1 if umask is None else umask}
-    if netns.wrapped(argv, cwd) != argv and argv and not _startable(argv[0], env, cwd):
-        raise _exec_error(argv[0], env, cwd)
+    inside = netns.wrapped(argv)  # argv itself, or under nsenter into the gang's private network
+    if inside is not argv:
+        if argv and not _startable(argv[0], env, cwd):
+            raise _exec_error(argv[0], env, cwd)
+        started["pass_fds"] = (*pass_fds, *netns.fds())
     if keeper is not None and keeper.lives():
-        proc = subprocess.Popen(netns.wrapped(argv, cwd), **own, **started)
+        proc = subprocess.Popen(inside, **own, **started)
         if keeper.watch(proc.pid):
             return proc
         # the keeper is gone (or stopped): a task it does not list would outlive a killed agent, so
@@ -219,5 +222,5 @@ def start_task(
         proc.wait()
     tool = setpriv()
     if tool is not None and argv and _startable(argv[0], env, cwd):
-        return subprocess.Popen([tool, "--pdeathsig", "KILL", "--", *netns.wrapped(argv, cwd)], **own, **started)
-    return subprocess.Popen(netns.wrapped(argv, cwd), preexec_fn=own_group_dying_with(os.getpid(), env), **started)
+        return subprocess.Popen([tool, "--pdeathsig", "KILL", "--", *inside], **own, **started)
+    return subprocess.Popen(inside, preexec_fn=own_group_dying_with(os.getpid(), env), **started)

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from launcher.agent.protocol import NetworkCommand
 from launcher.plan import TaskLaunch
 from launcher.spec.addresses import is_this_machine
-from launcher.transport.port_firewall import FirewallUnavailable, PortFirewall
+from launcher.transport.port_firewall import FirewallUnavailable, PortFirewall, remove_stale_rules
 from launcher.transport.private_network import Closer, NetworkUnavailable, close_all, make_private, take_early
 from worker.contract import RUN_DIR_VAR
 
@@ -87,13 +87,12 @@ def open_local_network(choice: str, tasks: Sequence[TaskLaunch], run_dir: str) -
     there must reach the ports, so they stay on the machine's network). The processes that hold a
     private network carry `run_dir` (or, made early, the launcher's working directory) in their
     environment, as the tasks do: `ps e` tells whose they are."""
+    remove_stale_rules()  # a launcher killed outright left its rule: it must not refuse this run's ports
     if not tasks or not all(task.is_local for task in tasks):
         return None
     ports = tuple(sorted({task.port for task in tasks}))
     if choice == "host":
-        return LocalNetwork(
-            f"the tasks' ports {_listed(ports)} are open to other machines (local_network is host)", None, ports
-        )
+        return LocalNetwork(f"the tasks' {_them(ports)} open to other machines (local_network is host)", None, ports)
     reasons = []
     if all(_loopback(task.host) for task in tasks):
         try:
@@ -109,11 +108,12 @@ def open_local_network(choice: str, tasks: Sequence[TaskLaunch], run_dir: str) -
         reasons.append(str(why))
     else:
         return LocalNetwork(
-            f"the tasks' ports {_listed(ports)} are closed to other machines by the nftables table {firewall.table}",
+            f"the tasks' {_them(ports)} closed to other machines by the nftables table {firewall.table}, not "
+            f"by a private network ({'; '.join(reasons)})",
             _closers=[firewall.close],  # removed at once: no wait
         )
     return LocalNetwork(
-        f"the tasks' ports {_listed(ports)} are OPEN to other machines: {'; '.join(reasons)}",
+        f"the tasks' {_them(ports)} OPEN to other machines: {'; '.join(reasons)}",
         None,
         ports,
         _warning(ports, reasons),
@@ -135,6 +135,10 @@ def _listed(ports: tuple[int, ...]) -> str:
     return ", ".join(map(str, ports))
 
 
+def _them(ports: tuple[int, ...]) -> str:
+    return f"port {ports[0]} is" if len(ports) == 1 else f"ports {_listed(ports)} are"
+
+
 def _warning(ports: tuple[int, ...], reasons: list[str]) -> str:
     fixes = []
     if any("no slirp4netns" in reason for reason in reasons):
@@ -143,8 +147,7 @@ def _warning(ports: tuple[int, ...], reasons: list[str]) -> str:
         fixes.append("mend what keeps the private network from being made (above)")
     fixes.append("install nftables for a firewall rule" if os.geteuid() == 0 else "launch as root for a firewall rule")
     fixes.append("refuse connections to them from other machines in your firewall")
-    them = f"port {ports[0]} is" if len(ports) == 1 else f"ports {_listed(ports)} are"
     return (
-        f"warning: the tasks' TensorFlow {them} open to other machines, and TensorFlow runs what anyone sends "
+        f"warning: the tasks' TensorFlow {_them(ports)} open to other machines, and TensorFlow runs what anyone sends "
         f"there ({'; '.join(reasons)}). To close them: {', or '.join(fixes)}"
     )

@@ -1,17 +1,20 @@
 """A private network for a gang on this machine: the program that makes it and holds it open.
 
-Run as a program (`python -I -S netns_holder.py [NAMESERVER]`, standard library only), never
-imported by the launcher. It leaves the machine's network for one of its own, holding only a
-loopback device, brought up: a task started in it (the host agent runs it under `nsenter`) listens
-where no other machine can connect. As root that takes a network namespace alone; as any other user
-a user namespace too, which maps only the user's own ids (the task keeps its uid and gid, files keep
-their owner; other users' files show as `nobody`). Given NAMESERVER (the machine's resolver is on its
-own loopback, such as systemd-resolved's 127.0.0.53, which the private network cannot reach), it
-also takes a mount namespace in which /etc/resolv.conf names NAMESERVER instead; mounts made on the
-machine later still reach it.
+Run as a program (`python -I -S netns_holder.py [UPSTREAM RESOLVER...]`, standard library only),
+never imported by the launcher. It leaves the machine's network for one of its own, holding only a
+loopback device, brought up: a task started in it listens where no other machine can connect. As
+root that takes a network namespace alone; as any other user a user namespace too, which maps only
+the user's own ids (the task keeps its uid and gid, files keep their owner; other users' files show
+as `nobody`).
 
-It prints one JSON line, `{"pid": ..., "namespaces": [...]}` (what `nsenter` must enter) or
-`{"error": "..."}` (the kernel refused: why), and then holds the namespaces until its standard input
+Given UPSTREAM and RESOLVER addresses (this machine's resolver is on its own loopback, such as
+systemd-resolved's 127.0.0.53, which the private network does not have), it answers DNS at each
+RESOLVER address inside the network, over UDP and TCP, by asking UPSTREAM (slirp4netns' resolver,
+which asks this machine's own). The tasks keep reading this machine's /etc/resolv.conf as it is,
+even as the machine rewrites it.
+
+It prints one JSON line, `{"pid": ..., "namespaces": [...]}` (what a process must enter) or
+`{"error": "..."}` (the kernel refused: why), and then holds the network until its standard input
 ends (the launcher closed it, or died).
 """
 
@@ -24,22 +27,14 @@ import os
 import socket
 import struct
 import sys
-import tempfile
+import threading
 
-CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
-MS_BIND = 4096
-MS_REC = 16384
-MS_SLAVE = 1 << 19
 SIOCSIFFLAGS = 0x8914
 IFF_UP, IFF_LOOPBACK, IFF_RUNNING = 0x1, 0x8, 0x40
-RESOLV_CONF = "/etc/resolv.conf"
-
-
-def _check(result: int, what: str) -> None:
-    if result != 0:
-        raise OSError(ctypes.get_errno(), f"{what}: {os.strerror(ctypes.get_errno())}")
+DNS_PORT = 53
+_ANSWER_TIMEOUT_S = 10.0
 
 
 def _map_own_ids(uid: int, gid: int) -> None:
@@ -55,49 +50,92 @@ def _loopback_up() -> None:
         fcntl.ioctl(sock, SIOCSIFFLAGS, struct.pack("16sH14s", b"lo", IFF_UP | IFF_LOOPBACK | IFF_RUNNING, b""))
 
 
-def _resolv_text(nameserver: str) -> str:
-    """The machine's resolv.conf with its name servers replaced by `nameserver` (search and options kept)."""
-    try:
-        with open(RESOLV_CONF, encoding="utf-8", errors="replace") as file:
-            kept = [line for line in file.read().splitlines() if not line.split()[:1] == ["nameserver"]]
-    except OSError:
-        kept = []
-    return "\n".join([f"nameserver {nameserver}", *kept]) + "\n"
-
-
-def _own_resolver(libc: ctypes.CDLL, nameserver: str) -> None:
-    """Bind a resolv.conf naming `nameserver` over the machine's, in this mount namespace alone."""
-    _check(libc.mount(None, b"/", None, MS_REC | MS_SLAVE, None), "cannot keep mounts private")
-    with tempfile.NamedTemporaryFile("w", prefix="tflaunch-resolv-", suffix=".conf", delete=False) as file:
-        file.write(_resolv_text(nameserver))
-    try:
-        os.chmod(file.name, 0o644)
-        _check(libc.mount(file.name.encode(), RESOLV_CONF.encode(), None, MS_BIND, None), "cannot mount resolv.conf")
-    finally:
-        os.unlink(file.name)  # the mount holds the file
-
-
-def make(nameserver: str | None) -> list[str]:
+def make() -> list[str]:
     """Move this process into namespaces of its own; the namespaces made, as nsenter names them."""
     libc = ctypes.CDLL(None, use_errno=True)
     uid, gid = os.getuid(), os.getgid()
     made = ["net"] if uid == 0 else ["user", "net"]
-    flags = CLONE_NEWNET | (CLONE_NEWUSER if "user" in made else 0)
-    if nameserver is not None:
-        made.append("mount")
-        flags |= CLONE_NEWNS
-    _check(libc.unshare(flags), "the kernel refused new namespaces")
+    if libc.unshare(CLONE_NEWNET | (CLONE_NEWUSER if uid != 0 else 0)) != 0:
+        error = ctypes.get_errno()
+        raise OSError(error, f"the kernel refused new namespaces: {os.strerror(error)}")
     if "user" in made:
         _map_own_ids(uid, gid)
     _loopback_up()
-    if nameserver is not None:
-        _own_resolver(libc, nameserver)
     return made
+
+
+# ---- DNS at the machine's loopback resolver addresses -------------------------------------------
+
+
+def _family(address: str) -> socket.AddressFamily:
+    return socket.AF_INET6 if ":" in address else socket.AF_INET
+
+
+def _answer_udp(server: socket.socket, query: bytes, client: tuple[str, int], upstream: str) -> None:
+    with socket.socket(_family(upstream), socket.SOCK_DGRAM) as ask:
+        ask.settimeout(_ANSWER_TIMEOUT_S)
+        try:
+            ask.sendto(query, (upstream, DNS_PORT))
+            server.sendto(ask.recv(65535), client)
+        except OSError:  # no answer: the client asks again, as it would its resolver
+            pass
+
+
+def _serve_udp(server: socket.socket, upstream: str) -> None:
+    while True:
+        query, client = server.recvfrom(65535)
+        threading.Thread(target=_answer_udp, args=(server, query, client, upstream), daemon=True).start()
+
+
+def _pipe(source: socket.socket, sink: socket.socket) -> None:
+    try:
+        while data := source.recv(65535):
+            sink.sendall(data)
+    except OSError:
+        pass
+    finally:
+        for sock in (source, sink):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+def _answer_tcp(client: socket.socket, upstream: str) -> None:
+    try:
+        ask = socket.create_connection((upstream, DNS_PORT), timeout=_ANSWER_TIMEOUT_S)
+    except OSError:
+        client.close()
+        return
+    ask.settimeout(None)
+    threading.Thread(target=_pipe, args=(ask, client), daemon=True).start()
+    _pipe(client, ask)
+
+
+def _serve_tcp(server: socket.socket, upstream: str) -> None:
+    while True:
+        client, _ = server.accept()
+        threading.Thread(target=_answer_tcp, args=(client, upstream), daemon=True).start()
+
+
+def serve_dns(upstream: str, resolvers: list[str]) -> None:
+    """Answer DNS at each of `resolvers` (loopback addresses) by asking `upstream`, on threads."""
+    for address in resolvers:
+        udp = socket.socket(_family(address), socket.SOCK_DGRAM)
+        udp.bind((address, DNS_PORT))
+        tcp = socket.socket(_family(address), socket.SOCK_STREAM)
+        tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        tcp.bind((address, DNS_PORT))
+        tcp.listen(64)
+        threading.Thread(target=_serve_udp, args=(udp, upstream), daemon=True).start()
+        threading.Thread(target=_serve_tcp, args=(tcp, upstream), daemon=True).start()
 
 
 def main() -> int:
     try:
-        made = make(sys.argv[1] if len(sys.argv) > 1 else None)
+        made = make()
+        if len(sys.argv) > 2:
+            serve_dns(sys.argv[1], sys.argv[2:])
     except OSError as error:
         print(json.dumps({"error": error.strerror or str(error)}), flush=True)
         return 1

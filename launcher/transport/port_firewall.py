@@ -63,6 +63,17 @@ def _remove_stale(nft: str) -> None:
                 pass
 
 
+def remove_stale_rules() -> None:
+    """As root, where nft is: remove the tables of launchers that are gone. Asked by every local launch,
+    whatever keeps its ports: a table left behind would refuse the same ports to a later run."""
+    if os.geteuid() != 0 or shutil.which("nft") is None:
+        return
+    try:
+        _remove_stale(_nft())
+    except FirewallUnavailable:  # nftables not usable here: no table of ours either
+        pass
+
+
 class PortFirewall:
     """The rule for `ports`, added at construction (FirewallUnavailable: it could not be) and
     removed by `close`."""

@@ -66,22 +66,24 @@ class PrivateNetwork:
         close_all(self._closers)
 
 
-def _loopback_resolver() -> bool:
-    """Whether this machine's resolver is on its own loopback (systemd-resolved's 127.0.0.53), which
-    the private network cannot reach."""
+def loopback_resolvers() -> list[str]:
+    """This machine's name servers on its own loopback (systemd-resolved's 127.0.0.53), which the
+    private network does not have: the holder answers there in it."""
     try:
         lines = Path(_RESOLV_CONF).read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError:
-        return False
+        return []
+    found = []
     for line in lines:
         words = line.split()
         if words[:1] == ["nameserver"] and len(words) > 1:
             try:
-                if ipaddress.ip_address(words[1].split("%")[0]).is_loopback:
-                    return True
+                address = ipaddress.ip_address(words[1].split("%")[0])
             except ValueError:
                 continue
-    return False
+            if address.is_loopback and str(address) not in found:
+                found.append(str(address))
+    return found
 
 
 def make_private(env: dict[str, str]) -> PrivateNetwork:
@@ -96,10 +98,8 @@ def make_private(env: dict[str, str]) -> PrivateNetwork:
     try:
         pid, namespaces = _start_holder(env, closers)
         _start_slirp(slirp, pid, namespaces, env, closers)
-        enter = [nsenter, f"--target={pid}", *(f"--{kind}" for kind in namespaces)]
         if "user" in namespaces:  # each task starts under nsenter (as root, the agent enters itself)
-            enter.append("--preserve-credentials")
-            _check_enter(enter)
+            _check_enter([nsenter, f"--target={pid}", "--user", "--net", "--preserve-credentials"])
     except OSError as error:  # out of file descriptors or processes: no network, and the launch says why
         close_all(closers)
         raise NetworkUnavailable(f"cannot make a private network ({error.strerror or error})") from None
@@ -110,8 +110,7 @@ def make_private(env: dict[str, str]) -> PrivateNetwork:
         "op": "network",
         "pid": pid,
         "namespaces": namespaces,
-        "enter": enter,
-        "wd": "mount" in namespaces,
+        "nsenter": nsenter,
     }
     return PrivateNetwork(order, closers)
 
@@ -158,7 +157,8 @@ def _stopper(proc: subprocess.Popen[bytes], *files: int) -> Callable[[], Callabl
 
 
 def _start_holder(env: dict[str, str], closers: list[Closer]) -> tuple[int, list[str]]:
-    argv = [sys.executable, "-I", "-S", HOLDER, *([SLIRP_DNS] if _loopback_resolver() else [])]
+    resolvers = loopback_resolvers()
+    argv = [sys.executable, "-I", "-S", HOLDER, *([SLIRP_DNS, *resolvers] if resolvers else [])]
     try:
         holder = subprocess.Popen(
             argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, **_OWN_GROUP
@@ -240,7 +240,7 @@ def _check_enter(enter: list[str]) -> None:
 # ---- made ahead, while the launcher starts -----------------------------------------------------
 
 _early: list[threading.Thread] = []
-_made: list[PrivateNetwork] = []
+_made: list[PrivateNetwork | NetworkUnavailable] = []
 
 
 def start_early() -> None:
@@ -249,8 +249,10 @@ def start_early() -> None:
     def make() -> None:
         try:
             _made.append(make_private({**os.environ, "PWD": os.getcwd()}))
-        except Exception:  # noqa: BLE001 - whatever it was, the launch tries again and says why
-            pass
+        except NetworkUnavailable as why:  # the launch says why, and does not try again
+            _made.append(why)
+        except Exception as error:  # noqa: BLE001 - whatever it was, the launch tries again and says why
+            del error
 
     if not _early:
         _early.append(threading.Thread(target=make, daemon=True, name="early-network"))
@@ -259,14 +261,20 @@ def start_early() -> None:
 
 def close_early() -> None:
     """Close the early network if no launch took it (its spec wanted none)."""
-    taken = take_early()
+    try:
+        taken = take_early()
+    except NetworkUnavailable:
+        return
     if taken is not None:
         taken.close()
 
 
 def take_early() -> PrivateNetwork | None:
-    """The network `start_early` made (once), or None."""
+    """The network `start_early` made (once), or None; NetworkUnavailable: why it could not be made."""
     if not _early:
         return None
     _early[0].join()
-    return _made.pop() if _made else None
+    made = _made.pop() if _made else None
+    if isinstance(made, NetworkUnavailable):
+        raise made
+    return made

@@ -13,6 +13,7 @@ import json
 import os
 import secrets
 import shutil
+import signal
 import socket
 import struct
 import subprocess
@@ -32,7 +33,7 @@ from tests.integration.test_netns import launched
 from tests.integration.test_train_local import assert_agree, results
 from tests.labs.netns import NetnsLab, make_lab, unavailable_reason
 from tests.labs.ports import free_port
-from tests.labs.waiting import wait_for_text
+from tests.labs.waiting import wait_for, wait_for_text
 from tests.unit.test_local_network import Task
 
 _CONNECT = (
@@ -264,29 +265,47 @@ def test_a_user_other_than_root_gets_a_private_network_keeping_its_own_ids(tmp_p
         shutil.rmtree(shared)
 
 
-def test_as_root_the_agents_command_thread_enters_the_network_once(tmp_path: Path) -> None:
-    """Its tasks are born inside at no cost; the agent's other threads stay on the machine's network."""
+def test_as_root_the_agents_command_thread_enters_the_network_and_its_namespaces_outlive_their_holder(
+    tmp_path: Path,
+) -> None:
+    """The command thread's tasks are born inside at no cost; the agent's other threads start theirs
+    under nsenter, given the namespaces the agent holds; and a restart after the holder died (killed
+    by someone) still starts inside, never outside."""
     if os.geteuid() != 0 or shutil.which("slirp4netns") is None:
         pytest.skip("needs root and slirp4netns")
     network = open_local_network("private", [Task("localhost", free_port())], str(tmp_path))  # type: ignore[list-item]
     assert network is not None and network.order is not None
+    argv = [sys.executable, "-c", "import os; print(os.readlink('/proc/self/ns/net'))"]
     seen: dict[str, str] = {}
 
-    def command_thread() -> None:
+    def in_command_thread(key: str) -> None:
+        seen[f"{key} argv"] = " ".join(netns.wrapped(argv))
+        seen[key] = subprocess.run(argv, capture_output=True, text=True, check=True).stdout.strip()
+
+    def first() -> None:
         assert network.order is not None
         netns.enter(network.order)
-        argv = [sys.executable, "-c", "import os; print(os.readlink('/proc/self/ns/net'))"]
-        seen["wrapped"] = " ".join(netns.wrapped(argv, None))
-        seen["task"] = subprocess.run(argv, capture_output=True, text=True, check=True).stdout.strip()
+        in_command_thread("first")
+
+    def started_elsewhere(key: str) -> None:
+        wrapped = netns.wrapped(argv)
+        seen[key] = subprocess.run(wrapped, capture_output=True, text=True, check=True, pass_fds=netns.fds()).stdout
+        seen[key] = seen[key].strip()
 
     try:
-        thread = threading.Thread(target=command_thread)
+        thread = threading.Thread(target=first)
         thread.start()
         thread.join(30)
         holder = network.order["pid"]
-        assert seen["task"] == net_namespace(holder) != net_namespace("self")
-        assert "nsenter" not in seen["wrapped"]
-        assert netns.wrapped(["x"], None)[-2:] == ["--", "x"]  # another thread: under nsenter
+        private = net_namespace(holder)
+        assert seen["first"] == private != net_namespace("self")
+        assert "nsenter" not in seen["first argv"]
+        started_elsewhere("other thread")
+        assert seen["other thread"] == private
+        os.kill(holder, signal.SIGKILL)
+        wait_for(lambda: not os.path.exists(f"/proc/{holder}/ns/net"), 10, "the holder gone")
+        started_elsewhere("after the holder")
+        assert seen["after the holder"] == private
     finally:
         netns.forget()
         network.close()
@@ -302,9 +321,10 @@ def _dns_answer(query: bytes, address: str) -> bytes:
 def test_where_the_resolver_is_on_the_machines_loopback_a_task_still_resolves_names(
     work: Path, outside: NetnsLab
 ) -> None:
-    """As on a desktop with systemd-resolved (nameserver 127.0.0.53): the tasks get a resolv.conf of
-    their own naming slirp4netns' resolver, which asks this machine's. Here the launcher runs in a
-    mount namespace whose resolv.conf names a resolver of the test's own on a loopback address."""
+    """As on a desktop with systemd-resolved (nameserver 127.0.0.53): the tasks read this machine's
+    resolv.conf as it is, and the private network answers at its loopback resolver address by asking
+    slirp4netns' resolver, which asks this machine's. Here the launcher runs in a mount namespace
+    whose resolv.conf names a resolver of the test's own on a loopback address."""
     if shutil.which("slirp4netns") is None or shutil.which("unshare") is None:
         pytest.fail("slirp4netns and unshare are needed: run the tests through scripts/test.sh")
     resolver = f"127.{secrets.randbelow(200) + 20}.{secrets.randbelow(250) + 1}.53"
@@ -356,5 +376,28 @@ def test_where_the_resolver_is_on_the_machines_loopback_a_task_still_resolves_na
         server.wait()
         dns.close()
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "['nameserver', '10.0.2.3']" in done.stdout and "fetched named data" in done.stdout, done.stdout
+    assert f"['nameserver', '{resolver}']" in done.stdout and "fetched named data" in done.stdout, done.stdout
     assert Path("/etc/resolv.conf").read_text() != f"nameserver {resolver}\n"  # the machine's own is as it was
+
+
+def test_a_rule_left_by_a_launcher_killed_outright_is_removed_by_the_next_local_launch(work: Path) -> None:
+    """Whatever that launch's own network: a rule left behind would refuse the same ports to it."""
+    if os.geteuid() != 0 or shutil.which("nft") is None:
+        pytest.skip("needs root and nft")
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    stale = f"tflaunch_{gone.pid}_1"  # a launcher that is no more
+    port = free_port()
+    rule = (
+        f"table inet {stale} {{\n  chain input {{\n    type filter hook input priority -1;\n"
+        f'    iifname != "lo" tcp dport {{ {port} }} reject with tcp reset\n  }}\n}}\n'
+    )
+    subprocess.run(["nft", "-f", "-"], input=rule, text=True, check=True)
+    try:
+        assert stale in _our_tables()
+        args = ["--local", "1", "--host-network", "--run-root", str(work / "runs"), "--", sys.executable, "-c", "pass"]
+        done = run_launch(args, work)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert stale not in _our_tables()
+    finally:
+        subprocess.run(["nft", "delete", "table", "inet", stale], capture_output=True, check=False)

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from launcher.agent import netns, spawn
-from launcher.transport import local_network, netns_holder, private_network
+from launcher.transport import local_network, private_network
 from launcher.transport.local_network import open_local_network
 from launcher.transport.port_firewall import FirewallUnavailable
 from launcher.transport.private_network import NetworkUnavailable
@@ -93,49 +93,42 @@ def test_the_firewall_is_closed_with_the_network(monkeypatch: pytest.MonkeyPatch
 
 
 @pytest.mark.parametrize(
-    ("text", "loopback"),
+    ("text", "resolvers"),
     [
-        ("nameserver 127.0.0.53\noptions edns0\n", True),
-        ("# comment\nnameserver ::1\n", True),
-        ("nameserver 10.255.255.53\nsearch example.org\n", False),
-        ("nameserver fe80::1%eth0\n", False),
-        ("nameserver\n", False),
+        ("nameserver 127.0.0.53\noptions edns0\n", ["127.0.0.53"]),
+        ("# comment\nnameserver ::1\nnameserver 127.0.0.53\nnameserver ::1\n", ["::1", "127.0.0.53"]),
+        ("nameserver 10.255.255.53\nsearch example.org\n", []),
+        ("nameserver fe80::1%eth0\n", []),
+        ("nameserver\n", []),
     ],
 )
-def test_a_resolver_on_the_machines_loopback_is_seen(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str, loopback: bool
+def test_the_machines_resolvers_on_its_loopback_are_found(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str, resolvers: list[str]
 ) -> None:
     resolv = tmp_path / "resolv.conf"
     resolv.write_text(text)
     monkeypatch.setattr(private_network, "_RESOLV_CONF", str(resolv))
-    assert private_network._loopback_resolver() is loopback
+    assert private_network.loopback_resolvers() == resolvers
 
 
-def test_the_private_resolv_conf_keeps_search_and_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    resolv = tmp_path / "resolv.conf"
-    resolv.write_text("nameserver 127.0.0.53\nsearch lab.example\noptions edns0 trust-ad\nnameserver ::1\n")
-    monkeypatch.setattr(netns_holder, "RESOLV_CONF", str(resolv))
-    assert netns_holder._resolv_text("10.0.2.3") == "nameserver 10.0.2.3\nsearch lab.example\noptions edns0 trust-ad\n"
-
-
-def test_tasks_start_under_nsenter_where_the_agent_did_not_enter_itself(tmp_path: Path) -> None:
-    order: Any = {"op": "network", "pid": 0, "namespaces": ["user", "net"], "wd": True}
+def test_tasks_start_under_nsenter_given_the_namespaces_the_agent_holds() -> None:
+    order: Any = {"op": "network", "pid": os.getpid(), "namespaces": ["net"], "nsenter": "/usr/bin/nsenter"}
     try:
-        assert netns.wrapped(["python", "-m", "worker"], str(tmp_path)) == ["python", "-m", "worker"]
-        netns.enter({**order, "enter": ["/usr/bin/nsenter", "--target=7", "--net", "--mount"]})
-        assert netns.wrapped(["python", "-m", "worker"], str(tmp_path)) == [
+        assert netns.wrapped(["python", "-m", "worker"]) == ["python", "-m", "worker"]
+        netns.enter({**order, "namespaces": ["user", "net"]})  # a user namespace: never entered by a thread
+        user, net = netns.fds()
+        assert netns.wrapped(["python", "-m", "worker"]) == [
             "/usr/bin/nsenter",
-            "--target=7",
-            "--net",
-            "--mount",
-            f"--wd={tmp_path}",
+            f"--user=/proc/self/fd/{user}",
+            f"--net=/proc/self/fd/{net}",
+            "--preserve-credentials",
             "--",
             "python",
             "-m",
             "worker",
         ]
-        netns.enter({**order, "enter": ["/usr/bin/nsenter", "--target=7", "--net"], "wd": False})
-        assert netns.wrapped(["x"], None) == ["/usr/bin/nsenter", "--target=7", "--net", "--", "x"]
+        netns.enter({**order, "pid": 2**22 + 1})  # no such process: nothing can start, none outside
+        assert netns.fds() == () and "/nonexistent/" in " ".join(netns.wrapped(["x"]))
     finally:
         netns.forget()
 
@@ -176,3 +169,34 @@ def test_the_warning_does_not_tell_to_install_what_is_installed(
     network = open_local_network("private", [Task("localhost", 2000)], "/r")  # type: ignore[list-item]
     assert network is not None and network.warning is not None
     assert "install slirp4netns" not in network.warning and "could not give" in network.warning
+
+
+def test_the_firewall_says_why_there_is_no_private_network(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Rule:
+        table = "tflaunch_1_2"
+
+        def __init__(self, ports: list[int]) -> None:
+            pass
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(local_network, "make_private", _no_private)
+    monkeypatch.setattr(local_network, "take_early", lambda: None)
+    monkeypatch.setattr(local_network, "PortFirewall", Rule)
+    network = open_local_network("private", [Task("localhost", 2000)], "/r")  # type: ignore[list-item]
+    assert network is not None
+    assert network.says.startswith("the tasks' port 2000 is closed") and "no slirp4netns on PATH" in network.says
+
+
+def test_a_network_that_could_not_be_made_early_is_not_tried_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    tried: list[str] = []
+
+    def early() -> Any:
+        raise NetworkUnavailable("slirp4netns said nothing in 10 s")
+
+    monkeypatch.setattr(local_network, "take_early", early)
+    monkeypatch.setattr(local_network, "make_private", lambda env: tried.append("again"))
+    monkeypatch.setattr(local_network, "PortFirewall", Unavailable)
+    network = open_local_network("private", [Task("localhost", 2000)], "/r")  # type: ignore[list-item]
+    assert not tried and network is not None and network.warning is not None and "said nothing" in network.warning
