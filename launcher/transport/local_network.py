@@ -87,7 +87,9 @@ def open_local_network(choice: str, tasks: Sequence[TaskLaunch], run_dir: str) -
     there must reach the ports, so they stay on the machine's network). The processes that hold a
     private network carry `run_dir` (or, made early, the launcher's working directory) in their
     environment, as the tasks do: `ps e` tells whose they are."""
-    remove_stale_rules()  # a launcher killed outright left its rule: it must not refuse this run's ports
+    # a launcher killed outright left its rule: it must not go on refusing these ports (off this path:
+    # the rule refuses other machines only, and an nft run costs what the launch need not wait for)
+    threading.Thread(target=remove_stale_rules, daemon=True, name="stale-rules").start()
     if not tasks or not all(task.is_local for task in tasks):
         return None
     ports = tuple(sorted({task.port for task in tasks}))

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from launcher.agent import netns
-from launcher.transport import netns_holder
+from launcher.transport import netns_holder, port_firewall
 from launcher.transport.local_network import open_local_network
 from tests.conftest import launch_cmd, launcher_traceback, local_spec, processes_mentioning, run_launch
 from tests.integration.test_netns import launched
@@ -77,6 +77,33 @@ def assert_probe_can_pass(lab: NetnsLab) -> None:
         assert connect_from(other_machine(lab), lab.launcher_address, listener.getsockname()[1]) == "connected"
 
 
+# A task that downloads its data: what it fetched, the resolver it reads, the network it is in.
+FETCH = (
+    "import os, sys, urllib.request\n"
+    "print('resolver', open('/etc/resolv.conf').read().split()[:2])\n"
+    "print('fetched', urllib.request.urlopen(sys.argv[1], timeout=20).read().decode().strip())\n"
+    "print('network', os.readlink('/proc/self/ns/net'))\n"
+)
+
+
+@contextlib.contextmanager
+def serving(lab: NetnsLab, directory: Path) -> Iterator[int]:
+    """An HTTP server of `directory` on the other machine, at its address; yields its port."""
+    server = subprocess.Popen(
+        [*other_machine(lab), sys.executable, "-m", "http.server", "--bind", lab.hosts[0].address, "0"],
+        cwd=directory,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None
+        yield int(server.stdout.readline().split(" port ")[1].split()[0])  # "Serving HTTP on A port P (...)"
+    finally:
+        server.kill()
+        server.wait()
+
+
 def task_ports(run_dir: Path) -> list[int]:
     hosts = json.loads((run_dir / "preflight.json").read_text())["hosts"]
     return [port for host in hosts for port in host["ports"]]
@@ -119,28 +146,12 @@ def test_a_task_reaches_out_from_the_private_network(work: Path, outside: NetnsL
     if shutil.which("slirp4netns") is None:
         pytest.fail("slirp4netns is missing: run the tests through scripts/test.sh, which installs it")
     (work / "data.txt").write_text("the data\n")
-    server = subprocess.Popen(
-        [*other_machine(outside), sys.executable, "-m", "http.server", "--bind", outside.hosts[0].address, "0"],
-        cwd=work,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
-        assert server.stdout is not None
-        port = int(server.stdout.readline().split(" port ")[1].split()[0])  # "Serving HTTP on A port P (...)"
-        (work / "fetch.py").write_text(
-            "import os, sys, urllib.request\n"
-            "print('fetched', urllib.request.urlopen(sys.argv[1], timeout=20).read().decode().strip())\n"
-            "print('network', os.readlink('/proc/self/ns/net'))\n"
-        )
+    with serving(outside, work) as port:
+        (work / "fetch.py").write_text(FETCH)
         url = f"http://{outside.hosts[0].address}:{port}/data.txt"
         done = run_launch(
             ["--local", "1", "--run-root", str(work / "runs"), "--", sys.executable, "fetch.py", url], work
         )
-    finally:
-        server.kill()
-        server.wait()
     assert done.returncode == 0, done.stdout + done.stderr
     assert "fetched the data" in done.stdout, done.stdout
     network = next(line.split()[-1] for line in done.stdout.splitlines() if "] network " in line)
@@ -344,36 +355,22 @@ def test_where_the_resolver_is_on_the_machines_loopback_a_task_still_resolves_na
     threading.Thread(target=serve, daemon=True).start()
     (work / "resolv.conf").write_text(f"nameserver {resolver}\n")
     (work / "data.txt").write_text("named data\n")
-    server = subprocess.Popen(
-        [*other_machine(outside), sys.executable, "-m", "http.server", "--bind", host, "0"],
-        cwd=work,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
     try:
-        assert server.stdout is not None
-        port = int(server.stdout.readline().split(" port ")[1].split()[0])
-        (work / "fetch.py").write_text(
-            "import sys, urllib.request\n"
-            "print(open('/etc/resolv.conf').read().split()[:2])\n"
-            "print('fetched', urllib.request.urlopen(sys.argv[1], timeout=20).read().decode().strip())\n"
-        )
-        url = f"http://data.example.test:{port}/data.txt"
-        launch = " ".join(
-            launch_cmd("--local", "1", "--run-root", str(work / "runs"), "--", sys.executable, "fetch.py", url)
-        )
-        script = f"mount --bind {work / 'resolv.conf'} /etc/resolv.conf && exec {launch}"
-        done = subprocess.run(
-            ["unshare", "--mount", "--propagation", "slave", "sh", "-c", script],
-            cwd=work,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        with serving(outside, work) as port:
+            (work / "fetch.py").write_text(FETCH)
+            url = f"http://data.example.test:{port}/data.txt"
+            launch = " ".join(
+                launch_cmd("--local", "1", "--run-root", str(work / "runs"), "--", sys.executable, "fetch.py", url)
+            )
+            script = f"mount --bind {work / 'resolv.conf'} /etc/resolv.conf && exec {launch}"
+            done = subprocess.run(
+                ["unshare", "--mount", "--propagation", "slave", "sh", "-c", script],
+                cwd=work,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
     finally:
-        server.kill()
-        server.wait()
         dns.close()
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"['nameserver', '{resolver}']" in done.stdout and "fetched named data" in done.stdout, done.stdout
@@ -393,11 +390,15 @@ def test_a_rule_left_by_a_launcher_killed_outright_is_removed_by_the_next_local_
         f'    iifname != "lo" tcp dport {{ {port} }} reject with tcp reset\n  }}\n}}\n'
     )
     subprocess.run(["nft", "-f", "-"], input=rule, text=True, check=True)
+    os.makedirs(port_firewall.MARKS, mode=0o700, exist_ok=True)
+    mark = Path(port_firewall.MARKS) / stale  # what that launcher left with its table
+    mark.touch()
     try:
         assert stale in _our_tables()
         args = ["--local", "1", "--host-network", "--run-root", str(work / "runs"), "--", sys.executable, "-c", "pass"]
         done = run_launch(args, work)
         assert done.returncode == 0, done.stdout + done.stderr
-        assert stale not in _our_tables()
+        assert stale not in _our_tables() and not mark.exists()
     finally:
+        mark.unlink(missing_ok=True)
         subprocess.run(["nft", "delete", "table", "inet", stale], capture_output=True, check=False)
