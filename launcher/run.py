@@ -167,7 +167,7 @@ def _restore_signals(previous: SignalHandlers) -> None:
         signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
 
 
-def local_network(spec: ClusterSpec, plan: LaunchPlan, allocation: Allocation | None) -> NetworkStarting | None:
+def start_local_network(spec: ClusterSpec, plan: LaunchPlan, allocation: Allocation | None) -> NetworkStarting | None:
     """How a gang all on this machine is kept off the network (launcher/transport/local_network.py),
     made while the agents start; None under Slurm. The caller closes it once the tasks are gone."""
     return None if allocation is not None else NetworkStarting(spec.local_network, plan.tasks, plan.run_dir)
@@ -209,7 +209,7 @@ def launch(
     planner = make_planner(spec, place, faults, ports)
     first_plan = planner(0)  # validates local ports before anything starts (raises PortInUseError)
     with contextlib.ExitStack() as unstarted:  # closed only when the launch ends before its tasks start
-        network = local_network(spec, first_plan, allocation)
+        network = start_local_network(spec, first_plan, allocation)
         if network is not None:
             unstarted.callback(network.close)
         transport = make_transport(spec, allocation, place.run_dir, network)
@@ -229,7 +229,7 @@ def launch(
         lock, mark = _claim_run_dir(spec, first_plan, report, unstarted)
         unstarted.pop_all()  # the supervisor closes the transport; the run's end releases the lock and mark
     supervisor = Supervisor(
-        planner=planner,
+        planner=planner if network is None else _covered(planner, network),
         transport=transport,
         policy=RestartPolicy(spec.restart, spec.training.kind),
         reports_progress=isinstance(spec.training, (BuiltinTraining, FunctionTraining)),
@@ -248,6 +248,19 @@ def launch(
         if network is not None:  # the supervisor closed the transport: every task is gone
             held.callback(network.close)
         return _supervise(spec, console, supervisor, first_plan)
+
+
+def _covered(planner: Planner, network: NetworkStarting) -> Planner:
+    """Plans whose local ports the network keeps from other machines, a port replaced on a restart too."""
+
+    def plan(attempt: int) -> LaunchPlan:
+        made = planner(attempt)
+        opened = network.result()
+        if attempt > 0 and opened is not None:
+            opened.cover([task.port for task in made.tasks if task.is_local])
+        return made
+
+    return plan
 
 
 def _claim_run_dir(

@@ -47,7 +47,7 @@ def proc_stat(pid: int | str) -> list[bytes] | None:
         return None
 
 
-def _start_time(pid: int) -> int | None:
+def start_time(pid: int) -> int | None:
     """Field 22 of /proc/PID/stat (clock ticks since boot): with the pid, names one process."""
     fields = proc_stat(pid)
     return int(fields[19]) if fields is not None and len(fields) > 19 else None
@@ -68,7 +68,7 @@ def doomed(listed: dict[int, int], session: int) -> list[int]:
     members: dict[int, list[tuple[int, int]]] | None = None
     kill = []
     for pid, started in listed.items():
-        now = _start_time(pid)
+        now = start_time(pid)
         if now == started:
             kill.append(pid)
         elif now is None:  # the leader was reaped: its group may live on under its number
@@ -162,7 +162,7 @@ class Keeper:
 
     def watch(self, pid: int) -> bool:
         """A task's group just started under `pid`; False when the keeper does not cover it."""
-        started = _start_time(pid)
+        started = start_time(pid)
         return started is not None and self._write(f"+{pid} {started}\n".encode())
 
     def forget(self, pid: int) -> None:
@@ -188,7 +188,7 @@ def start() -> Keeper | None:
     """Fork the keeper; call before the agent starts any thread. None where there is no fork, no
     readable /proc, or no `process_group` (python < 3.11): tasks then get the kernel's parent-death
     signal instead."""
-    if sys.version_info < (3, 11) or not sys.platform.startswith("linux") or _start_time(os.getpid()) is None:
+    if sys.version_info < (3, 11) or not sys.platform.startswith("linux") or start_time(os.getpid()) is None:
         return None
     try:
         read_fd, write_fd = os.pipe()

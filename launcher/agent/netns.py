@@ -1,14 +1,15 @@
 """How a local agent starts its tasks and spares in the gang's private network.
 
-The launcher makes the network (launcher/transport/local_network.py) and tells the agent where it is
-before any task. The agent opens its namespaces at once and holds them: they live as long as the
-agent does, whatever becomes of the process that made them, and no later process can stand in for
-them. As root, with no user namespace, the agent's command thread (the one that starts every task
-and spare) also enters the network itself, once: a network namespace is a thread's, so that thread
-alone moves, and the processes it starts are born inside at no cost. Otherwise (a user namespace,
-which a thread of a process with threads cannot enter; or entering failed; or a start from another
-thread) each process starts under `nsenter`, given the held namespaces as its own descriptors:
-about a millisecond of CPU more per task.
+The launcher makes the network (launcher/transport/private_network.py) and tells the agent where it
+is before any task. The agent opens its namespaces at once, checks that they are the ones the
+launcher made (not another process's that took the pid), and holds them: they live as long as the
+agent does, whatever becomes of the process that made them. As root, with no user namespace, the
+agent's command thread (the one that starts every task and spare) also enters the network itself,
+once: a network namespace is a thread's, so that thread moves, with the threads it starts later
+(the preflight's probes: their ports are checked where the tasks bind them), and the processes it
+starts are born inside at no cost. Otherwise (a user namespace, which a thread of a process with
+threads cannot enter; or entering failed; or a start from another thread) each process starts
+under `nsenter`: about a millisecond of CPU more per task.
 
 Standard library only.
 """
@@ -53,7 +54,9 @@ def enter(command: NetworkCommand) -> None:
     try:
         for kind in command["namespaces"]:
             _Network.fds[kind] = os.open(f"/proc/{pid}/ns/{kind}", os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:  # wrapped() then names a namespace that is not there: nsenter says so, per task
+        if os.readlink(f"/proc/self/fd/{_Network.fds['net']}") != command["net"]:
+            raise OSError("not the network the launcher made: its process is gone and the pid is another's")
+    except (OSError, KeyError):  # wrapped() then names a namespace that is not there: nsenter says so, per task
         forget()
     _Network.nsenter = str(command["nsenter"])
     if not _Network.fds:
@@ -62,25 +65,22 @@ def enter(command: NetworkCommand) -> None:
         _Network.thread = threading.get_ident()
 
 
-def fds() -> tuple[int, ...]:
-    """The descriptors a process started under nsenter must be given."""
-    return tuple(_Network.fds.values())
-
-
 def wrapped(argv: list[str]) -> list[str]:
-    """`argv` as started from this thread: as it is outside a network, or inside one this thread
-    entered; else under nsenter, which enters the namespaces the agent holds (given as `fds()`)."""
+    """`argv` as started from this thread: as it is outside a network, or inside one this thread (or
+    the thread that started it) entered; else under nsenter, which opens the namespaces the agent
+    holds through the agent's /proc (so the task inherits no descriptor of them)."""
     if not _Network.nsenter or _Network.thread == threading.get_ident():
         return argv
     if not _Network.fds:
         return [_Network.nsenter, "--net=/nonexistent/the-private-network-is-gone", "--", *argv]
-    held = [f"--{kind}=/proc/self/fd/{fd}" for kind, fd in _Network.fds.items()]
+    held = [f"--{kind}=/proc/{os.getpid()}/fd/{fd}" for kind, fd in _Network.fds.items()]
     credentials = ["--preserve-credentials"] if "user" in _Network.fds else []
     return [_Network.nsenter, *held, *credentials, "--", *argv]
 
 
 def forget() -> None:
-    """The machine's network again for later starts (tests), its descriptors closed."""
+    """Later starts from other threads on the machine's network again, the descriptors closed (tests;
+    a thread that entered the network stays in it)."""
     for fd in _Network.fds.values():
         try:
             os.close(fd)

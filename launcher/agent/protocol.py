@@ -124,13 +124,15 @@ class SignalCommand(TypedDict):
 
 class NetworkCommand(TypedDict):
     """A local agent's tasks and spares start in the gang's private network, held by process `pid`
-    in `namespaces` (launcher/transport/local_network.py). The agent opens them at once (they then
-    live as long as it does); as root its command thread enters the network itself, otherwise each
-    process starts under `nsenter`."""
+    in `namespaces` (launcher/transport/private_network.py); `net` names that network as
+    /proc/PID/ns/net reads (`net:[INODE]`). The agent opens them at once (they then live as long as
+    it does); as root its command thread enters the network itself, otherwise each process starts
+    under `nsenter` (launcher/agent/netns.py)."""
 
     op: Literal["network"]
     pid: int
     namespaces: list[str]
+    net: str
     nsenter: str
 
 

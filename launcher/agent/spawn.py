@@ -208,10 +208,8 @@ def start_task(
     umask = _umask_of(env)
     own: dict[str, Any] = {"process_group": 0, "umask": -1 if umask is None else umask}
     inside = netns.wrapped(argv)  # argv itself, or under nsenter into the gang's private network
-    if inside is not argv:
-        if argv and not _startable(argv[0], env, cwd):
-            raise _exec_error(argv[0], env, cwd)
-        started["pass_fds"] = (*pass_fds, *netns.fds())
+    if inside is not argv and argv and not _startable(argv[0], env, cwd):
+        raise _exec_error(argv[0], env, cwd)
     if keeper is not None and keeper.lives():
         proc = subprocess.Popen(inside, **own, **started)
         if keeper.watch(proc.pid):

@@ -135,13 +135,13 @@ def dry_run(plan: LaunchPlan, as_json: bool, remote: str = "ssh", would: Would |
 def check(spec: ClusterSpec, place: RunPlace, allocation: Allocation | None) -> int:
     """The preflight, and what the launch would refuse in its run directory (another user's, a run
     still going, another training's checkpoints), without starting anything."""
-    from launcher.run import local_network, make_planner, make_transport, preflight  # see the module's docstring
+    from launcher.run import make_planner, make_transport, preflight, start_local_network  # see the module's docstring
     from launcher.rundir.resume import new_run_would, resume_notice
 
     freeze_start_up()
     refuse_run_dir(place.run_dir)  # as the launch does: another user's or swappable, before anything else
     plan = make_planner(spec, place)(0)
-    network = local_network(spec, plan, allocation)  # made as the launch makes it: --check proves it works here
+    network = start_local_network(spec, plan, allocation)  # made as the launch makes it: --check proves it works here
     try:
         transport = make_transport(spec, allocation, place.run_dir, network)
         try:

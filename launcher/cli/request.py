@@ -20,7 +20,7 @@ from launcher.common.errors import LaunchError, SpecError, SpecProblem, UsageErr
 from launcher.common.masking import redact, secret_arguments, set_secrets, without_password
 from launcher.common.secret_names import MIN_MASKED, is_secret
 from launcher.rundir.refusals import RUN_ROOT_IN_A_RUN, refuse_run_root
-from launcher.spec.addresses import is_this_machine
+from launcher.spec.addresses import is_loopback, is_this_machine
 from launcher.spec.limits import MAX_HOSTS, MAX_WORKERS_PER_HOST
 from launcher.spec.masked import redactor_of
 from launcher.spec.python_script import split_python_command
@@ -381,14 +381,17 @@ def private_network_here(cluster: str | None, local: int | None, hosts: str | No
         return True
     if hosts is not None:
         try:
-            return all(host in _THIS_MACHINE for host, _ in parse_host_list(hosts))
+            return all(is_loopback(host) for host, _ in parse_host_list(hosts))
         except UsageError:  # the real reading says why
             return False
     data = _spec_data(cluster)
     if data is None or data.get("local_network", "private") != "private" or not data["hosts"]:
         return False
     return all(
-        isinstance(h, dict) and h.get("transport") in (None, "auto", "local") and h.get("address") in _THIS_MACHINE
+        isinstance(h, dict)
+        and isinstance(h.get("address"), str)
+        and is_loopback(h["address"])
+        and (h.get("transport") == "local" or is_this_machine(h["address"]))
         for h in data["hosts"]
     )
 

@@ -20,7 +20,6 @@ first way that works here:
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import threading
 from collections.abc import Sequence
@@ -28,7 +27,7 @@ from dataclasses import dataclass, field
 
 from launcher.agent.protocol import NetworkCommand
 from launcher.plan import TaskLaunch
-from launcher.spec.addresses import is_this_machine
+from launcher.spec.addresses import is_loopback
 from launcher.transport.port_firewall import FirewallUnavailable, PortFirewall, remove_stale_rules
 from launcher.transport.private_network import Closer, NetworkUnavailable, close_all, make_private, take_early
 from worker.contract import RUN_DIR_VAR
@@ -44,6 +43,13 @@ class LocalNetwork:
     exposed: tuple[int, ...] = ()
     warning: str | None = None
     _closers: list[Closer] = field(default_factory=list)
+    _firewall: PortFirewall | None = None
+
+    def cover(self, ports: Sequence[int]) -> None:
+        """A later attempt's ports (a port taken meanwhile was replaced): the rule refuses them too.
+        The private network needs nothing: it holds every port of its tasks."""
+        if self._firewall is not None:
+            self._firewall.cover(list(ports))
 
     def close(self) -> None:
         close_all(self._closers)
@@ -77,9 +83,9 @@ class NetworkStarting:
         return None if made is None else made.order
 
     def close(self) -> None:
-        made = self.result() if not self._error else None
-        if made is not None:
-            made.close()
+        self._thread.join()
+        if self._made and self._made[0] is not None:
+            self._made[0].close()
 
 
 def open_local_network(choice: str, tasks: Sequence[TaskLaunch], run_dir: str) -> LocalNetwork | None:
@@ -87,50 +93,40 @@ def open_local_network(choice: str, tasks: Sequence[TaskLaunch], run_dir: str) -
     there must reach the ports, so they stay on the machine's network). The processes that hold a
     private network carry `run_dir` (or, made early, the launcher's working directory) in their
     environment, as the tasks do: `ps e` tells whose they are."""
-    # a launcher killed outright left its rule: it must not go on refusing these ports (off this path:
-    # the rule refuses other machines only, and an nft run costs what the launch need not wait for)
-    threading.Thread(target=remove_stale_rules, daemon=True, name="stale-rules").start()
+    remove_stale_rules()  # a launcher killed outright left its rule: it must not refuse these ports (no mark: no cost)
     if not tasks or not all(task.is_local for task in tasks):
         return None
     ports = tuple(sorted({task.port for task in tasks}))
     if choice == "host":
         return LocalNetwork(f"the tasks' {_them(ports)} open to other machines (local_network is host)", None, ports)
-    reasons = []
-    if all(_loopback(task.host) for task in tasks):
+    failures: list[NetworkUnavailable | FirewallUnavailable] = []
+    if all(is_loopback(task.host) for task in tasks):
         try:
             private = take_early() or make_private({**os.environ, RUN_DIR_VAR: run_dir, "PWD": os.getcwd()})
             return LocalNetwork(private.says, private.order, _closers=[private.close])
         except NetworkUnavailable as why:
-            reasons.append(str(why))
+            failures.append(why)
     else:
-        reasons.append("a task's address is not a loopback one, which a private network would not have")
+        failures.append(NetworkUnavailable("a task's address is not a loopback one, which a private network lacks"))
+    reasons = [str(failure) for failure in failures]
     try:
         firewall = PortFirewall(list(ports))
     except FirewallUnavailable as why:
+        failures.append(why)
         reasons.append(str(why))
     else:
         return LocalNetwork(
             f"the tasks' {_them(ports)} closed to other machines by the nftables table {firewall.table}, not "
             f"by a private network ({'; '.join(reasons)})",
             _closers=[firewall.close],  # removed at once: no wait
+            _firewall=firewall,
         )
     return LocalNetwork(
         f"the tasks' {_them(ports)} OPEN to other machines: {'; '.join(reasons)}",
         None,
         ports,
-        _warning(ports, reasons),
+        _warning(ports, failures),
     )
-
-
-def _loopback(address: str) -> bool:
-    """An address every private network has: localhost, or any of 127.0.0.0/8 and ::1 (its loopback
-    device holds them all)."""
-    if is_this_machine(address):
-        return True
-    try:
-        return ipaddress.ip_address(address.strip("[]")).is_loopback
-    except ValueError:  # a host name
-        return False
 
 
 def _listed(ports: tuple[int, ...]) -> str:
@@ -141,15 +137,10 @@ def _them(ports: tuple[int, ...]) -> str:
     return f"port {ports[0]} is" if len(ports) == 1 else f"ports {_listed(ports)} are"
 
 
-def _warning(ports: tuple[int, ...], reasons: list[str]) -> str:
-    fixes = []
-    if any("no slirp4netns" in reason for reason in reasons):
-        fixes.append("install slirp4netns (apt install slirp4netns) for a private network")
-    elif any("private network" in reason for reason in reasons):
-        fixes.append("mend what keeps the private network from being made (above)")
-    fixes.append("install nftables for a firewall rule" if os.geteuid() == 0 else "launch as root for a firewall rule")
+def _warning(ports: tuple[int, ...], failures: list[NetworkUnavailable | FirewallUnavailable]) -> str:
+    fixes = [failure.fix for failure in failures if failure.fix]
     fixes.append("refuse connections to them from other machines in your firewall")
     return (
-        f"warning: the tasks' TensorFlow {_them(ports)} open to other machines, and TensorFlow runs what anyone sends "
-        f"there ({'; '.join(reasons)}). To close them: {', or '.join(fixes)}"
+        f"warning: the tasks' TensorFlow {_them(ports)} open to other machines, and TensorFlow runs what anyone "
+        f"sends there ({'; '.join(map(str, failures))}). To close them: {', or '.join(fixes)}"
     )

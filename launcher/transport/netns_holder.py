@@ -10,8 +10,9 @@ as `nobody`).
 Given UPSTREAM and RESOLVER addresses (this machine's resolver is on its own loopback, such as
 systemd-resolved's 127.0.0.53, which the private network does not have), it answers DNS at each
 RESOLVER address inside the network, over UDP and TCP, by asking UPSTREAM (slirp4netns' resolver,
-which asks this machine's own). The tasks keep reading this machine's /etc/resolv.conf as it is,
-even as the machine rewrites it.
+which asks this machine's own). The tasks keep reading this machine's /etc/resolv.conf as it is; a
+resolver the machine names later at another loopback address is not answered, and the answers end
+with this process.
 
 It prints one JSON line, `{"pid": ..., "namespaces": [...]}` (what a process must enter) or
 `{"error": "..."}` (the kernel refused: why), and then holds the network until its standard input

@@ -17,7 +17,7 @@ import re
 import shutil
 import subprocess
 
-from launcher.agent.keeper import proc_stat
+from launcher.agent.keeper import start_time as start_ticks
 
 _PREFIX = "tflaunch_"
 _OURS = re.compile(rf"\btable inet ({_PREFIX}(\d+)_(\d+))\b")
@@ -26,19 +26,17 @@ MARKS = "/run/tflaunch-rules"
 
 
 class FirewallUnavailable(Exception):
-    """Why no rule could be added (no nft, not root, the kernel refused)."""
+    """Why no rule could be added (no nft, not root, the kernel refused), and the fix where one is known."""
 
-
-def start_ticks(pid: int) -> int | None:
-    """A process's start time (clock ticks after boot): with its pid, a name no later process takes."""
-    fields = proc_stat(pid)
-    return int(fields[19]) if fields is not None and len(fields) > 19 else None
+    def __init__(self, why: str, fix: str | None = None) -> None:
+        super().__init__(why)
+        self.fix = fix
 
 
 def _nft() -> str:
     found = shutil.which("nft")
     if found is None:
-        raise FirewallUnavailable("no nft (nftables) for a firewall rule")
+        raise FirewallUnavailable("no nft (nftables) for a firewall rule", "install nftables (apt install nftables)")
     return found
 
 
@@ -117,7 +115,7 @@ class PortFirewall:
 
     def __init__(self, ports: list[int]) -> None:
         if os.geteuid() != 0:
-            raise FirewallUnavailable("not root, which a firewall rule needs")
+            raise FirewallUnavailable("not root, which a firewall rule needs", "launch as root for a firewall rule")
         self._nft = _nft()
         _remove_stale(self._nft)
         self.table = f"{_PREFIX}{os.getpid()}_{start_ticks(os.getpid()) or 0}"
@@ -128,15 +126,25 @@ class PortFirewall:
                 self._nft,
                 ["-f", "-"],
                 f"table inet {self.table} {{\n"
+                f"  set ports {{ type inet_service; elements = {{ {listed} }}; }}\n"
                 "  chain input {\n"
                 "    type filter hook input priority -1; policy accept;\n"
-                f'    iifname != "lo" tcp dport {{ {listed} }} reject with tcp reset\n'
+                '    iifname != "lo" tcp dport @ports reject with tcp reset\n'
                 "  }\n"
                 "}\n",
             )
         except FirewallUnavailable:
             _unmark(self.table)
             raise
+
+    def cover(self, ports: list[int]) -> None:
+        """Refuse these ports too (a later attempt's)."""
+        listed = ", ".join(str(port) for port in sorted(set(ports)))
+        if listed:
+            try:
+                _run(self._nft, ["add", "element", "inet", self.table, "ports", f"{{ {listed} }}"])
+            except FirewallUnavailable:  # the table is gone (removed by hand): nothing to add to
+                pass
 
     def close(self) -> None:
         try:

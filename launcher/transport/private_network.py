@@ -4,7 +4,8 @@
 Made once per launch. A launch whose hosts are all this machine starts it at once (`start_early`,
 beside the early agents, while the launcher still imports and validates), so that what it costs
 overlaps the launcher's own start-up; the launch takes it (`take_early`) when its spec wants one,
-and it ends with the launcher otherwise (its processes hold the launcher's pipes as lifelines).
+and closes it otherwise (`close_early`). Its processes hold the launcher's pipes as lifelines: they
+end with the launcher, however it ends.
 Standard library and the agent's protocol only: the command line imports it before the spec is read.
 """
 
@@ -40,7 +41,11 @@ Closer = Callable[[], "Callable[[], None] | None"]
 
 
 class NetworkUnavailable(Exception):
-    """Why a private network cannot be made here."""
+    """Why a private network cannot be made here, and what would mend it (`fix`) where that is known."""
+
+    def __init__(self, why: str, fix: str | None = None) -> None:
+        super().__init__(why)
+        self.fix = fix
 
 
 def close_all(closers: list[Closer]) -> None:
@@ -87,17 +92,22 @@ def loopback_resolvers() -> list[str]:
 
 
 def make_private(env: dict[str, str]) -> PrivateNetwork:
-    """Namespaces held by a holder process, slirp4netns for the way out, and the nsenter command
-    that puts a task there (checked once here where tasks use it, so a task never starts outside).
+    """Namespaces held by a holder process, slirp4netns for the way out, and the order that tells an
+    agent where they are. Where tasks will start under nsenter (a user namespace), it is tried once
+    here, so that a refusal (a security module's) is known before any task.
     `env`: the helpers' environment. NetworkUnavailable: why it cannot be made here."""
     slirp = shutil.which("slirp4netns")
     nsenter = shutil.which("nsenter")
     if slirp is None or nsenter is None:
-        raise NetworkUnavailable(f"no {'slirp4netns' if slirp is None else 'nsenter'} on PATH for a private network")
+        missing, package = ("slirp4netns", "slirp4netns") if slirp is None else ("nsenter", "util-linux")
+        raise NetworkUnavailable(
+            f"no {missing} on PATH for a private network", f"install {package} (apt install {package})"
+        )
     closers: list[Closer] = []
     try:
         pid, namespaces = _start_holder(env, closers)
         _start_slirp(slirp, pid, namespaces, env, closers)
+        net = os.readlink(f"/proc/{pid}/ns/net")  # its name: the agents check they open this one
         if "user" in namespaces:  # each task starts under nsenter (as root, the agent enters itself)
             _check_enter([nsenter, f"--target={pid}", "--user", "--net", "--preserve-credentials"])
     except OSError as error:  # out of file descriptors or processes: no network, and the launch says why
@@ -110,6 +120,7 @@ def make_private(env: dict[str, str]) -> PrivateNetwork:
         "op": "network",
         "pid": pid,
         "namespaces": namespaces,
+        "net": net,
         "nsenter": nsenter,
     }
     return PrivateNetwork(order, closers)
@@ -126,10 +137,17 @@ def _restricted() -> str:
     return " (AppArmor restricts user namespaces to programs it allows: kernel.apparmor_restrict_unprivileged_userns=1)"
 
 
+def _readable(fd: int) -> bool:
+    """Whether `fd` has something to read (or its end) within the ready timeout; poll, not select,
+    which cannot watch a descriptor numbered 1024 or more."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(_READY_TIMEOUT_S * 1000))
+
+
 def _read_line(proc: subprocess.Popen[bytes], what: str) -> bytes:
     assert proc.stdout is not None
-    ready, _, _ = select.select([proc.stdout], [], [], _READY_TIMEOUT_S)
-    if not ready:
+    if not _readable(proc.stdout.fileno()):
         raise NetworkUnavailable(f"{what} said nothing in {_READY_TIMEOUT_S:.0f} s")
     return proc.stdout.readline()
 
@@ -172,7 +190,9 @@ def _start_holder(env: dict[str, str], closers: list[Closer]) -> tuple[int, list
     except ValueError:
         answer = {"error": said.decode(errors="replace").strip() or f"it exited with code {holder.wait()}"}
     if "error" in answer:
-        raise NetworkUnavailable(f"{answer['error']}{_restricted()}, so no private network")
+        restricted = _restricted()
+        fix = "set kernel.apparmor_restrict_unprivileged_userns=0, or launch as root" if restricted else None
+        raise NetworkUnavailable(f"{answer['error']}{restricted}, so no private network", fix)
     return int(answer["pid"]), [str(kind) for kind in answer["namespaces"]]
 
 
@@ -202,26 +222,25 @@ def _start_slirp(slirp: str, pid: int, namespaces: list[str], env: dict[str, str
             os.close(ready_w)
         closers.append(_stopper(proc, exit_w))
         try:
-            ready, _, _ = select.select([ready_r], [], [], _READY_TIMEOUT_S)
-            said = os.read(ready_r, 1) if ready else b""
+            said = os.read(ready_r, 1) if _readable(ready_r) else b""
         finally:
             os.close(ready_r)
         if said != b"1":
             proc.kill()
             proc.wait()
             said_file.seek(0)
-            raise NetworkUnavailable(_slirp_failure(said_file.read(64 * 1024).decode(errors="replace")))
+            raise _slirp_failure(said_file.read(64 * 1024).decode(errors="replace"))
 
 
-def _slirp_failure(output: str) -> str:
+def _slirp_failure(output: str) -> NetworkUnavailable:
     """Why slirp4netns gave up, from what it printed: its error, not a warning printed after it."""
     lines = [line.strip() for line in output.splitlines() if line.strip()]
     errors = [line for line in lines if not line.startswith("WARNING")] or lines or ["it said nothing"]
     why = next((line for line in errors if "/dev/net/tun" in line), errors[-1])[:200]
-    fix = ""
+    fix = None
     if "/dev/net/tun" in why and "ermission denied" in why:
-        fix = "; /dev/net/tun must be open to you, as stock Debian and Ubuntu make it: chmod 0666 /dev/net/tun"
-    return f"slirp4netns could not give the private network a way out ({why}){fix}"
+        fix = "let your user open /dev/net/tun, as stock Debian and Ubuntu do: chmod 0666 /dev/net/tun"
+    return NetworkUnavailable(f"slirp4netns could not give the private network a way out ({why})", fix)
 
 
 def _check_enter(enter: list[str]) -> None:
@@ -241,6 +260,7 @@ def _check_enter(enter: list[str]) -> None:
 
 _early: list[threading.Thread] = []
 _made: list[PrivateNetwork | NetworkUnavailable] = []
+_taking = threading.Lock()  # the launch's network thread and the transport's close may both ask
 
 
 def start_early() -> None:
@@ -274,7 +294,8 @@ def take_early() -> PrivateNetwork | None:
     if not _early:
         return None
     _early[0].join()
-    made = _made.pop() if _made else None
+    with _taking:
+        made = _made.pop() if _made else None
     if isinstance(made, NetworkUnavailable):
         raise made
     return made

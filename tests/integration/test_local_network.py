@@ -300,7 +300,7 @@ def test_as_root_the_agents_command_thread_enters_the_network_and_its_namespaces
 
     def started_elsewhere(key: str) -> None:
         wrapped = netns.wrapped(argv)
-        seen[key] = subprocess.run(wrapped, capture_output=True, text=True, check=True, pass_fds=netns.fds()).stdout
+        seen[key] = subprocess.run(wrapped, capture_output=True, text=True, check=True).stdout
         seen[key] = seen[key].strip()
 
     try:

@@ -44,7 +44,7 @@ def test_only_a_group_still_led_or_held_by_what_was_started_is_doomed() -> None:
     led, reused = _group(SLEEP), _group(SLEEP)
     left = _group([sys.executable, "-c", LEAVES_A_MEMBER, "task", *SLEEP])
     daemon = subprocess.Popen([sys.executable, "-c", LEAVES_A_MEMBER, "daemon", *SLEEP])  # setsid: not a leader yet
-    started = {p.pid: keeper._start_time(p.pid) or 0 for p in (led, reused, left, daemon)}
+    started = {p.pid: keeper.start_time(p.pid) or 0 for p in (led, reused, left, daemon)}
     try:
         left.wait(timeout=10)
         daemon.wait(timeout=10)  # both reaped: their numbers name no process now

@@ -112,23 +112,25 @@ def test_the_machines_resolvers_on_its_loopback_are_found(
 
 
 def test_tasks_start_under_nsenter_given_the_namespaces_the_agent_holds() -> None:
-    order: Any = {"op": "network", "pid": os.getpid(), "namespaces": ["net"], "nsenter": "/usr/bin/nsenter"}
+    here = os.readlink("/proc/self/ns/net")
+    order: Any = {"op": "network", "pid": os.getpid(), "namespaces": ["net"], "net": here, "nsenter": "/bin/nsenter"}
     try:
         assert netns.wrapped(["python", "-m", "worker"]) == ["python", "-m", "worker"]
         netns.enter({**order, "namespaces": ["user", "net"]})  # a user namespace: never entered by a thread
-        user, net = netns.fds()
-        assert netns.wrapped(["python", "-m", "worker"]) == [
-            "/usr/bin/nsenter",
-            f"--user=/proc/self/fd/{user}",
-            f"--net=/proc/self/fd/{net}",
+        started = netns.wrapped(["python", "-m", "worker"])
+        assert started[0] == "/bin/nsenter" and started[-5:] == [
             "--preserve-credentials",
             "--",
             "python",
             "-m",
             "worker",
         ]
+        held = dict(option[2:].split("=", 1) for option in started[1:3])
+        assert list(held) == ["user", "net"] and os.readlink(held["net"]) == here  # the agent's own descriptors
         netns.enter({**order, "pid": 2**22 + 1})  # no such process: nothing can start, none outside
-        assert netns.fds() == () and "/nonexistent/" in " ".join(netns.wrapped(["x"]))
+        assert "/nonexistent/" in " ".join(netns.wrapped(["x"]))
+        netns.enter({**order, "net": "net:[1]"})  # the pid is another process's now: none outside either
+        assert "/nonexistent/" in " ".join(netns.wrapped(["x"]))
     finally:
         netns.forget()
 
@@ -145,18 +147,27 @@ def test_a_program_that_cannot_run_is_refused_as_popen_would(tmp_path: Path) -> 
 
 @pytest.mark.parametrize(
     ("address", "loopback"),
-    [("localhost", True), ("127.0.0.2", True), ("::1", True), ("[::1]", True), ("10.0.0.5", False), ("node1", False)],
+    [
+        ("localhost", True),
+        ("a.localhost", True),
+        ("127.0.0.2", True),
+        ("::1", True),
+        ("10.0.0.5", False),
+        ("n1", False),
+    ],
 )
-def test_a_private_network_has_every_loopback_address(address: str, loopback: bool) -> None:
-    assert local_network._loopback(address) is loopback
+def test_a_private_network_has_every_loopback_address(nothing_works: None, address: str, loopback: bool) -> None:
+    network = open_local_network("private", [Task(address, 2000)], "/r")  # type: ignore[list-item]
+    assert network is not None and network.warning is not None  # nothing works here (the fixture)
+    assert ("not a loopback one" not in network.warning) is loopback
 
 
 def test_slirp4netns_failure_is_its_error_with_the_fix_not_a_warning_after_it() -> None:
     said = 'open("/dev/net/tun"): Permission denied\nchild failed(1)\nWARNING: Support for seccomp is experimental\n'
-    why = private_network._slirp_failure(said)
-    assert 'open("/dev/net/tun"): Permission denied' in why and "chmod 0666 /dev/net/tun" in why
-    assert "WARNING" not in why
-    assert private_network._slirp_failure("").endswith("(it said nothing)")
+    failure = private_network._slirp_failure(said)
+    assert 'open("/dev/net/tun"): Permission denied' in str(failure) and "WARNING" not in str(failure)
+    assert failure.fix is not None and "chmod 0666 /dev/net/tun" in failure.fix
+    assert str(private_network._slirp_failure("")).endswith("(it said nothing)")
 
 
 def test_the_warning_does_not_tell_to_install_what_is_installed(

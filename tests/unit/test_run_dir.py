@@ -40,6 +40,7 @@ def test_an_unwritable_run_dir_closes_the_transport_and_exits_2(
     )
     transport = FakeTransport()
     monkeypatch.setattr(run, "make_transport", lambda spec, allocation, run_dir, network=None: transport)
+    monkeypatch.setattr(run, "start_local_network", lambda spec, plan, allocation: None)  # no real namespaces
     monkeypatch.setattr(run, "preflight", lambda spec, plan, transport: PreflightReport())
     with pytest.raises(RunDirError) as caught:
         run.launch(spec, Console(out=io.StringIO(), err=io.StringIO()))
