@@ -8,6 +8,7 @@ anything. A host list is the quick form of a spec's `hosts` for a run without a 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -397,9 +398,19 @@ def private_network_here(cluster: str | None, local: int | None, hosts: str | No
 
 
 def _spec_data(cluster: str | None) -> dict[str, Any] | None:
-    """The spec file as plain JSON, when it is one with a list of hosts (None: the real reading reports it)."""
+    """The spec file as plain JSON, when it is one with a list of hosts (None: the real reading reports it).
+    Read once for both early guesses (the same file, unchanged since: its size and time say so)."""
     if not cluster or cluster == STDIN_FLAG or not os.path.isfile(cluster):  # a pipe is the real reading's alone
         return None
+    try:
+        found = os.stat(cluster)
+    except OSError:
+        return None
+    return _read_spec_data(cluster, found.st_mtime_ns, found.st_size)
+
+
+@functools.lru_cache(maxsize=1)
+def _read_spec_data(cluster: str, mtime_ns: int, size: int) -> dict[str, Any] | None:
     try:
         data = json.loads(Path(cluster).read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError):

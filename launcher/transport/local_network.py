@@ -22,14 +22,14 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from launcher.agent.protocol import NetworkCommand
 from launcher.plan import TaskLaunch
 from launcher.spec.addresses import is_loopback
 from launcher.transport.port_firewall import FirewallUnavailable, PortFirewall, remove_stale_rules
-from launcher.transport.private_network import Closer, NetworkUnavailable, close_all, make_private, take_early
+from launcher.transport.private_network import NetworkUnavailable, make_private, take_early
 from worker.contract import RUN_DIR_VAR
 
 
@@ -42,7 +42,7 @@ class LocalNetwork:
     order: NetworkCommand | None = None
     exposed: tuple[int, ...] = ()
     warning: str | None = None
-    _closers: list[Closer] = field(default_factory=list)
+    _closers: list[Callable[[], None]] = field(default_factory=list)  # each leaves, or removes, at once
     _firewall: PortFirewall | None = None
 
     def cover(self, ports: Sequence[int]) -> None:
@@ -52,7 +52,8 @@ class LocalNetwork:
             self._firewall.cover(list(ports))
 
     def close(self) -> None:
-        close_all(self._closers)
+        while self._closers:
+            self._closers.pop()()
 
 
 class NetworkStarting:

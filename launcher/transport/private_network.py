@@ -36,8 +36,8 @@ _APPARMOR_USERNS = "/proc/sys/kernel/apparmor_restrict_unprivileged_userns"
 _OWN_GROUP: dict[str, Any] = {"process_group": 0} if sys.version_info >= (3, 11) else {"start_new_session": True}
 SAYS = "the tasks run in a private network (slirp4netns): no other machine can reach their ports"
 
-# Tells one helper to leave (or removes a rule) and returns what waits for it to be gone, if anything.
-Closer = Callable[[], "Callable[[], None] | None"]
+# Tells one helper to leave and returns what waits for it to be gone.
+Closer = Callable[[], Callable[[], None]]
 
 
 class NetworkUnavailable(Exception):
@@ -54,9 +54,8 @@ def close_all(closers: list[Closer]) -> None:
     waits = []
     while closers:
         waits.append(closers.pop()())
-    left = [wait for wait in waits if wait is not None]
-    if left:
-        threading.Thread(target=lambda: [wait() for wait in left], daemon=True, name="network-close").start()
+    if waits:
+        threading.Thread(target=lambda: [wait() for wait in waits], daemon=True, name="network-close").start()
 
 
 class PrivateNetwork:
