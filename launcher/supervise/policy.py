@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from enum import Enum
 
-from launcher.spec.models import RestartSpec
+from launcher.spec.restart import RestartSpec
 from launcher.supervise.gang import GangStatus, TaskStatus
 
 

@@ -6,7 +6,7 @@ import signal
 
 import pytest
 
-from launcher.spec.models import RestartSpec
+from launcher.spec.restart import RestartSpec
 from launcher.supervise.gang import GangStatus, TaskStatus
 from launcher.supervise.policy import Action, Decision, FailureKind, RestartPolicy, short_message
 from launcher.transport.base import ExitStatus

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from launcher.agent.standby import spare_declines
-from launcher.spec.models import RestartSpec
+from launcher.spec.restart import RestartSpec
 from launcher.supervise.gang import LaunchState
 from launcher.supervise.recovery import RestartTimes, restart_phases
 from tests.unit.test_supervisor import join_all, make
