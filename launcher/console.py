@@ -386,6 +386,7 @@ class Console:
             "stopping": status.stopping if status else False,
             "restart_at": status.restart_at if status else None,
             "spares": {"ready": status.spares[0], "standing_by": status.spares[1]} if status else None,
+            "excluded_hosts": list(status.excluded) if status else [],
             "tasks": [
                 {
                     "task": v.label,

@@ -63,6 +63,7 @@ class PlanInputs:
     launcher_cwd: str
     ports: Mapping[str, int] = field(default_factory=dict)
     faults: Mapping[str, str] = field(default_factory=dict)  # task name -> the fault rehearsed in attempt 0
+    roster: Roster | None = None  # which machine holds each seat (None: every host its own; see `task_slots`)
 
 
 @dataclass(frozen=True)
@@ -158,18 +159,40 @@ class LaunchPlan:
         }
 
 
-def task_slots(spec: ClusterSpec) -> list[TaskSlot]:
-    """Every task of the spec in launch order (chief, then workers by index)."""
+# Seat -> machine. A seat is a position of `hosts` (its tasks); a machine, a position of `hosts` then
+# `spare_hosts` (where they run: its address, ports and GPUs). A seat left out is not in the gang.
+Roster = Mapping[int, int]
+
+
+def machines(spec: ClusterSpec) -> list[HostSpec]:
+    """Every machine a task may run on, in the transport's order: the hosts, then the spare hosts."""
+    return [*spec.hosts, *spec.spare_hosts]
+
+
+def full_roster(spec: ClusterSpec) -> dict[int, int]:
+    """Every host in its own seat: the gang as the spec writes it."""
+    return {seat: seat for seat in range(len(spec.hosts))}
+
+
+def task_slots(spec: ClusterSpec, roster: Roster | None = None) -> list[TaskSlot]:
+    """Every task of the spec in launch order (chief, then workers by index), on the machines of `roster`.
+
+    A seat keeps its tasks' roles wherever it sits; a spare in it gives them its address, ports and GPUs.
+    Counted indices follow the seats in order, so a gang without a seat numbers its workers 0..n-1."""
     slots: list[TaskSlot] = []
     counters = {"chief": 0, "worker": 0, "evaluator": 0}
-    for host_index, host in enumerate(spec.hosts):
-        for entry, gpus in zip(spec.task_entries(host), host.gpu_shares(), strict=True):
+    everywhere = machines(spec)
+    for seat, machine in sorted((roster or full_roster(spec)).items()):
+        host = everywhere[machine]
+        entries = spec.task_entries(spec.hosts[seat])
+        ports = [entry.port for entry in entries] if machine == seat else host.ports or [0] * len(entries)
+        for entry, port, gpus in zip(entries, ports, host.gpu_shares(), strict=True):
             index = entry.index
             if index < 0:  # count form: indices follow host order
                 index = counters[entry.type]
                 counters[entry.type] += 1
             share = tuple(gpus) if gpus is not None else None
-            slots.append(TaskSlot(entry.type, index, host_index, host, entry.port, share))
+            slots.append(TaskSlot(entry.type, index, machine, host, port, share))
     order = {"chief": 0, "worker": 1, "evaluator": 2}
     return sorted(slots, key=lambda s: (order[s.task_type], s.task_index))
 
@@ -282,7 +305,7 @@ def build_plan(spec: ClusterSpec, inputs: PlanInputs) -> LaunchPlan:
 
     Linear in the tasks: what a whole run or a whole host shares is derived once (a fleet of
     thousands of tasks plans in well under a second, see bench/fleet.py)."""
-    slots = task_slots(spec)
+    slots = task_slots(spec, inputs.roster)
     ports = {s.name: (s.requested_port or inputs.ports.get(s.name, 0)) for s in slots}
     missing = [name for name, port in ports.items() if port == 0]
     if missing:

@@ -14,6 +14,7 @@ import shlex
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
@@ -22,9 +23,10 @@ from typing import TYPE_CHECKING, Any
 from launcher.common.errors import InterruptedLaunchError, PreflightError, RunDirError
 from launcher.common.private_files import make_private_dir
 from launcher.console import Console
-from launcher.plan import LaunchPlan, PlanInputs, build_plan, host_python
+from launcher.plan import LaunchPlan, PlanInputs, build_plan, host_python, machines
 from launcher.preflight.check import run_preflight
 from launcher.preflight.ports import check_local_ports, choose_free_ports, port_is_free
+from launcher.preflight.spares import check_spares
 from launcher.rundir.bundle import write_launch_record
 from launcher.rundir.checkpoint_mark import mark_checkpoints
 from launcher.rundir.lock import RunLock, lock_run
@@ -35,6 +37,7 @@ from launcher.rundir.stop import stop_requester
 from launcher.spec.models import ClusterSpec
 from launcher.supervise.faults import Fault
 from launcher.supervise.gang import RunResult
+from launcher.supervise.membership import Membership, membership_of
 from launcher.supervise.policy import RestartPolicy
 from launcher.supervise.supervisor import Supervisor
 from launcher.transport.base import Transport
@@ -62,10 +65,15 @@ def next_attempt(run_dir: Path) -> int:
 
 
 def make_planner(
-    spec: ClusterSpec, place: RunPlace, faults: list[Fault] | None = None, ports: dict[str, int] | None = None
+    spec: ClusterSpec,
+    place: RunPlace,
+    faults: list[Fault] | None = None,
+    ports: dict[str, int] | None = None,
+    membership: Membership | None = None,
 ) -> Planner:
-    """Plans for attempt 0, 1, ... of this launch; ports chosen once (unless given) and kept while they stay free.
-    Attempt 0's plan is made once: the launch checks it (and the preflight its ports) before it starts it."""
+    """Plans for attempt 0, 1, ... of this launch, on `membership`'s roster; ports chosen once (unless given) and
+    kept while they stay free. Attempt 0's plan is made once: the launch checks it (and the preflight its ports)
+    before it starts it."""
     run_dir = Path(place.run_dir)
     first = next_attempt(run_dir)
     ports = choose_free_ports(spec) if ports is None else ports
@@ -75,10 +83,13 @@ def make_planner(
     def plan(attempt: int) -> LaunchPlan:
         if attempt == 0 and made:
             return made[0]
+        roster = dict(membership.roster) if membership is not None else None
         if attempt > 0:  # same ports if still free; a port-0 task whose port was taken gets another
             for name, port in list(ports.items()):
                 if not port_is_free(port):
-                    ports.update({n: free for n, free in choose_free_ports(spec).items() if n == name})
+                    ports.update({n: free for n, free in choose_free_ports(spec, roster).items() if n == name})
+            missing = {n: p for n, p in choose_free_ports(spec, roster).items() if n not in ports}
+            ports.update(missing)  # a local spare that took a seat, in the spec's port 0
         inputs = PlanInputs(
             str(run_dir),
             first + attempt,
@@ -86,6 +97,7 @@ def make_planner(
             place.cwd,
             dict(ports),
             faults=rehearsed if attempt == 0 else {},
+            roster=roster,
         )
         result = build_plan(spec, inputs)
         check_local_ports(result)
@@ -179,7 +191,7 @@ def make_transport(
     """An agent on every host: through a pipe (local hosts) or SSH; or, inside a Slurm allocation,
     one job step with an agent per node (its output kept in the run directory). Local tasks start in
     `network`'s private network, where it has one."""
-    pythons = [host_python(spec, host, sys.executable) for host in spec.hosts]
+    pythons = [host_python(spec, host, sys.executable) for host in machines(spec)]
     if allocation is None:
         return host_transport(spec, pythons, None if network is None else network.order)
 
@@ -206,7 +218,8 @@ def launch(
     place = place_of(spec) if place is None else place
     refuse_run_dir(place.run_dir)  # before anything is read from it, and before the preflight
     ports = choose_free_ports(spec)
-    planner = make_planner(spec, place, faults, ports)
+    membership = membership_of(spec)
+    planner = make_planner(spec, place, faults, ports, membership)
     first_plan = planner(0)  # validates local ports before anything starts (raises PortInUseError)
     with contextlib.ExitStack() as unstarted:  # closed only when the launch ends before its tasks start
         network = start_local_network(spec, first_plan, allocation)
@@ -221,15 +234,42 @@ def launch(
                 console.notice(made.warning)
         if not report.ok:
             raise PreflightError(report.problems)
+        if membership is not None:
+            _check_spares(
+                spec,
+                PlanInputs(place.run_dir, first_plan.attempt, sys.executable, place.cwd, ports),
+                transport,
+                membership,
+                console,
+            )
         if once_checked is not None:
             once_checked()
             if next_attempt(Path(place.run_dir)) != first_plan.attempt:  # --fresh moved the earlier attempts aside
-                planner = make_planner(spec, place, faults, ports)  # the ports the preflight checked
+                planner = make_planner(spec, place, faults, ports, membership)  # the ports the preflight checked
                 first_plan = planner(0)
         lock, mark = _claim_run_dir(spec, first_plan, report, unstarted)
         unstarted.pop_all()  # the supervisor closes the transport; the run's end releases the lock and mark
-    supervisor = Supervisor(
-        planner=planner if network is None else _covered(planner, network),
+    covered = planner if network is None else _covered(planner, network)
+    supervisor = _supervisor(spec, console, covered, transport, allocation, membership)
+    with contextlib.ExitStack() as held:
+        held.callback(lock.release)
+        if mark is not None:
+            held.callback(mark.release)
+        if network is not None:  # the supervisor closed the transport: every task is gone
+            held.callback(network.close)
+        return _supervise(spec, console, supervisor, first_plan)
+
+
+def _supervisor(
+    spec: ClusterSpec,
+    console: Console,
+    planner: Planner,
+    transport: Transport,
+    allocation: Allocation | None,
+    membership: Membership | None,
+) -> Supervisor:
+    return Supervisor(
+        planner=planner,
         transport=transport,
         policy=RestartPolicy(spec.restart, spec.training.kind),
         reports_progress=isinstance(spec.training, (BuiltinTraining, FunctionTraining)),
@@ -238,16 +278,19 @@ def launch(
         on_report=console.report,
         on_drained=console.flush,
         echoes=console.echoes,
-        preemption_ends_run=allocation is not None and requeueable(spec, allocation),
         sleep=console.wait,
+        preemption_ends_run=allocation is not None and requeueable(spec, allocation),
+        membership=membership,
     )
-    with contextlib.ExitStack() as held:
-        held.callback(lock.release)
-        if mark is not None:
-            held.callback(mark.release)
-        if network is not None:  # the supervisor closed the transport: every task is gone
-            held.callback(network.close)
-        return _supervise(spec, console, supervisor, first_plan)
+
+
+def _check_spares(
+    spec: ClusterSpec, inputs: PlanInputs, transport: Transport, membership: Membership, console: Console
+) -> None:
+    """The spares' preflight: one that fails is kept out (for a cooldown) and said, the run goes on."""
+    for machine, problems in check_spares(spec, inputs, transport).items():
+        out = membership.keep_out(machine, f"failed the preflight: {problems}", time.time())
+        console.notice(f"spare host {out.host} is kept out of the gang until it passes the preflight again: {problems}")
 
 
 def _covered(planner: Planner, network: NetworkStarting) -> Planner:

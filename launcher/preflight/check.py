@@ -27,7 +27,7 @@ from launcher.agent.probe import RUNTIME_PACKAGES, creatable, package_digest
 from launcher.agent.protocol import InfoRequest
 from launcher.common.errors import HostError
 from launcher.common.masking import redact, redacted
-from launcher.plan import LaunchPlan, TaskLaunch
+from launcher.plan import LaunchPlan, TaskLaunch, machines
 from launcher.preflight.gpus import GpuHost, fleet_problems, inventory
 from launcher.preflight.host_checks import Seen, host_problems, version_problems
 from launcher.spec.addresses import machine_key
@@ -94,8 +94,12 @@ def run_preflight(spec: ClusterSpec, plan: LaunchPlan, transport: Transport) -> 
             f"run directory {plan.run_dir} {why}; set run_root or --run-root to a writable directory"
         )
     hosts: list[_Host] = []
-    for index, entry in enumerate(spec.hosts):
-        tasks = [t for t in plan.tasks if t.host_index == index]
+    by_machine: dict[int, list[TaskLaunch]] = {}
+    for task in plan.tasks:
+        by_machine.setdefault(task.host_index, []).append(task)
+    every = machines(spec)  # a plan of spares in seats runs on spare hosts
+    for index, tasks in by_machine.items():
+        entry = every[index]
         hosts.append(_Host(index, entry.address, entry.is_local, tasks[0].python, tasks[0].cwd, tasks, entry.gpu_ids))
     need_worker = isinstance(spec.training, (BuiltinTraining, FunctionTraining))
     targets = _targets(spec)

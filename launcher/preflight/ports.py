@@ -11,7 +11,7 @@ import errno
 import socket
 
 from launcher.common.errors import PortInUseError
-from launcher.plan import LaunchPlan, task_slots
+from launcher.plan import LaunchPlan, Roster, task_slots
 from launcher.spec.models import ClusterSpec
 
 _PICK_TRIES = 100
@@ -28,7 +28,7 @@ def _bind(port: int) -> socket.socket:
     return sock
 
 
-def choose_free_ports(spec: ClusterSpec) -> dict[str, int]:
+def choose_free_ports(spec: ClusterSpec, roster: Roster | None = None) -> dict[str, int]:
     """A distinct free port for every local task that asked for port 0.
 
     One probe socket at a time (hundreds of tasks must not run out of file descriptors); a port
@@ -36,7 +36,7 @@ def choose_free_ports(spec: ClusterSpec) -> dict[str, int]:
     """
     chosen: dict[str, int] = {}
     taken: set[int] = set()
-    for slot in task_slots(spec):
+    for slot in task_slots(spec, roster):
         if slot.requested_port == 0 and slot.host.is_local:
             for _ in range(_PICK_TRIES):
                 with _bind(0) as sock:

@@ -153,10 +153,11 @@ def summary(result: RunResult) -> dict[str, Any]:
         "run_dir": result.run_dir,
         "state": result.state.value,
         "final_step": final_step(result),
-        "restarts": sum(1 for a in result.attempts[:-1] if a.kind != "preempted"),
+        "restarts": sum(1 for a in result.attempts[:-1] if a.kind != "preempted" and not a.regrouped),
         "preemptions": sum(1 for a in result.attempts[:-1] if a.kind == "preempted"),
         "first_failure": first,
         "outputs": result.outputs,
+        "excluded_hosts": result.excluded,
         "attempts": [
             {
                 "attempt": a.attempt,
@@ -166,6 +167,7 @@ def summary(result: RunResult) -> dict[str, Any]:
                 "started_at": a.started_at,
                 "ended_at": a.ended_at,
                 **({"recovery": a.recovery} if a.recovery is not None else {}),
+                **({"regrouped": True} if a.regrouped else {}),
                 "tasks": [_task_json(t) for t in a.tasks],
             }
             for a in result.attempts

@@ -17,6 +17,7 @@ import posixpath
 import shlex
 import stat
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -83,6 +84,7 @@ class LauncherStatus:
     stopping: bool = False  # its tasks were being stopped (to restart, or to end the run)
     since: float | None = None  # when that launcher took the run (None in files from before it was written)
     restart_at: float | None = None  # backing off: when it starts every task again
+    excluded: tuple[dict[str, Any], ...] = ()  # hosts taken out of the gang, and why
 
 
 @dataclass(frozen=True)
@@ -177,6 +179,7 @@ def _launcher_status(data: dict[str, Any], path: str) -> LauncherStatus:
         stopping=data.get("stopping") is True,
         since=_time_of(data.get("run_since")),
         restart_at=_time_of(data.get("restart_at")),
+        excluded=tuple(e for e in data.get("excluded_hosts") or [] if isinstance(e, dict)),
     )
 
 
@@ -382,6 +385,19 @@ def _outputs(run_dir: str, summary: dict[str, Any]) -> list[str]:
     return ["  outputs:", *(f"    {name:<12} {where}" for name, where in found)] if found else []
 
 
+def excluded_rows(excluded: Iterable[dict[str, Any]]) -> list[str]:
+    """One line per host taken out of the gang: why, what took its seat, until when it stays out."""
+    rows = []
+    for e in excluded:
+        until = _time_of(e.get("until"))
+        when = time.strftime("%H:%M:%S", time.localtime(until)) if until is not None else "?"
+        instead = (
+            f"spare {e.get('replaced_by')} took its tasks" if e.get("replaced_by") else "the gang went on without it"
+        )
+        rows.append(f"  excluded: {e.get('host')} ({e.get('reason')}); {instead}; out until {when}"[:600])
+    return rows
+
+
 def _describe_summary(run_dir: str, summary: dict[str, Any], path: str) -> list[str]:
     lines = [f"{run_dir}: {summary_outcome(summary)}"]
     for attempt in _field(summary, "attempts", list, path):
@@ -399,6 +415,7 @@ def _describe_summary(run_dir: str, summary: dict[str, Any], path: str) -> list[
                 f"    {str(task.get('name')):<12} on {str(task.get('host')):<16} {task.get('exit', '')}{extra}"
             )
     lines += _outputs(run_dir, summary)
+    lines += excluded_rows(e for e in summary.get("excluded_hosts") or [] if isinstance(e, dict))
     first = summary.get("first_failure")
     if isinstance(first, dict):
         error = first.get("error") if isinstance(first.get("error"), dict) else {}
@@ -447,7 +464,7 @@ def describe_run(run_dir: str) -> RunDescription:
             )
             code = exit_codes.STOPPED
         tasks = live.tasks if code == exit_codes.RUNNING else tuple(_as_last_seen(task) for task in live.tasks)
-        return RunDescription(_screen_text([head, *_task_rows(tasks)]), code)
+        return RunDescription(_screen_text([head, *_task_rows(tasks), *excluded_rows(live.excluded)]), code)
     layout = files.layout
     if files.summary is None:
         raise RunStatusError(no_run_files(run_dir, "neither summary.json nor status.json"))

@@ -55,7 +55,12 @@ def parse_spec(data: Any, source: str = "cluster spec", hosts_from: HostsFrom | 
             return ClusterSpec.model_validate(data)
         first = ClusterSpec.model_validate({**data, "hosts": []}, context={HOSTS_LATER: True})
         hosts = hosts_from(first)
-        return first if hosts is None else ClusterSpec.model_validate({**data, "hosts": hosts})
+        if hosts is None:
+            return first
+        # an allocation with more nodes than the spec's slurm.nodes: the nodes beyond them are spares
+        nodes = first.slurm.nodes if first.slurm is not None and "nodes" in first.slurm.model_fields_set else None
+        kept = len(hosts) if nodes is None else min(nodes, len(hosts))
+        return ClusterSpec.model_validate({**data, "hosts": hosts[:kept], "spare_hosts": hosts[kept:]})
     except ValidationError as error:
         problems = problems_of(error) + problems_beside_a_misspelt_kind(data, error)
         hide = redactor_of_raw(data)  # a message quotes what the user wrote, secrets included

@@ -25,6 +25,7 @@ from launcher.spec.addresses import (
     machine_key,
     not_a_url,
 )
+from launcher.spec.elastic import ElasticSpec, elastic_problems, spare_problems
 from launcher.spec.hosts import CrossFieldProblems, HostSpec, Port, TaskSpec, TaskType
 from launcher.spec.limits import MAX_HOSTS, MAX_WORKERS_PER_HOST
 from launcher.spec.paths import MAX_PATH_BYTES, all_visible, brief, path_that_fits
@@ -213,6 +214,17 @@ class ClusterSpec(StrictModel):
     training: TrainingSpec = Field(default_factory=lambda: BuiltinTraining(), description="What every task runs.")
     restart: RestartSpec = Field(default_factory=lambda: RestartSpec(), description="Supervision settings.")
     slurm: SlurmSpec | None = Field(None, description="Settings for running on Slurm instead of a host list.")
+    spare_hosts: list[HostSpec] = Field(
+        default_factory=list,
+        max_length=MAX_HOSTS,
+        description="Machines that stand in for a host gone for good (unreachable, or the root cause of "
+        "restart.exclude_host_after failed attempts in a row): each is written as a host with `workers` (and "
+        "`ports`, `gpus`) and gets its agent and preflight at launch; it takes the lost host's tasks, names and "
+        "data shards, and the gang restarts from its newest checkpoint. On Slurm, nodes beyond the hosts are spares.",
+    )
+    elastic: ElasticSpec | None = Field(
+        None, description="Let the gang shrink when a host is gone and no spare is left (unset: it never shrinks)."
+    )
 
     @field_validator("run_root")
     @classmethod
@@ -256,6 +268,7 @@ class ClusterSpec(StrictModel):
     def _check(self, info: ValidationInfo) -> ClusterSpec:
         problems = check_env(self.env, "env") + self._command_problems()
         envs = [("env", self.env), *((f"hosts[{i}].env", h.env) for i, h in enumerate(self.hosts))]
+        envs += [(f"spare_hosts[{i}].env", h.env) for i, h in enumerate(self.spare_hosts)]
         problems += check_secrets(self.secrets, envs)
         if not self.hosts:
             if (info.context or {}).get(HOSTS_LATER):
@@ -271,6 +284,8 @@ class ClusterSpec(StrictModel):
         entries = [self.task_entries(h) for h in self.hosts]  # once: every check below walks them
         problems += self._role_problems(entries) + self._port_problems(entries) + self._loopback_problems()
         problems += _tf_config_size_problems(self.hosts, entries) + self._gpu_problems()
+        problems += spare_problems(self.hosts, self.spare_hosts)
+        problems += elastic_problems(self.elastic, self.hosts, entries, self.training)
         if problems:
             raise CrossFieldProblems(problems)
         return self

@@ -101,6 +101,22 @@ class RestartSpec(StrictModel):
         "at any restart.",
     )
 
+    exclude_host_after: int = Field(
+        2,
+        ge=1,
+        le=100,
+        description="A host that is the root cause of this many failed attempts in a row (a bad GPU, a full disk) is "
+        "excluded, when a spare can stand in for it or `elastic` lets the gang go on without it. A host that cannot be "
+        "reached or started again is excluded at once.",
+    )
+    host_cooldown_s: float = Field(
+        60.0,
+        ge=0,
+        le=86400,
+        description="How long an excluded host stays out before it may rejoin (at a checkpoint, after it passes the "
+        "preflight again); doubles each time the same host is excluded again.",
+    )
+
     @field_validator("preemption_exit_code")
     @classmethod
     def _not_a_code_of_failure(cls, value: int) -> int:

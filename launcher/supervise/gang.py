@@ -80,6 +80,7 @@ class GangStatus:
     stopping: bool = False  # the launcher is stopping the gang's tasks (to restart, or to end)
     idle_attempts: int = 0  # attempts in a row, just before this one, in which not every task reported a step
     restart_at: float | None = None  # backing off: when (wall clock) every task is started again
+    excluded: tuple[dict[str, Any], ...] = ()  # hosts taken out of the gang (membership.Exclusion.to_json)
 
     @property
     def all_succeeded(self) -> bool:
@@ -151,6 +152,7 @@ class AttemptResult:
     started_at: float
     ended_at: float
     recovery: dict[str, Any] | None = None  # for a restarted attempt: where the restart's time went
+    regrouped: bool = False  # restarted on a new roster (a host gone for good): not counted as a restart
 
 
 @dataclass
@@ -164,3 +166,4 @@ class RunResult:
     final_step: int | None = None
     message: str = ""
     outputs: dict[str, str] = field(default_factory=dict)  # what the run produced, and where
+    excluded: list[dict[str, Any]] = field(default_factory=list)  # hosts taken out of the gang, and why

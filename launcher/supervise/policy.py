@@ -38,6 +38,7 @@ class Decision:
     cause: str | None = None  # the task that caused it
     reason: str = ""
     signature: str | None = None  # the root cause in a form that compares equal when it repeats
+    what: str = ""  # what went wrong, without what is done about it (a restart's count, a failure's verdict)
 
 
 KEEP_GOING = Decision(Action.KEEP_GOING)
@@ -262,7 +263,7 @@ class RestartPolicy:
         earlier = status.earlier_causes
         if signature is not None and earlier and all(e == signature for e in earlier):
             return Decision(
-                Action.FAIL, kind, cause, f"{what}: {NOT_RETRYING} (attempts so far failed alike)", signature
+                Action.FAIL, kind, cause, f"{what}: {NOT_RETRYING} (attempts so far failed alike)", signature, what
             )
         if status.restarts < self.spec.max_restarts:
             return Decision(
@@ -271,9 +272,15 @@ class RestartPolicy:
                 cause,
                 f"{what}; restart {status.restarts + 1} of {self.spec.max_restarts}",
                 signature,
+                what,
             )
         return Decision(
-            Action.FAIL, kind, cause, f"{what}; no restarts left (max_restarts={self.spec.max_restarts})", signature
+            Action.FAIL,
+            kind,
+            cause,
+            f"{what}; no restarts left (max_restarts={self.spec.max_restarts})",
+            signature,
+            what,
         )
 
     def backoff_s(self, restarts: int) -> float:

@@ -22,9 +22,11 @@ from launcher.common.errors import HostError, InterruptedLaunchError
 from launcher.common.private_files import make_private_dir
 from launcher.plan import LaunchPlan, TaskLaunch
 from launcher.supervise.gang import AttemptResult, GangStatus, LaunchState, RunResult, TaskStatus
+from launcher.supervise.membership import Change, Membership
 from launcher.supervise.policy import PREEMPTED_SAYS, Action, Decision, FailureKind, RestartPolicy, ended
 from launcher.supervise.records import RecordFiles
 from launcher.supervise.recovery import FIRST_STEP, RestartTimes
+from launcher.supervise.regroup import NOT_COUNTED, regroup
 from launcher.supervise.tracked import (
     TrackedTask,
     as_injected,
@@ -90,11 +92,14 @@ class Supervisor:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
         preemption_ends_run: bool = False,
+        membership: Membership | None = None,
     ) -> None:
         """`echoes`: whether `on_output` would show a line (a muted line that it would not show is not counted
         as hidden). `preemption_ends_run`: after a preemption (every task saved) end the run as PREEMPTED
         instead of restarting, for a scheduler that requeues it (Slurm)."""
         self._preemption_ends_run = preemption_ends_run
+        self.membership = membership  # the planner plans on its roster; None: the gang is the spec's hosts
+        self._regrouped: Change | None = None  # the roster's change the restart being made comes from
         self._planner = planner
         self._transport = transport
         self._records: RecordFiles | None = None  # the run's metrics and eval rows, from the tasks' reports
@@ -154,6 +159,7 @@ class Supervisor:
             stopping=self._stopping,
             idle_attempts=self._unproductive,
             restart_at=self._restart_at,
+            excluded=tuple(self.membership.records()) if self.membership is not None else (),
         )
 
     def _task_status(self, t: TrackedTask) -> TaskStatus:
@@ -298,6 +304,11 @@ class Supervisor:
         decision = self._policy.decide(status)
         if decision.action is Action.KEEP_GOING:
             return self.state
+        self._regrouped = None
+        if self.membership is not None and self.membership.active:
+            decision, self._regrouped = regroup(
+                self.membership, decision, status, self._tasks, self._transport, time.time, self._on_notice
+            )
         self._decided_at = time.time()
         wait = self._count_restart(decision) if decision.action is Action.RESTART else 0.0  # said before the stop
         self._finish_attempt(decision)
@@ -354,6 +365,8 @@ class Supervisor:
                 self._on_notice(f"{decision.reason}; every task saved: the run ends here to be requeued")
                 self.state = LaunchState.PREEMPTED
                 return 0.0
+        elif self._regrouped is not None:  # a host gone for good: the gang is a new one, with a clean slate
+            self._causes.clear()
         else:
             self.restarts += 1
             self._causes.append(decision.signature)
@@ -368,7 +381,10 @@ class Supervisor:
                 f" ({self._unproductive} preemptions in a row before any training step: if {code} is an exit code of "
                 "the training's own, set restart.preemption_exit_code to another)"
             )
-        self._on_notice(f"{decision.reason}; restarting every task" + (f" in {wait:g}s" if wait else "") + hint)
+        counted = f" ({NOT_COUNTED})" if self._regrouped is not None else ""
+        self._on_notice(
+            f"{decision.reason}; restarting every task" + (f" in {wait:g}s" if wait else "") + counted + hint
+        )
         return wait
 
     def _restart(self, decision: Decision, wait: float) -> None:
@@ -494,6 +510,7 @@ class Supervisor:
             self._attempt_started_at,
             time.time(),
             recovery=recovery,
+            regrouped=self._regrouped is not None and decision.action is Action.RESTART,
         )
         if self.result is None:
             self.result = RunResult(self.plan.run_name, self.plan.run_dir, outputs=self.plan.outputs)
@@ -533,6 +550,7 @@ class Supervisor:
         if self.result is None:
             self.result = RunResult(self.plan.run_name, self.plan.run_dir, outputs=self.plan.outputs)
         self.result.state = self.state
+        self.result.excluded = self.membership.records() if self.membership is not None else []
         for task in self._tasks.values():
             if task.process is not None:
                 task.process.close()

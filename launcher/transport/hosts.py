@@ -68,7 +68,7 @@ class HostsMedium:
 def agent_hosts(spec: ClusterSpec, pythons: list[str]) -> list[AgentHost]:
     """Each host's address, python and liveness timeout, as the agents need them."""
     hosts = []
-    for host, python in zip(spec.hosts, pythons, strict=True):
+    for host, python in zip([*spec.hosts, *spec.spare_hosts], pythons, strict=True):
         liveness, setting = spec.liveness_of(host)
         hosts.append(AgentHost(host.address, python, liveness, not host.is_local, setting))
     return hosts
@@ -78,7 +78,8 @@ def host_transport(
     spec: ClusterSpec, pythons: list[str], network: Callable[[], NetworkCommand | None] | None = None
 ) -> AgentTransport:
     """Local and SSH hosts, an agent on each; the local ones' tasks in the private `network`, if given."""
-    return AgentTransport(agent_hosts(spec, pythons), HostsMedium(list(spec.hosts), pythons, network))
+    every = [*spec.hosts, *spec.spare_hosts]  # the spares' agents too: indexed as plan.machines
+    return AgentTransport(agent_hosts(spec, pythons), HostsMedium(every, pythons, network))
 
 
 __all__ = ["AgentTransport", "HostsMedium", "agent_hosts", "host_transport"]
