@@ -227,7 +227,15 @@ def _run_env(spec: ClusterSpec, inputs: PlanInputs, layout: RunLayout, checkpoin
         checkpoint_dir=checkpoint_dir,
         training=spec.training.model_dump(mode="json"),
         preemption_exit_code=spec.restart.preemption_exit_code,
+        spec_workers=spec_workers(spec),
     ).to_env()
+
+
+def spec_workers(spec: ClusterSpec) -> int | None:
+    """An elastic gang's training tasks as the spec gives them (a smaller gang is told, to train alike)."""
+    if spec.elastic is None:
+        return None
+    return sum(1 for slot in task_slots(spec) if slot.task_type != "evaluator")
 
 
 def _host_env(spec: ClusterSpec, host: HostSpec, run_env: Mapping[str, str]) -> dict[str, str]:

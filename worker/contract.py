@@ -49,6 +49,9 @@ TENSORBOARD_DIR_VAR = "TFLAUNCH_TENSORBOARD_DIR"
 TRAINING_VAR = "TFLAUNCH_TRAINING"
 PREEMPTION_EXIT_CODE_VAR = "TFLAUNCH_PREEMPTION_EXIT_CODE"
 FAULT_VAR = "TFLAUNCH_FAULT"  # --inject rehearsals, first attempt only
+# An elastic gang's (spec `elastic`): the training tasks (chief and workers) the spec gives, however many this
+# attempt has (TF_CONFIG says those); the built-in runtime keeps the global batch of that many
+SPEC_WORKERS_VAR = "TFLAUNCH_SPEC_WORKERS"
 EVENT_FD_VAR = "TFLAUNCH_EVENT_FD"  # set by the host's agent, not by the plan
 SPARE_FDS_VAR = "TFLAUNCH_SPARE_FDS"  # set by the host's agent: a spare's pipes, for the runtime to fork one
 ARGV_VAR = "TFLAUNCH_ARGV"  # JSON: a python command's arguments, when they hold a secret (see ARGV_TRAMPOLINE)
@@ -242,6 +245,7 @@ class TaskEnv(NamedTuple):
     training: Mapping[str, Any]
     preemption_exit_code: int = PREEMPTION_EXIT_CODE
     fault: str | None = None
+    spec_workers: int | None = None  # elastic: the training tasks of the whole spec
 
     @classmethod
     def for_task(
@@ -254,6 +258,7 @@ class TaskEnv(NamedTuple):
         training: Mapping[str, Any],
         preemption_exit_code: int,
         fault: str | None = None,
+        spec_workers: int | None = None,
     ) -> TaskEnv:
         """What the launcher (the plan) or a pod (`worker.pod`) tells one task: its files follow from
         the run directory's layout, the task's name and the attempt."""
@@ -274,6 +279,7 @@ class TaskEnv(NamedTuple):
             training=training,
             preemption_exit_code=preemption_exit_code,
             fault=fault,
+            spec_workers=spec_workers,
         )
 
     def to_env(self) -> dict[str, str]:
@@ -293,6 +299,8 @@ class TaskEnv(NamedTuple):
         }
         if self.fault is not None:
             env[FAULT_VAR] = self.fault
+        if self.spec_workers is not None:
+            env[SPEC_WORKERS_VAR] = str(self.spec_workers)
         return env
 
     @classmethod
@@ -318,4 +326,10 @@ class TaskEnv(NamedTuple):
             training=json.loads(env.get(TRAINING_VAR, '{"kind": "builtin"}')),
             preemption_exit_code=int(env.get(PREEMPTION_EXIT_CODE_VAR, str(PREEMPTION_EXIT_CODE))),
             fault=env.get(FAULT_VAR) or None,
+            spec_workers=_count(env.get(SPEC_WORKERS_VAR)),
         )
+
+
+def _count(value: str | None) -> int | None:
+    """A positive count the launcher wrote; None when unset (or not one)."""
+    return int(value) if value is not None and value.isdigit() and int(value) > 0 else None

@@ -14,6 +14,8 @@ import numpy as np
 import numpy.random  # noqa: F401  numpy loads it at first use (20 ms): with this module, so a warm spare has it
 import tensorflow as tf
 
+from worker.batch_shares import BatchShares
+
 
 def build_model(features: int, hidden_units: int, seed: int) -> Any:
     import keras
@@ -54,28 +56,29 @@ def examples(indices: tf.Tensor, features: int, seed: int) -> tuple[tf.Tensor, t
 
 
 def dataset_fn(
-    start_step: int, steps: int, batch_per_replica: int, features: int, seed: int, replicas_in_sync: int
+    start_step: int, steps: int, shares: BatchShares, features: int, seed: int
 ) -> Callable[[tf.distribute.InputContext], tf.data.Dataset]:
     """For distribute_datasets_from_function: each input pipeline makes only its own shard.
 
-    Per-replica batch b of the whole job holds examples b*B .. b*B+B-1; at step s the replicas
-    of pipeline p take batches s*R + p*L + l for its L local replicas (R replicas in all).
+    Step s holds examples s*G .. s*G+G-1 of the whole job (G the global batch); the L local replicas
+    of pipeline p are global replicas p*L + l, each taking its share (worker/batch_shares.py). With
+    G = R*B that is per-replica batch s*R + p*L + l, examples of it b*B .. b*B+B-1.
     """
+    replicas, global_batch = shares.replicas, shares.global_batch
+    base, left = divmod(global_batch, replicas)
 
     def make(context: tf.distribute.InputContext) -> tf.data.Dataset:
         pipelines = context.num_input_pipelines
-        local = max(replicas_in_sync // pipelines, 1)
+        local = max(replicas // pipelines, 1)
         pipeline = context.input_pipeline_id
-        batch = batch_per_replica
 
-        def batch_index(i: tf.Tensor) -> tf.Tensor:
-            return (i // local) * replicas_in_sync + pipeline * local + i % local
+        def share_examples(i: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+            step, replica = i // local, pipeline * local + i % local
+            first = step * global_batch + replica * base + tf.minimum(replica, left)
+            size = base + tf.cast(replica < left, tf.int64)
+            return examples(tf.range(first, first + size), features, seed)
 
-        def batch_examples(b: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-            return examples(tf.range(b * batch, (b + 1) * batch), features, seed)
-
-        ds = tf.data.Dataset.range(start_step * local, steps * local).map(straight(batch_index))
-        ds = ds.map(straight(batch_examples))
+        ds = tf.data.Dataset.range(start_step * local, steps * local).map(straight(share_examples))
         options = tf.data.Options()
         # Sharded by hand above; AUTO would silently re-shard by data.
         options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF

@@ -23,6 +23,7 @@ import tensorflow as tf
 
 from tflaunch.faults import injected
 from worker import early_sigterm, example
+from worker.batch_shares import BatchShares, batch_shares
 from worker.checkpoints import CheckpointStore
 from worker.cluster import ClusterInfo
 from worker.contract import RESTORED, STEP, TaskEnv
@@ -31,7 +32,7 @@ from worker.events import report
 from worker.fingerprint import weights_fingerprint
 from worker.leaving import leave_together
 from worker.targets import load_target
-from worker.training_spec import BuiltinTraining, build_validators
+from worker.training_spec import BuiltinTraining, TrainingSettingsError, build_validators
 
 log = logging.getLogger(__name__)
 build_validators(BuiltinTraining)  # imported by a warm spare ahead of its task
@@ -84,14 +85,22 @@ def per_example_loss(name: str) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
 
 
 def make_dataset_fn(
-    config: BuiltinTraining, start_step: int, replicas: int
+    config: BuiltinTraining, start_step: int, shares: BatchShares
 ) -> Callable[[tf.distribute.InputContext], tf.data.Dataset]:
-    """Per-replica batches of batch_per_replica x accumulation_steps examples, from start_step."""
-    batch = config.batch_per_replica * config.accumulation_steps
+    """Each replica's share of every step's global batch (batch_per_replica x accumulation_steps examples, unless an
+    elastic gang keeps the spec's global batch on fewer replicas), from start_step."""
     if config.dataset:
+        if shares.kept and not shares.even:
+            raise TrainingSettingsError(
+                f"training.dataset: this gang has {shares.replicas} replicas, which cannot share the spec's global "
+                f"batch of {shares.global_batch} evenly in {shares.micro} micro-batch(es) each, and a data set of "
+                "your own gives every replica one size; pick elastic.min_hosts so that every size divides it"
+            )
         user = load_target(config.dataset)
-        return lambda context: user(context, start_step, config.model_dump())
-    return example.dataset_fn(start_step, config.steps, batch, config.features, config.seed, replicas)
+        seen = config.model_dump()
+        seen["batch_per_replica"] = shares.global_batch // shares.replicas // shares.micro  # the same unless elastic
+        return lambda context: user(context, start_step, seen)
+    return example.dataset_fn(start_step, config.steps, shares, config.features, config.seed)
 
 
 class MetricsWriter:
@@ -131,10 +140,13 @@ def _learning_rate(optimizer: Any) -> float:
 
 
 def make_train_step(
-    strategy: tf.distribute.Strategy, model: Any, optimizer: Any, config: BuiltinTraining, global_batch: int
+    strategy: tf.distribute.Strategy, model: Any, optimizer: Any, config: BuiltinTraining, shares: BatchShares
 ) -> Callable[[Any], tf.Tensor]:
-    """One synchronous step: k micro-batch gradients summed locally, loss scaling, one all-reduce and update."""
-    micro = config.accumulation_steps
+    """One synchronous step: k micro-batch gradients summed locally, loss scaling, one all-reduce and update.
+
+    The loss is averaged over the global batch, so shares of different sizes (an elastic gang on fewer replicas)
+    sum to the full gang's gradient; such a share is cut into micro-batches by stride (every k-th example)."""
+    micro, global_batch, even = config.accumulation_steps, shares.global_batch, shares.even
     loss_fn = per_example_loss(config.loss)
     scaled = config.mixed_precision == "mixed_float16"
 
@@ -144,7 +156,10 @@ def make_train_step(
     @tf.function(autograph=bool(config.model))
     def train_step(iterator: Any) -> tf.Tensor:
         def step_fn(inputs: tuple[tf.Tensor, tf.Tensor]) -> tf.Tensor:
-            xs, ys = tf.split(inputs[0], micro), tf.split(inputs[1], micro)
+            if even:
+                xs, ys = tf.split(inputs[0], micro), tf.split(inputs[1], micro)
+            else:
+                xs, ys = [inputs[0][k::micro] for k in range(micro)], [inputs[1][k::micro] for k in range(micro)]
             summed: list[tf.Tensor] | None = None
             total = tf.constant(0.0)
             for x, y in zip(xs, ys, strict=False):  # k micro-batches, gradients summed locally
@@ -189,8 +204,11 @@ def train_builtin(strategy: tf.distribute.Strategy, cluster: ClusterInfo, settin
     """Train to `steps`; returns what goes into the result file."""
     config = BuiltinTraining.model_validate(settings.training)
     replicas = strategy.num_replicas_in_sync
-    global_batch = config.batch_per_replica * config.accumulation_steps * replicas
-    _say_batch(cluster, config, replicas, global_batch)
+    shares = batch_shares(
+        config.batch_per_replica, config.accumulation_steps, replicas, cluster.num_trainers, settings.spec_workers
+    )
+    global_batch = shares.global_batch
+    _say_batch(cluster, config, shares)
     with strategy.scope():
         model = build_model(config)
         optimizer = build_optimizer(config)
@@ -204,8 +222,8 @@ def train_builtin(strategy: tf.distribute.Strategy, cluster: ClusterInfo, settin
         log.info("%s: restored %s, continuing from step %d", cluster.name, restored, start_step)
     else:
         log.info("%s: no checkpoint in %s, starting at step 0", cluster.name, settings.checkpoint_dir)
-    data = strategy.distribute_datasets_from_function(make_dataset_fn(config, start_step, replicas))
-    train_step = make_train_step(strategy, model, optimizer, config, global_batch)
+    data = strategy.distribute_datasets_from_function(make_dataset_fn(config, start_step, shares))
+    train_step = make_train_step(strategy, model, optimizer, config, shares)
     progress = _Progress(start_step, start_step, reported=start_step)
     preemption = _preemption_handler(strategy, store, config.steps, settings.preemption_exit_code, progress)
     if early_sigterm.pass_on():  # a stop that came before the handler listened: it saves at the next step
@@ -254,17 +272,25 @@ def _preemption_handler(
     )
 
 
-def _say_batch(cluster: ClusterInfo, config: BuiltinTraining, replicas: int, global_batch: int) -> None:
-    micro = config.accumulation_steps
+def _say_batch(cluster: ClusterInfo, config: BuiltinTraining, shares: BatchShares) -> None:
+    micro, replicas = config.accumulation_steps, shares.replicas
+    per_replica = shares.global_batch // replicas // micro if shares.even else None
+    split = (
+        f"{per_replica} per replica x {replicas} replicas"
+        if per_replica is not None
+        else f"shared unevenly among {replicas} replicas ({shares.share(replicas - 1)[1]} to "
+        f"{shares.share(0)[1]} each, the loss averaged over the global batch)"
+    )
+    kept = " (unchanged: the spec's, kept on fewer hosts)" if shares.kept else ""
     log.info(
-        "%s: %d replicas in sync (%d task(s) x %d device(s)), global batch %d = %d per replica x %d replicas%s",
+        "%s: %d replicas in sync (%d task(s) x %d device(s)), global batch %d%s = %s%s",
         cluster.name,
         replicas,
         max(cluster.num_trainers, 1),
         replicas // max(cluster.num_trainers, 1),
-        global_batch,
-        config.batch_per_replica,
-        replicas,
+        shares.global_batch,
+        kept,
+        split,
         f" x {micro} accumulated micro-batches" if micro > 1 else "",
     )
 

@@ -19,3 +19,12 @@ def boom(ctx: Any) -> dict[str, Any]:
     if ctx.cluster.task_index == 1:
         raise ValueError("bad batch shape (7, 3)")
     return {"step": 0}
+
+
+def fails_on_a_bad_host(ctx: Any) -> dict[str, Any]:
+    """`tiny`, but a task on a host whose env says BAD_HOST=1 fails as a bad disk would, every time."""
+    import os
+
+    if os.environ.get("BAD_HOST") == "1":
+        raise OSError(28, "No space left on device")
+    return tiny(ctx)

@@ -123,7 +123,8 @@ class SshServer:
         self.process.wait(timeout=10)
 
 
-def start_sshd(directory: Path) -> SshServer:
+def start_sshd(directory: Path, addresses: tuple[str, ...] = ADDRESSES) -> SshServer:
+    """A stock sshd listening on `addresses` (one port for all), its keys and known_hosts in `directory`."""
     binary = sshd_binary()
     assert binary, "openssh-server is not installed (scripts/test.sh installs it)"
     directory.mkdir(parents=True, exist_ok=True)
@@ -131,9 +132,9 @@ def start_sshd(directory: Path) -> SshServer:
     host_public = _keygen(host_key)
     user_key = directory / "user_ed25519"
     (directory / "authorized_keys").write_text(_keygen(user_key) + "\n")
-    port = free_port(ADDRESSES[0])
+    port = free_port(addresses[0])
     config = directory / "sshd_config"
-    listen = [f"{address}:{port}" for address in ADDRESSES]
+    listen = [f"{address}:{port}" for address in addresses]
     stock = stock_sshd_config(listen, host_key, directory / "sshd.pid", directory / "authorized_keys")
     config.write_text(stock + host_login(directory))
     Path("/run/sshd").mkdir(parents=True, exist_ok=True)  # privilege separation directory
@@ -141,13 +142,13 @@ def start_sshd(directory: Path) -> SshServer:
     process = subprocess.Popen([binary, "-D", "-e", "-f", str(config)], stdout=log, stderr=subprocess.STDOUT)
     known_hosts = directory / "known_hosts"
     key_type, key_data = host_public.split()[:2]
-    known_hosts.write_text("".join(f"[{address}]:{port} {key_type} {key_data}\n" for address in ADDRESSES))
+    known_hosts.write_text("".join(f"[{address}]:{port} {key_type} {key_data}\n" for address in addresses))
     server = SshServer(directory, port, process, str(user_key), str(known_hosts), host_public)
     deadline = time.monotonic() + 15
     while True:  # wait until sshd accepts connections
         assert process.poll() is None, (directory / "sshd.log").read_text()
         try:
-            socket.create_connection((ADDRESSES[0], port), timeout=0.2).close()
+            socket.create_connection((addresses[0], port), timeout=0.2).close()
             return server
         except OSError:
             if time.monotonic() > deadline:

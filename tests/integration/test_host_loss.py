@@ -1,0 +1,141 @@
+"""A host gone for good, on real processes: stock sshd on loopback aliases, real TensorFlow workers.
+
+The lost host has an sshd of its own, killed with everything under it mid-training (its agent and
+tasks too), so nothing answers at its address again: a spare takes its tasks, or an elastic gang goes
+on without it with the same global batch.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.conftest import launch_cmd, local_spec, run_launch, wait_until_gone, write_spec
+from tests.integration.test_ssh import ssh_host, ssh_spec
+from tests.integration.test_train_local import assert_agree, results
+from tests.labs.sshd import SshServer, start_sshd
+from tests.labs.waiting import wait_for_text
+
+pytestmark = pytest.mark.tf
+
+DOOMED = "127.0.0.5"
+
+
+@pytest.fixture
+def doomed_sshd(tmp_path: Path) -> Iterator[SshServer]:
+    """An sshd of its own for the host the test kills for good."""
+    server = start_sshd(tmp_path / "doomed-sshd", (DOOMED,))
+    yield server
+    server.stop()
+    assert server.process.poll() is not None
+
+
+def _run_until_killed(work: Path, spec: dict[str, Any], doomed: SshServer) -> tuple[int, str]:
+    """Launch, kill the doomed host's sshd and everything under it once the gang trained past its first
+    checkpoint, and wait for the launch to end."""
+    log = work / "launch.out"
+    with open(log, "w") as handle:
+        proc = subprocess.Popen(
+            launch_cmd("--cluster", str(write_spec(work, spec))), cwd=work, stdout=handle, stderr=subprocess.STDOUT
+        )
+        try:
+            wait_for_text(log, "step 30/", 180, lambda: proc.poll() is None)
+            doomed.stop()  # sshd, its sessions, the agent and the tasks under them: nothing answers there now
+            code = proc.wait(timeout=240)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return code, log.read_text()
+
+
+def _final_weights(checkpoint_dir: Path) -> dict[str, np.ndarray]:
+    import tensorflow as tf
+
+    reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(str(checkpoint_dir)))
+    # the weights, the optimizer's slots and its step (save_counter and the run count differ after a restart)
+    names = [n for n in reader.get_variable_to_shape_map() if n.startswith("optimizer/")]
+    return {name: reader.get_tensor(name) for name in names}
+
+
+def test_a_host_killed_for_good_is_replaced_by_the_spare(work: Path, sshd: SshServer, doomed_sshd: SshServer) -> None:
+    hosts = [ssh_host(sshd, "127.0.0.2"), ssh_host(sshd, "127.0.0.3"), ssh_host(doomed_sshd, DOOMED)]
+    spec = ssh_spec(work, "spare", hosts, steps=60, checkpoint_every=20)
+    spec["spare_hosts"] = [ssh_host(sshd, "127.0.0.4")]
+    spec["checkpoint_dir"] = str(work / "shared" / "spare")
+    code, text = _run_until_killed(work, spec, doomed_sshd)
+    assert code == 0, text[-4000:]
+    assert f"host {DOOMED} excluded" in text and "spare 127.0.0.4 takes its tasks" in text, text[-4000:]
+    assert "not counted against max_restarts" in text
+    run_dir = work / "runs" / "spare"
+    summary = json.loads((run_dir / "summary.json").read_text())
+    last = summary["attempts"][-1]
+    assert {t["host"] for t in last["tasks"]} == {"127.0.0.2", "127.0.0.3", "127.0.0.4"}
+    assert {t["name"] for t in last["tasks"]} == {"worker:0", "worker:1", "worker:2"}
+    assert summary["restarts"] == 0 and summary["attempts"][-2].get("regrouped") is True
+    [excluded] = summary["excluded_hosts"]
+    assert excluded["host"] == DOOMED and excluded["replaced_by"] == "127.0.0.4" and excluded["seat"] == 2
+    found = results(run_dir, len(summary["attempts"]) - 1)
+    assert_agree(found, 3, 60)
+    assert {r["start_step"] for r in found.values()} == {20}
+    status = run_launch(["status", str(run_dir)], work)
+    assert f"excluded: {DOOMED}" in status.stdout and "spare 127.0.0.4 took its tasks" in status.stdout
+    assert not wait_until_gone(str(work), 15)
+
+
+def test_an_elastic_gang_goes_on_with_two_hosts_and_the_same_global_batch(
+    work: Path, sshd: SshServer, doomed_sshd: SshServer
+) -> None:
+    training = {"steps": 60, "checkpoint_every": 20, "batch_per_replica": 16}
+    hosts = [ssh_host(sshd, "127.0.0.2"), ssh_host(sshd, "127.0.0.3"), ssh_host(doomed_sshd, DOOMED)]
+    spec = ssh_spec(work, "shrink", hosts, **training)
+    spec["elastic"] = {"min_hosts": 2}
+    spec["checkpoint_dir"] = str(work / "shared" / "shrink")
+    code, text = _run_until_killed(work, spec, doomed_sshd)
+    assert code == 0, text[-4000:]
+    assert "the gang goes on with 2 of its 3 hosts" in text, text[-4000:]
+    run_dir = work / "runs" / "shrink"
+    summary = json.loads((run_dir / "summary.json").read_text())
+    attempt = len(summary["attempts"]) - 1
+    found = results(run_dir, attempt)
+    assert_agree(found, 2, 60)
+    assert {(r["global_batch"], r["replicas_in_sync"]) for r in found.values()} == {(48, 2)}
+    chief_log = (run_dir / f"attempt-{attempt}" / "worker-0.log").read_text()
+    assert "global batch 48 (unchanged: the spec's, kept on fewer hosts) = 24 per replica x 2 replicas" in chief_log
+
+    reference = local_spec("whole", 3, work / "runs", kind="builtin", log_every=10, **training)
+    reference["checkpoint_dir"] = str(work / "shared" / "whole")
+    proc = run_launch(["--cluster", str(write_spec(work, reference, "whole.json"))], work)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    shrunk, whole = _final_weights(work / "shared" / "shrink"), _final_weights(work / "shared" / "whole")
+    assert shrunk.keys() == whole.keys() and shrunk
+    for name, value in whole.items():  # the same examples in every step; only the order of the sums differs
+        np.testing.assert_allclose(shrunk[name], value, rtol=1e-4, atol=1e-5, err_msg=name)
+    assert not wait_until_gone(str(work), 15)
+
+
+def test_a_host_that_is_the_root_cause_twice_is_excluded_and_the_run_finishes_without_it(
+    work: Path, sshd: SshServer
+) -> None:
+    hosts = [ssh_host(sshd, "127.0.0.2"), ssh_host(sshd, "127.0.0.3"), ssh_host(sshd, "127.0.0.4")]
+    hosts[1]["env"] = {"BAD_HOST": "1"}
+    spec = ssh_spec(work, "strikes", hosts)
+    spec["training"] = {"kind": "function", "target": "user_fns:fails_on_a_bad_host", "steps": 3}
+    spec["elastic"] = {"min_hosts": 2}
+    spec["restart"].update(max_restarts=3)
+    proc = run_launch(["--cluster", str(write_spec(work, spec))], work)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    text = proc.stderr + proc.stdout
+    assert "host 127.0.0.3 excluded for 60s (the root cause of 2 failed attempts in a row)" in text, text[-4000:]
+    summary = json.loads((work / "runs" / "strikes" / "summary.json").read_text())
+    assert [a["kind"] for a in summary["attempts"]] == ["retryable", "retryable", "none"]
+    assert {t["host"] for t in summary["attempts"][-1]["tasks"]} == {"127.0.0.2", "127.0.0.4"}
+    assert summary["restarts"] == 1, "the first failure is a restart; the exclusion's is not counted"
+    assert [e["host"] for e in summary["excluded_hosts"]] == ["127.0.0.3"]
+    assert not wait_until_gone(str(work), 15)
