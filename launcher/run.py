@@ -26,7 +26,7 @@ from launcher.console import Console
 from launcher.plan import LaunchPlan, PlanInputs, build_plan, host_python, machines
 from launcher.preflight.check import run_preflight
 from launcher.preflight.ports import check_local_ports, choose_free_ports, port_is_free
-from launcher.preflight.spares import check_spares
+from launcher.preflight.spares import check_seat, check_spares
 from launcher.rundir.bundle import write_launch_record
 from launcher.rundir.checkpoint_mark import mark_checkpoints
 from launcher.rundir.lock import RunLock, lock_run
@@ -37,6 +37,7 @@ from launcher.rundir.stop import stop_requester
 from launcher.spec.models import ClusterSpec
 from launcher.supervise.faults import Fault
 from launcher.supervise.gang import RunResult
+from launcher.supervise.grow_back import GrowBack
 from launcher.supervise.membership import Membership, membership_of
 from launcher.supervise.policy import RestartPolicy
 from launcher.supervise.supervisor import Supervisor
@@ -234,14 +235,9 @@ def launch(
                 console.notice(made.warning)
         if not report.ok:
             raise PreflightError(report.problems)
+        inputs = PlanInputs(place.run_dir, first_plan.attempt, sys.executable, place.cwd, ports)  # for spares' checks
         if membership is not None:
-            _check_spares(
-                spec,
-                PlanInputs(place.run_dir, first_plan.attempt, sys.executable, place.cwd, ports),
-                transport,
-                membership,
-                console,
-            )
+            _check_spares(spec, inputs, transport, membership, console)
         if once_checked is not None:
             once_checked()
             if next_attempt(Path(place.run_dir)) != first_plan.attempt:  # --fresh moved the earlier attempts aside
@@ -250,7 +246,7 @@ def launch(
         lock, mark = _claim_run_dir(spec, first_plan, report, unstarted)
         unstarted.pop_all()  # the supervisor closes the transport; the run's end releases the lock and mark
     covered = planner if network is None else _covered(planner, network)
-    supervisor = _supervisor(spec, console, covered, transport, allocation, membership)
+    supervisor = _supervisor(spec, console, covered, transport, allocation, membership, inputs)
     with contextlib.ExitStack() as held:
         held.callback(lock.release)
         if mark is not None:
@@ -267,6 +263,7 @@ def _supervisor(
     transport: Transport,
     allocation: Allocation | None,
     membership: Membership | None,
+    inputs: PlanInputs,
 ) -> Supervisor:
     return Supervisor(
         planner=planner,
@@ -281,7 +278,21 @@ def _supervisor(
         sleep=console.wait,
         preemption_ends_run=allocation is not None and requeueable(spec, allocation),
         membership=membership,
+        grow_back=_grow_back(spec, membership, transport, inputs),
     )
+
+
+def _grow_back(
+    spec: ClusterSpec, membership: Membership | None, transport: Transport, inputs: PlanInputs
+) -> GrowBack | None:
+    """An elastic gang of the built-in runtime (which saves on SIGTERM) takes a machine back at a checkpoint."""
+    if membership is None or spec.elastic is None or not isinstance(spec.training, BuiltinTraining):
+        return None
+
+    def check(seat: int, roster: dict[int, int]) -> str | None:
+        return check_seat(spec, inputs, transport, roster, seat)
+
+    return GrowBack(membership, check, spec.training.checkpoint_every)
 
 
 def _check_spares(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from launcher.plan import LaunchPlan, PlanInputs, TaskLaunch, build_plan, full_roster
+from launcher.plan import LaunchPlan, PlanInputs, Roster, TaskLaunch, build_plan, full_roster
 from launcher.preflight.check import run_preflight
 from launcher.preflight.ports import choose_free_ports
 from launcher.spec.elastic import shape_of
@@ -46,3 +46,13 @@ def check_spares(spec: ClusterSpec, inputs: PlanInputs, transport: Transport) ->
     if report.problems and not failed:  # a problem that names no spare (the checkpoint directory's, say)
         failed = {len(spec.hosts) + i: "; ".join(report.problems) for i in range(len(spec.spare_hosts))}
     return failed
+
+
+def check_seat(spec: ClusterSpec, inputs: PlanInputs, transport: Transport, roster: Roster, seat: int) -> str | None:
+    """The preflight of the machine that `roster` puts in `seat`, as it would run there; None when it passes."""
+    machine = roster[seat]
+    ports = {**inputs.ports, **choose_free_ports(spec, roster)}
+    plan = build_plan(spec, replace(inputs, roster=roster, ports=ports, faults={}))
+    mine = replace(plan, tasks=tuple(task for task in plan.tasks if task.host_index == machine))
+    report = run_preflight(spec, mine, transport)
+    return "; ".join(report.problems) if report.problems else None

@@ -154,7 +154,7 @@ def summary(result: RunResult) -> dict[str, Any]:
         "state": result.state.value,
         "final_step": final_step(result),
         "restarts": sum(1 for a in result.attempts[:-1] if a.kind != "preempted" and not a.regrouped),
-        "preemptions": sum(1 for a in result.attempts[:-1] if a.kind == "preempted"),
+        "preemptions": sum(1 for a in result.attempts[:-1] if a.kind == "preempted" and not a.regrouped),
         "first_failure": first,
         "outputs": result.outputs,
         "excluded_hosts": result.excluded,

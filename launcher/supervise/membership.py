@@ -12,7 +12,7 @@ time the same machine is excluded again; then the machine may take a seat again.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from launcher.spec.elastic import shape_of
@@ -41,6 +41,7 @@ class Exclusion:
     times: int  # how many times this machine has been excluded (the cooldown doubles with each)
     seat: int | None  # the seat it held
     replaced_by: str | None  # the machine that took its seat; None: the gang went on without it
+    rejoined_at: float | None = None  # when it took a seat again (grow back)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -149,6 +150,27 @@ class Membership:
         self.excluded[machine] = exclusion
         self.history.append(exclusion)
         return exclusion
+
+    def vacant(self, now: float) -> tuple[int, int] | None:
+        """A seat the gang went on without and a machine free to take it (its cooldown over): (seat, machine)."""
+        for seat in range(len(self.seat_shapes)):
+            if seat not in self.roster:
+                machine = self._free_machine(self.seat_shapes[seat], now, but=-1)
+                if machine is not None:
+                    return seat, machine
+        return None
+
+    def rejoin(self, seat: int, machine: int, now: float) -> str:
+        """`machine` takes the vacant `seat` (it passed its preflight again); returns what to say."""
+        self.roster[seat] = machine
+        latest = self.excluded.get(machine)
+        if latest is not None:
+            self.excluded[machine] = replace(latest, rejoined_at=now)
+            self.history[self.history.index(latest)] = self.excluded[machine]
+        return (
+            f"host {self.machines[machine].address} passed its preflight and rejoins: the gang saves at its next "
+            f"step and restarts on {len(self.roster)} of its {len(self.seat_shapes)} hosts"
+        )
 
     def keep_out(self, machine: int, reason: str, now: float) -> Exclusion:
         """A machine in no seat (a spare that failed its preflight) kept out for a cooldown."""

@@ -22,6 +22,7 @@ from launcher.common.errors import HostError, InterruptedLaunchError
 from launcher.common.private_files import make_private_dir
 from launcher.plan import LaunchPlan, TaskLaunch
 from launcher.supervise.gang import AttemptResult, GangStatus, LaunchState, RunResult, TaskStatus
+from launcher.supervise.grow_back import GrowBack
 from launcher.supervise.membership import Change, Membership
 from launcher.supervise.policy import PREEMPTED_SAYS, Action, Decision, FailureKind, RestartPolicy, ended
 from launcher.supervise.records import RecordFiles
@@ -93,6 +94,7 @@ class Supervisor:
         sleep: Callable[[float], None] = time.sleep,
         preemption_ends_run: bool = False,
         membership: Membership | None = None,
+        grow_back: GrowBack | None = None,
     ) -> None:
         """`echoes`: whether `on_output` would show a line (a muted line that it would not show is not counted
         as hidden). `preemption_ends_run`: after a preemption (every task saved) end the run as PREEMPTED
@@ -100,6 +102,8 @@ class Supervisor:
         self._preemption_ends_run = preemption_ends_run
         self.membership = membership  # the planner plans on its roster; None: the gang is the spec's hosts
         self._regrouped: Change | None = None  # the roster's change the restart being made comes from
+        self._grow_back = grow_back
+        self._growing = False  # every task was told to save and leave, to restart with a machine taken back
         self._planner = planner
         self._transport = transport
         self._records: RecordFiles | None = None  # the run's metrics and eval rows, from the tasks' reports
@@ -275,7 +279,9 @@ class Supervisor:
         if self._records is None:
             self._records = RecordFiles(self._plan.run_dir)
         self._tasks = {launch.name: TrackedTask(launch) for launch in self._plan.tasks}
-        self._spares_asked = False
+        self._spares_asked = self._growing = False
+        if self._grow_back is not None:
+            self._grow_back.new_attempt()
         self._trained_since = None  # (monotonic) when the attempt's start-up was over
         self._attempt_started_at = time.time()
         self.state = LaunchState.STARTING
@@ -303,6 +309,7 @@ class Supervisor:
         self._prepare_spares()
         decision = self._policy.decide(status)
         if decision.action is Action.KEEP_GOING:
+            self._maybe_grow(status)
             return self.state
         self._regrouped = None
         if self.membership is not None and self.membership.active:
@@ -319,6 +326,16 @@ class Supervisor:
         elif self.state is not LaunchState.PREEMPTED:  # a preemption that ends the run is not restarted
             self._restart(decision, wait)
         return self.state
+
+    def _maybe_grow(self, status: GangStatus) -> None:
+        """Take a machine back into a vacant seat (grow_back.py): every task saves at its next step and leaves."""
+        if self._grow_back is None or self._growing or self.state is not LaunchState.RUNNING:
+            return
+        if self._grow_back.poll(status, time.time(), self._on_notice):
+            self._growing = True
+            for task in self._tasks.values():
+                if task.process is not None and task.exit is None and not task.launch.sidecar:
+                    task.process.signal(signal.SIGTERM)
 
     def _prepare_spares(self) -> None:
         """Once per attempt, `restart.warm_spares_after_s` after its start-up is over (every training task
@@ -359,6 +376,9 @@ class Supervisor:
         """Count a restart (or a preemption) and say why, before its stop says what it waits for;
         returns how long to wait before the next attempt starts."""
         self.state = LaunchState.RESTARTING
+        if decision.kind is FailureKind.PREEMPTED and self._growing:  # saved to take a machine back
+            self._on_notice(f"{decision.reason}; restarting every task on the larger gang")
+            return 0.0
         if decision.kind is FailureKind.PREEMPTED:
             self.preemptions += 1
             if self._preemption_ends_run:
@@ -510,7 +530,7 @@ class Supervisor:
             self._attempt_started_at,
             time.time(),
             recovery=recovery,
-            regrouped=self._regrouped is not None and decision.action is Action.RESTART,
+            regrouped=(self._regrouped is not None or self._growing) and decision.action is Action.RESTART,
         )
         if self.result is None:
             self.result = RunResult(self.plan.run_name, self.plan.run_dir, outputs=self.plan.outputs)

@@ -139,3 +139,49 @@ def test_a_host_that_is_the_root_cause_twice_is_excluded_and_the_run_finishes_wi
     assert summary["restarts"] == 1, "the first failure is a restart; the exclusion's is not counted"
     assert [e["host"] for e in summary["excluded_hosts"]] == ["127.0.0.3"]
     assert not wait_until_gone(str(work), 15)
+
+
+def test_a_host_back_after_its_cooldown_rejoins_at_a_checkpoint(
+    work: Path, sshd: SshServer, doomed_sshd: SshServer
+) -> None:
+    hosts = [ssh_host(sshd, "127.0.0.2"), ssh_host(sshd, "127.0.0.3"), ssh_host(doomed_sshd, DOOMED)]
+    spec = ssh_spec(work, "grow", hosts, steps=100000, checkpoint_every=20, batch_per_replica=16)
+    spec["elastic"] = {"min_hosts": 2}
+    spec["restart"].update(host_cooldown_s=1)
+    spec["checkpoint_dir"] = str(work / "shared" / "grow")
+    log = work / "launch.out"
+    with open(log, "w") as handle:
+        proc = subprocess.Popen(
+            launch_cmd("--cluster", str(write_spec(work, spec))), cwd=work, stdout=handle, stderr=subprocess.STDOUT
+        )
+        try:
+            alive = lambda: proc.poll() is None  # noqa: E731
+            wait_for_text(log, "step 30/", 180, alive)
+            doomed_sshd.stop()
+            wait_for_text(log, "the gang goes on with 2 of its 3 hosts", 120, alive)
+            doomed_sshd.start_again()
+            wait_for_text(log, f"host {DOOMED} passed its preflight and rejoins", 120, alive)
+            wait_for_text(log, "restarting every task on the larger gang", 120, alive)
+            run_dir = work / "runs" / "grow"
+            wait_for_text(run_dir / "attempt-2" / "worker-2.log", "global batch 48 = 16 per replica", 120, alive)
+            wait_for_text(run_dir / "attempt-2" / "worker-0.log", "step 20", 120, alive)
+        finally:
+            proc.terminate()  # Ctrl-C's signal: the gang saves and the launcher ends
+            proc.wait(timeout=120)
+    text = log.read_text()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    shrunk, saved = summary["attempts"][1], summary["attempts"][1]["tasks"]
+    assert shrunk["kind"] == "preempted" and shrunk.get("regrouped") is True, shrunk
+    assert {t["host"] for t in saved} == {"127.0.0.2", "127.0.0.3"}
+    grown = summary["attempts"][2]
+    assert {t["host"] for t in grown["tasks"]} == {"127.0.0.2", "127.0.0.3", DOOMED}
+    # zero steps lost: the larger gang starts at the very step the smaller one saved
+    last_saved = max(t["step"] for t in saved if t["step"] is not None)
+    restored = (run_dir / "attempt-2" / "worker-0.log").read_text()
+    assert f"continuing from step {last_saved}" in restored, (last_saved, restored[-2000:])
+    assert summary["restarts"] == 0 and summary["preemptions"] == 0, text[-3000:]
+    excluded = summary["excluded_hosts"]  # lost; then maybe kept out by a preflight tried before sshd was back
+    assert {e["host"] for e in excluded} == {DOOMED} and excluded[0]["seat"] == 2
+    assert excluded[-1]["rejoined_at"] is not None and excluded[-1]["rejoined_at"] >= excluded[-1]["until"]
+    left = [p for p in wait_until_gone(str(work), 15) if p.pid != doomed_sshd.process.pid]  # sshd itself is back
+    assert not left, left

@@ -78,6 +78,30 @@ class SshServer:
     identity_file: str
     known_hosts: str
     host_public_key: str
+    addresses: tuple[str, ...] = ADDRESSES
+
+    def start_again(self) -> None:
+        """sshd again, with the same configuration, keys and port: a host back after an outage."""
+        binary = sshd_binary()
+        assert binary is not None and self.process.poll() is not None, "start_again after stop"
+        with open(self.directory / "sshd.log", "ab") as log:
+            self.process = subprocess.Popen(
+                [binary, "-D", "-e", "-f", str(self.directory / "sshd_config")], stdout=log, stderr=subprocess.STDOUT
+            )
+        self.wait_accepting()
+
+    def wait_accepting(self) -> None:
+        deadline = time.monotonic() + 15
+        while True:
+            assert self.process.poll() is None, (self.directory / "sshd.log").read_text()
+            try:
+                socket.create_connection((self.addresses[0], self.port), timeout=0.2).close()
+                return
+            except OSError:
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise
+                time.sleep(0.05)
 
     def ssh_settings(self, **extra: object) -> dict[str, object]:
         return {
@@ -143,15 +167,7 @@ def start_sshd(directory: Path, addresses: tuple[str, ...] = ADDRESSES) -> SshSe
     known_hosts = directory / "known_hosts"
     key_type, key_data = host_public.split()[:2]
     known_hosts.write_text("".join(f"[{address}]:{port} {key_type} {key_data}\n" for address in addresses))
-    server = SshServer(directory, port, process, str(user_key), str(known_hosts), host_public)
-    deadline = time.monotonic() + 15
-    while True:  # wait until sshd accepts connections
-        assert process.poll() is None, (directory / "sshd.log").read_text()
-        try:
-            socket.create_connection((addresses[0], port), timeout=0.2).close()
-            return server
-        except OSError:
-            if time.monotonic() > deadline:
-                server.stop()
-                raise
-            time.sleep(0.05)
+    server = SshServer(directory, port, process, str(user_key), str(known_hosts), host_public, addresses)
+    log.close()  # sshd holds its own copy
+    server.wait_accepting()
+    return server
