@@ -274,24 +274,23 @@ def _preemption_handler(
 
 def _say_batch(cluster: ClusterInfo, config: BuiltinTraining, shares: BatchShares) -> None:
     micro, replicas = config.accumulation_steps, shares.replicas
-    per_replica = shares.global_batch // replicas // micro if shares.even else None
-    split = (
-        f"{per_replica} per replica x {replicas} replicas"
-        if per_replica is not None
-        else f"shared unevenly among {replicas} replicas ({shares.share(replicas - 1)[1]} to "
-        f"{shares.share(0)[1]} each, the loss averaged over the global batch)"
-    )
-    kept = " (unchanged: the spec's, kept on fewer hosts)" if shares.kept else ""
+    if shares.even:
+        split = f"{shares.global_batch // replicas // micro} per replica x {replicas} replicas"
+        split += f" x {micro} accumulated micro-batches" if micro > 1 else ""
+    else:  # an elastic gang on a number of replicas that does not divide the spec's global batch
+        most, least = shares.share(0)[1], shares.share(replicas - 1)[1]
+        split = f"{most if most == least else f'{least} to {most}'} per replica x {replicas} replicas"
+        split += f", each in {micro} accumulated micro-batches of uneven size" if micro > 1 else ""
+        split += " (the loss averaged over the global batch)"
     log.info(
-        "%s: %d replicas in sync (%d task(s) x %d device(s)), global batch %d%s = %s%s",
+        "%s: %d replicas in sync (%d task(s) x %d device(s)), global batch %d%s = %s",
         cluster.name,
         replicas,
         max(cluster.num_trainers, 1),
         replicas // max(cluster.num_trainers, 1),
         shares.global_batch,
-        kept,
+        " (unchanged: the spec's, kept on fewer hosts)" if shares.kept else "",
         split,
-        f" x {micro} accumulated micro-batches" if micro > 1 else "",
     )
 
 

@@ -92,7 +92,8 @@ def test_a_host_killed_for_good_is_replaced_by_the_spare(work: Path, sshd: SshSe
 def test_an_elastic_gang_goes_on_with_two_hosts_and_the_same_global_batch(
     work: Path, sshd: SshServer, doomed_sshd: SshServer
 ) -> None:
-    training = {"steps": 60, "checkpoint_every": 20, "batch_per_replica": 16}
+    # the spec's global batch 3 x 5 x 2 = 30 is 15 a replica on two: micro-batches of 8 and 7 examples
+    training = {"steps": 60, "checkpoint_every": 20, "batch_per_replica": 5, "accumulation_steps": 2}
     hosts = [ssh_host(sshd, "127.0.0.2"), ssh_host(sshd, "127.0.0.3"), ssh_host(doomed_sshd, DOOMED)]
     spec = ssh_spec(work, "shrink", hosts, **training)
     spec["elastic"] = {"min_hosts": 2}
@@ -105,9 +106,12 @@ def test_an_elastic_gang_goes_on_with_two_hosts_and_the_same_global_batch(
     attempt = len(summary["attempts"]) - 1
     found = results(run_dir, attempt)
     assert_agree(found, 2, 60)
-    assert {(r["global_batch"], r["replicas_in_sync"]) for r in found.values()} == {(48, 2)}
+    assert {(r["global_batch"], r["replicas_in_sync"]) for r in found.values()} == {(30, 2)}
     chief_log = (run_dir / f"attempt-{attempt}" / "worker-0.log").read_text()
-    assert "global batch 48 (unchanged: the spec's, kept on fewer hosts) = 24 per replica x 2 replicas" in chief_log
+    assert (
+        "global batch 30 (unchanged: the spec's, kept on fewer hosts) = 15 per replica x 2 replicas, each in 2 "
+        "accumulated micro-batches of uneven size (the loss averaged over the global batch)"
+    ) in chief_log, chief_log[-3000:]
 
     reference = local_spec("whole", 3, work / "runs", kind="builtin", log_every=10, **training)
     reference["checkpoint_dir"] = str(work / "shared" / "whole")
@@ -185,3 +189,20 @@ def test_a_host_back_after_its_cooldown_rejoins_at_a_checkpoint(
     assert excluded[-1]["rejoined_at"] is not None and excluded[-1]["rejoined_at"] >= excluded[-1]["until"]
     left = [p for p in wait_until_gone(str(work), 15) if p.pid != doomed_sshd.process.pid]  # sshd itself is back
     assert not left, left
+
+
+def test_uneven_shares_hold_exactly_the_examples_of_each_step() -> None:
+    """Five replicas sharing the spec's global batch of 112 (23, 23, 22, 22, 22): together, step s's examples."""
+    import tensorflow as tf
+
+    from worker import example
+    from worker.batch_shares import batch_shares
+
+    shares = batch_shares(16, 1, 5, 5, 7)
+    make = example.dataset_fn(3, 5, shares, features=4, seed=1)
+    per_pipeline = [list(make(tf.distribute.InputContext(5, p, 5)).as_numpy_iterator()) for p in range(5)]
+    for step in range(2):  # steps 3 and 4
+        xs = np.concatenate([per_pipeline[p][step][0] for p in range(5)])
+        expected, _ = example.examples(tf.range((3 + step) * 112, (4 + step) * 112, dtype=tf.int64), 4, 1)
+        np.testing.assert_allclose(xs, expected.numpy(), rtol=1e-5, atol=1e-6)  # eager and graph sin() differ
+    assert [len(per_pipeline[p][0][0]) for p in range(5)] == [23, 23, 22, 22, 22]
