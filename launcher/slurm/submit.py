@@ -97,7 +97,8 @@ def _options(spec: ClusterSpec, run_dir: Path, workdir: str) -> list[tuple[str, 
     slurm = spec.slurm or SlurmSpec()
     options = [
         ("$.name", f"--job-name={spec.name}"),
-        ("$.slurm.nodes", f"--nodes={slurm.nodes}"),
+        ("$.slurm.nodes", f"--nodes={slurm.nodes + slurm.spare_nodes}"),
+        ("$.slurm", "--no-kill"),  # a node that fails does not end the allocation: the launcher decides
         ("$.slurm.tasks_per_node", f"--ntasks-per-node={tasks_per_node(slurm)}"),
         ("$.run_root", f"--output={output_pattern(run_dir)}"),
         ("$.run_root", "--open-mode=append"),  # a requeued job adds to the same file

@@ -58,8 +58,9 @@ def parse_spec(data: Any, source: str = "cluster spec", hosts_from: HostsFrom | 
         if hosts is None:
             return first
         # an allocation with more nodes than the spec's slurm.nodes: the nodes beyond them are spares
-        nodes = first.slurm.nodes if first.slurm is not None and "nodes" in first.slurm.model_fields_set else None
-        kept = len(hosts) if nodes is None else min(nodes, len(hosts))
+        slurm = first.slurm
+        sized = slurm is not None and ("nodes" in slurm.model_fields_set or slurm.spare_nodes > 0)
+        kept = min(slurm.nodes, len(hosts)) if slurm is not None and sized else len(hosts)
         return ClusterSpec.model_validate({**data, "hosts": hosts[:kept], "spare_hosts": hosts[kept:]})
     except ValidationError as error:
         problems = problems_of(error) + problems_beside_a_misspelt_kind(data, error)

@@ -52,6 +52,13 @@ class SlurmSpec(StrictModel):
     """Running on a Slurm allocation instead of a host list (`launch --slurm`, `launch slurm submit`)."""
 
     nodes: int = Field(1, ge=1, le=MAX_HOSTS, description="Nodes to allocate (`launch slurm submit`).")
+    spare_nodes: int = Field(
+        0,
+        ge=0,
+        le=MAX_HOSTS,
+        description="Nodes to allocate beyond `nodes` as spare hosts (spare_hosts): one stands in for a node gone "
+        "for good. Inside an allocation, the nodes beyond `nodes` (when set) are spares whatever this says.",
+    )
     tasks_per_node: int | None = Field(
         None,
         ge=1,

@@ -182,7 +182,10 @@ class SlurmMedium:
         ]
         step = _Step(argv, {**os.environ, "SLURM_HOSTFILE": hostfile}, len(indices), f"{self._run_dir}/srun.log")
         self._steps.append(step)
-        step.write(first_line)
+        try:
+            step.write(first_line)
+        except OSError:  # srun already ended (a node it cannot reach): each channel's end says why
+            pass
         return {index: self._channel(step, rank) for rank, index in enumerate(indices)}
 
     @staticmethod

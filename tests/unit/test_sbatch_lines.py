@@ -183,6 +183,7 @@ def test_the_batch_script_gives_sbatch_the_specs_values() -> None:
     assert argv == [
         "--job-name=r",
         "--nodes=2",
+        "--no-kill",
         "--ntasks-per-node=1",
         f"--output={str(run_dir).replace('%', '%%')}/slurm-%j.out",
         "--open-mode=append",
@@ -261,3 +262,16 @@ def test_an_option_the_launcher_writes_itself_is_refused_with_the_field_to_use()
     assert (
         "from run_root" in said["$.slurm.sbatch_options[1]"] and "slurm.time_limit" in said["$.slurm.sbatch_options[4]"]
     )
+
+
+def test_spare_nodes_are_allocated_beside_the_hosts_and_become_spares_inside() -> None:
+    data = {"name": "r", "slurm": {"nodes": 2, "spare_nodes": 1, "port": 7000}}
+    spec = parse_spec(data, hosts_from=lambda first: None)
+    argv = sbatch_argv(batch_script(spec, Path("/runs/r/submitted-spec.json"), Path("/runs/r")))
+    assert "--nodes=3" in argv and "--no-kill" in argv
+    nodes = [{"address": f"10.0.0.{i}", "workers": 1, "ports": [7000]} for i in (1, 2, 3)]
+    inside = parse_spec(data, hosts_from=lambda first: nodes)
+    assert [h.address for h in inside.hosts] == ["10.0.0.1", "10.0.0.2"]
+    assert [h.address for h in inside.spare_hosts] == ["10.0.0.3"]
+    unsized = parse_spec({"name": "r"}, hosts_from=lambda first: nodes)
+    assert len(unsized.hosts) == 3 and not unsized.spare_hosts, "without slurm.nodes every node is a host"
