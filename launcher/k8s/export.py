@@ -32,7 +32,14 @@ def export(spec: ClusterSpec, options: ExportOptions, source: str) -> Export:
     render = tfjob.render if options.format == "tfjob" else jobset.render
     result = render(spec, groups, options)
     head = f"Written by `launch export k8s --format {options.format}` from {scalar(source)}."
-    return Export(result.manifests, (head, *result.comments), result.warnings)
+    warnings = result.warnings
+    if spec.spare_hosts:  # what spares do on a host list, the scheduler does here with any node that fits
+        warnings = (
+            *warnings,
+            "spare_hosts are not exported: Kubernetes restarts the pods of a lost node on any node that fits "
+            "(have spare capacity in the node pool)",
+        )
+    return Export(result.manifests, (head, *result.comments), warnings)
 
 
 def text(result: Export) -> str:

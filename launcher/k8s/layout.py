@@ -196,6 +196,15 @@ def task_groups(spec: ClusterSpec, source: str) -> list[TaskGroup]:
         groups.append(TaskGroup(task_type, len(members), first[1], first[2], first[3]))
     problems += _controller_vars(spec)
     problems += _written_secrets(spec)
+    if spec.elastic is not None:
+        problems.append(
+            SpecProblem(
+                "$.elastic",
+                "a JobSet (or TFJob) runs a fixed number of pods and restarts them all on whatever nodes the "
+                "scheduler finds, so the gang never shrinks there: remove elastic for the export "
+                "(docs/kubernetes.md)",
+            )
+        )
     if problems:
         raise SpecError(source, problems)
     return groups

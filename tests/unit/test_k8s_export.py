@@ -763,3 +763,16 @@ def test_a_url_that_stays_inside_each_pod_is_no_shared_storage(url: str) -> None
     result = export(spec, ExportOptions(image=IMAGE, checkpoint_claim="runs"), "c.json")
     layout = json.loads(_env(_containers(result)["worker"])["TFLAUNCH_POD_LAYOUT"])
     assert layout["checkpoint_dir"].startswith("/tflaunch/") and "is a path on the hosts" in text(result)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_elastic_is_refused_and_spare_hosts_are_said_to_be_the_schedulers(fmt: str) -> None:
+    hosts = [{"address": f"10.0.0.{i}", "workers": 1, "ports": [2222]} for i in (1, 2)]
+    data = {**COMMAND_SPEC, "hosts": hosts, "elastic": {"min_hosts": 1}}
+    with pytest.raises(SpecError) as refused:
+        export(parse_spec(data), ExportOptions(image=IMAGE, format=fmt, checkpoint_claim="r"), "c.json")
+    assert [p.path for p in refused.value.problems] == ["$.elastic"]
+    spares = {**COMMAND_SPEC, "hosts": hosts, "spare_hosts": [{"address": "10.0.0.9", "workers": 1, "ports": [2222]}]}
+    result = export(parse_spec(spares), ExportOptions(image=IMAGE, format=fmt, checkpoint_claim="r"), "c.json")
+    assert any("spare_hosts are not exported" in w for w in result.warnings)
+    assert "10.0.0.9" not in text(result)
