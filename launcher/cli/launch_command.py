@@ -43,7 +43,7 @@ from launcher.transport.private_network import start_early as start_early_networ
 from worker.contract import TF_CONFIG
 
 if TYPE_CHECKING:
-    from launcher.plan import LaunchPlan
+    from launcher.plan import LaunchPlan, PlanInputs
     from launcher.slurm.allocation import Allocation
     from launcher.spec.models import ClusterSpec
 
@@ -94,15 +94,19 @@ def _shown(text: str) -> str:
     return printable(redact(text))
 
 
-def dry_run(plan: LaunchPlan, as_json: bool, remote: str = "ssh", would: Would | None = None) -> int:
+def dry_run(
+    plan: LaunchPlan, as_json: bool, remote: str = "ssh", would: Would | None = None, spares: list[str] | None = None
+) -> int:
     """Print every task's TF_CONFIG, environment and command; `remote`: how a remote host is reached;
-    `would`: what the launch would do with the run's earlier checkpoints (the JSON's `would`)."""
+    `would`: what the launch would do with the run's earlier checkpoints (the JSON's `would`); `spares`: what
+    the spare hosts and `elastic` would do (the JSON's `spares`)."""
     if would is not None and would.says is None:
         from launcher.rundir.resume import new_run_would  # the plan's: see the module's docstring
 
         would = would._replace(says=new_run_would(plan.checkpoint_dir))
     if as_json:
-        said = {"would": {"do": would.do, "says": would.says}} if would is not None else {}
+        said: dict[str, object] = {"would": {"do": would.do, "says": would.says}} if would is not None else {}
+        said.update({"spares": spares} if spares else {})
         print(json.dumps(redacted({**plan.to_json(), **said}), indent=2))
         return exit_codes.SUCCEEDED
 
@@ -121,6 +125,8 @@ def dry_run(plan: LaunchPlan, as_json: bool, remote: str = "ssh", would: Would |
         print(f"  cwd: {_shown(task.cwd)}")
         print(f"  command: {shlex.join(_shown(arg) for arg in task.command)}")  # quoted as a shell reads it
         print(f"  log: {_shown(task.log_path)} (made at its first line)")
+    if spares:
+        print("\n" + "\n".join(_shown(line) for line in spares))
     if would is not None and would.says is not None:
         print(f"\n{_shown(would.says)}")
     print(
@@ -135,6 +141,7 @@ def dry_run(plan: LaunchPlan, as_json: bool, remote: str = "ssh", would: Would |
 def check(spec: ClusterSpec, place: RunPlace, allocation: Allocation | None) -> int:
     """The preflight, and what the launch would refuse in its run directory (another user's, a run
     still going, another training's checkpoints), without starting anything."""
+    from launcher.preflight.spares import check_spares
     from launcher.run import make_planner, make_transport, preflight, start_local_network  # see the module's docstring
     from launcher.rundir.resume import new_run_would, resume_notice
 
@@ -146,6 +153,7 @@ def check(spec: ClusterSpec, place: RunPlace, allocation: Allocation | None) -> 
         transport = make_transport(spec, allocation, place.run_dir, network)
         try:
             report = preflight(spec, plan, transport)
+            spares = check_spares(spec, _spare_inputs(spec, place), transport) if report.ok else {}
         finally:
             transport.close()
     finally:
@@ -157,11 +165,18 @@ def check(spec: ClusterSpec, place: RunPlace, allocation: Allocation | None) -> 
         print(f"  {line}")
     if not report.ok:
         raise PreflightError(report.problems)
+    for machine, problems in spares.items():  # a launch keeps such a spare out and goes on: said, not refused
+        print(
+            _shown(f"  spare host {spec.spare_hosts[machine - len(spec.hosts)].address} would be kept out: {problems}")
+        )
     resuming = resume_notice(
         spec, place
     )  # another training's checkpoints: refused once the preflight passed, as launch
     print(f"  {_shown(resuming.would() if resuming is not None else new_run_would(plan.checkpoint_dir))}")
-    print(f"preflight passed: {len(spec.hosts)} host(s), {len(plan.tasks)} task(s)")
+    spared = (
+        f", {len(spec.spare_hosts) - len(spares)} of {len(spec.spare_hosts)} spare host(s)" if spec.spare_hosts else ""
+    )
+    print(f"preflight passed: {len(spec.hosts)} host(s), {len(plan.tasks)} task(s){spared}")
     return exit_codes.SUCCEEDED
 
 
@@ -305,12 +320,36 @@ def run(args: argparse.Namespace, command: list[str]) -> int:
 
         remote = "ssh" if allocation is None else "srun"
         would = would_of(spec, place)
-        shown = dry_run(make_planner(spec, place, faults)(0), args.json, remote, would)
+        shown = dry_run(make_planner(spec, place, faults)(0), args.json, remote, would, spare_lines(spec, place))
         return exit_codes.USAGE if would.do == "refused" else shown  # as the launch itself would exit
     if args.check:
         return check(spec, place, allocation)
     options = ConsoleOptions(quiet=args.quiet, plain=args.plain, verbose=args.verbose, show=show)
     return launch_and_report(spec, place, options, faults, allocation, fresh=args.fresh)
+
+
+def _spare_inputs(spec: ClusterSpec, place: RunPlace) -> PlanInputs:
+    from launcher.plan import PlanInputs
+    from launcher.preflight.ports import choose_free_ports
+
+    return PlanInputs(place.run_dir, 0, sys.executable, place.cwd, choose_free_ports(spec))
+
+
+def spare_lines(spec: ClusterSpec, place: RunPlace) -> list[str]:
+    """What the spare hosts would run, each in the first seat of its shape, and how far the gang may shrink."""
+    from launcher.preflight.spares import spare_plan
+
+    lines = []
+    if spec.spare_hosts:
+        lines.append("spare hosts: each takes the tasks of a host gone for good (of its shape); here, in the first:")
+        for task in spare_plan(spec, _spare_inputs(spec, place)).tasks:
+            lines.append(f"  {task.host}: {task.name} on port {task.port}, command {shlex.join(task.command)}")
+    if spec.elastic is not None:
+        lines.append(
+            f"elastic: with no spare left, the gang goes on with as few as {spec.elastic.min_hosts} of its "
+            f"{len(spec.hosts)} hosts, keeping the global batch (docs/supervision.md)"
+        )
+    return lines
 
 
 def would_of(spec: ClusterSpec, place: RunPlace) -> Would:
