@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING, Any
 from launcher.common.errors import InterruptedLaunchError, PreflightError, RunDirError
 from launcher.common.private_files import make_private_dir
 from launcher.console import Console
-from launcher.plan import LaunchPlan, PlanInputs, build_plan, host_python, machines
+from launcher.plan import LaunchPlan, PlanInputs, TaskLaunch, build_plan, host_python, machines
 from launcher.preflight.check import run_preflight
 from launcher.preflight.ports import check_local_ports, choose_free_ports, port_is_free
-from launcher.preflight.spares import check_seat, check_spares
+from launcher.preflight.spares import check_seat, check_spares, spare_plan
 from launcher.rundir.bundle import write_launch_record
 from launcher.rundir.checkpoint_mark import mark_checkpoints
 from launcher.rundir.lock import RunLock, lock_run
@@ -279,7 +279,24 @@ def _supervisor(
         preemption_ends_run=allocation is not None and requeueable(spec, allocation),
         membership=membership,
         grow_back=_grow_back(spec, membership, transport, inputs),
+        spare_hosts_tasks=_spare_hosts_tasks(spec, membership, inputs),
     )
+
+
+def _spare_hosts_tasks(
+    spec: ClusterSpec, membership: Membership | None, inputs: PlanInputs
+) -> Callable[[], list[TaskLaunch]] | None:
+    """What each free spare host would run (in the first seat of its shape), for its warm standbys."""
+    if membership is None or not spec.spare_hosts:
+        return None
+    tasks = spare_plan(spec, inputs).tasks
+
+    def free() -> list[TaskLaunch]:
+        now, seated = time.time(), set(membership.roster.values())
+        out = {m for m, e in membership.excluded.items() if e.until > now}
+        return [task for task in tasks if task.host_index not in seated | out]
+
+    return free
 
 
 def _grow_back(

@@ -95,6 +95,7 @@ class Supervisor:
         preemption_ends_run: bool = False,
         membership: Membership | None = None,
         grow_back: GrowBack | None = None,
+        spare_hosts_tasks: Callable[[], list[TaskLaunch]] | None = None,
     ) -> None:
         """`echoes`: whether `on_output` would show a line (a muted line that it would not show is not counted
         as hidden). `preemption_ends_run`: after a preemption (every task saved) end the run as PREEMPTED
@@ -103,6 +104,7 @@ class Supervisor:
         self.membership = membership  # the planner plans on its roster; None: the gang is the spec's hosts
         self._regrouped: Change | None = None  # the roster's change the restart being made comes from
         self._grow_back = grow_back
+        self._spare_hosts_tasks = spare_hosts_tasks or list  # what the free spare hosts would run: their standbys
         self._growing = False  # every task was told to save and leave, to restart with a machine taken back
         self._planner = planner
         self._transport = transport
@@ -353,7 +355,8 @@ class Supervisor:
         if self._clock() - self._trained_since < self._policy.spec.warm_spares_after_s:
             return
         self._spares_asked = True
-        self._transport.prepare_spares([t.launch for t in self._tasks.values() if t.exit is None])
+        running = [t.launch for t in self._tasks.values() if t.exit is None]
+        self._transport.prepare_spares(running + self._spare_hosts_tasks())
 
     def _why_cold(self) -> str:
         """Why the next attempt's tasks start without a warm spare, when the agents say no more."""

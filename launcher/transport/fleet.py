@@ -61,6 +61,19 @@ class Medium(Protocol):
     def close(self) -> None: ...
 
 
+def _by_name(launches: list[TaskLaunch], standbys: dict[str, int]) -> dict[str, int]:
+    """The standbys of a host by the task each will run: the one made for it, else one made for another task
+    of the host (the start command gives a standby its task's environment). A spare host's were made for the
+    tasks of the first seat of its shape, and a shrunk gang renumbers its tasks. Never for a side-car, whose
+    standby imports other modules."""
+    mine = {launch.name: standbys[launch.name] for launch in launches if launch.name in standbys}
+    left = [ident for name, ident in standbys.items() if name not in mine and not name.startswith("evaluator")]
+    for launch in launches:
+        if launch.name not in mine and not launch.sidecar and left:
+            mine[launch.name] = left.pop(0)
+    return mine
+
+
 def side_by_side(items: list[T], work: Callable[[T], object]) -> None:
     """`work` on every item, a bounded number at a time (all at once for a fleet costs one start-up)."""
     if len(items) <= 1:
@@ -172,6 +185,7 @@ class AgentTransport:
                     outcomes[position] = error
                 return
             launches = [requests[p][0] for p in positions]
+            standbys = _by_name(launches, standbys)
             if self._clusters.get(index) != id(launches[0].cluster):
                 session.send(self._cluster_command(launches[0]), shared=True)
                 self._clusters[index] = id(launches[0].cluster)
