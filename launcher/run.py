@@ -40,6 +40,7 @@ from launcher.supervise.gang import RunResult
 from launcher.supervise.grow_back import GrowBack
 from launcher.supervise.membership import Membership, membership_of
 from launcher.supervise.policy import RestartPolicy
+from launcher.supervise.regroup import HostLoss
 from launcher.supervise.supervisor import Supervisor
 from launcher.transport.base import Transport
 from launcher.transport.fleet import AgentTransport
@@ -277,10 +278,17 @@ def _supervisor(
         echoes=console.echoes,
         sleep=console.wait,
         preemption_ends_run=allocation is not None and requeueable(spec, allocation),
-        membership=membership,
-        grow_back=_grow_back(spec, membership, transport, inputs),
-        spare_hosts_tasks=_spare_hosts_tasks(spec, membership, inputs),
+        host_loss=_host_loss(spec, membership, transport, inputs),
     )
+
+
+def _host_loss(
+    spec: ClusterSpec, membership: Membership | None, transport: Transport, inputs: PlanInputs
+) -> HostLoss | None:
+    if membership is None:
+        return None
+    spares = _spare_hosts_tasks(spec, membership, inputs)
+    return HostLoss(membership, _grow_back(spec, membership, transport, inputs), spares or list)
 
 
 def _spare_hosts_tasks(

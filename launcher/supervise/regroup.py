@@ -9,10 +9,12 @@ cannot be reached or started again is gone for good; one that answers stays (a p
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from launcher.common.errors import HostError
+from launcher.plan import TaskLaunch
 from launcher.supervise.gang import GangStatus
+from launcher.supervise.grow_back import GrowBack
 from launcher.supervise.membership import Change, Membership
 from launcher.supervise.policy import Action, Decision, FailureKind, peers_blamed
 from launcher.supervise.tracked import TrackedTask
@@ -21,6 +23,16 @@ from launcher.transport.base import Transport
 CANNOT_START = "cannot start: "  # how a lost exit of a host whose agent could not start begins
 _RESEATED = (FailureKind.RETRYABLE, FailureKind.START_TIMEOUT, FailureKind.STALLED)
 NOT_COUNTED = "not counted against max_restarts"
+
+
+@dataclass(frozen=True)
+class HostLoss:
+    """What a launch whose gang can change does about a host gone for good: membership decides, grow back
+    takes hosts back (None: not this gang's kind), and the free spare hosts' tasks get warm standbys."""
+
+    membership: Membership
+    grow_back: GrowBack | None = None
+    spare_hosts_tasks: Callable[[], list[TaskLaunch]] = list
 
 
 def root_machine(decision: Decision, status: GangStatus, tasks: Mapping[str, TrackedTask]) -> int | None:

@@ -22,12 +22,11 @@ from launcher.common.errors import HostError, InterruptedLaunchError
 from launcher.common.private_files import make_private_dir
 from launcher.plan import LaunchPlan, TaskLaunch
 from launcher.supervise.gang import AttemptResult, GangStatus, LaunchState, RunResult, TaskStatus
-from launcher.supervise.grow_back import GrowBack
-from launcher.supervise.membership import Change, Membership
+from launcher.supervise.membership import Change
 from launcher.supervise.policy import PREEMPTED_SAYS, Action, Decision, FailureKind, RestartPolicy, ended
 from launcher.supervise.records import RecordFiles
 from launcher.supervise.recovery import FIRST_STEP, RestartTimes
-from launcher.supervise.regroup import NOT_COUNTED, regroup
+from launcher.supervise.regroup import NOT_COUNTED, HostLoss, regroup
 from launcher.supervise.tracked import (
     TrackedTask,
     as_injected,
@@ -93,18 +92,16 @@ class Supervisor:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
         preemption_ends_run: bool = False,
-        membership: Membership | None = None,
-        grow_back: GrowBack | None = None,
-        spare_hosts_tasks: Callable[[], list[TaskLaunch]] | None = None,
+        host_loss: HostLoss | None = None,
     ) -> None:
         """`echoes`: whether `on_output` would show a line (a muted line that it would not show is not counted
         as hidden). `preemption_ends_run`: after a preemption (every task saved) end the run as PREEMPTED
         instead of restarting, for a scheduler that requeues it (Slurm)."""
         self._preemption_ends_run = preemption_ends_run
-        self.membership = membership  # the planner plans on its roster; None: the gang is the spec's hosts
+        self.membership = host_loss.membership if host_loss else None  # the planner plans on its roster
         self._regrouped: Change | None = None  # the roster's change the restart being made comes from
-        self._grow_back = grow_back
-        self._spare_hosts_tasks = spare_hosts_tasks or list  # what the free spare hosts would run: their standbys
+        self._grow_back = host_loss.grow_back if host_loss else None
+        self._spare_hosts_tasks = host_loss.spare_hosts_tasks if host_loss else list  # their warm standbys
         self._growing = False  # every task was told to save and leave, to restart with a machine taken back
         self._planner = planner
         self._transport = transport
