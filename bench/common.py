@@ -30,7 +30,19 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 QUIET_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2"}
 # every benchmark, in the order `python -m bench` runs them (each is the module bench/<name>.py)
-ORDER = ("overhead", "teardown", "recovery", "throughput", "checkpoint", "chaos", "memory", "fanout", "scale", "fleet")
+ORDER = (
+    "overhead",
+    "teardown",
+    "recovery",
+    "host_loss",
+    "throughput",
+    "checkpoint",
+    "chaos",
+    "memory",
+    "fanout",
+    "scale",
+    "fleet",
+)
 
 
 def builtin_spec(name: str, workers: int, run_root: Path, **training: Any) -> dict[str, Any]:

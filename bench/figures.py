@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import fanout, fleet, memory, overhead, recovery, scale, teardown, throughput
+from bench import fanout, fleet, host_loss, memory, overhead, recovery, scale, teardown, throughput
 from bench.common import ORDER, RESULTS, ROOT, summarize
 
 PAGE = ROOT / "BENCHMARKS.md"
@@ -129,6 +129,26 @@ def _recovery(data: Results) -> list[Row]:
         rss, uss = _median(s["rss_mib"] for s in spares), _median(s["uss_mib"] for s in spares)
         rows.append(Row("memory of one waiting spare (reported)", f"{rss:.0f} MiB RSS, {uss:.0f} MiB its own", None))
     return rows
+
+
+def _host_loss(data: Results) -> list[Row]:
+    warm = _median(run["recovery_s"] for run in data["warm"])
+    spare = _median(run["recovery_s"] for run in data["spare"])
+    shrink = _median(run["recovery_s"] for run in data["shrink"])
+    cold = _median(run["cold_s"] for mode in ("warm", "spare", "shrink") for run in data[mode])
+    return [
+        Row(
+            f"host killed for good, with a spare: to the new attempt's first step <= warm restart + "
+            f"{host_loss.SPARE_EXTRA_S:g} s",
+            f"{_s(spare)} against {_s(warm)} ({spare - warm:+.2f} s)",
+            spare - warm <= host_loss.SPARE_EXTRA_S,
+        ),
+        Row(
+            "without a spare, elastic: shrink to 2 hosts, against a cold start",
+            f"{_s(shrink)}, {_x(shrink / cold)}",
+            None,
+        ),
+    ]
 
 
 def _throughput(data: Results) -> list[Row]:
@@ -294,6 +314,7 @@ FIGURES: dict[str, Callable[[Results], list[Row]]] = {
     "overhead": _overhead,
     "teardown": _teardown,
     "recovery": _recovery,
+    "host_loss": _host_loss,
     "throughput": _throughput,
     "checkpoint": _checkpoint,
     "chaos": _chaos,
@@ -310,6 +331,7 @@ NAMES = {
     "overhead": "launch overhead",
     "teardown": "teardown",
     "recovery": "recovery",
+    "host_loss": "host loss",
     "throughput": "throughput",
     "checkpoint": "checkpoint cost",
     "chaos": "chaos",
@@ -331,6 +353,10 @@ BASELINES = {
     "recovery": (
         "the cold time from `launch` to the first training step of the same run",
         "a failure should cost what a restart cannot avoid, not Python's and TensorFlow's start-up again",
+    ),
+    "host_loss": (
+        "a warm restart of the same three SSH hosts (SIGKILL to a worker), and a cold start of them",
+        "a host gone for good should cost what a warm restart costs, not the rest of the run",
     ),
     "throughput": (
         "the same job started by hand",
