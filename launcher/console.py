@@ -263,6 +263,7 @@ class Console:
         view = self._views.get(launch.name)
         if view is None:
             view = self._views[launch.name] = TaskView(launch.label)
+        view.label = launch.label  # a spare host took the task's seat: its row says where it runs now
         return view
 
     def _sync_states(self) -> GangStatus | None:
@@ -275,12 +276,17 @@ class Console:
         self._restart_at = status.restart_at
         if status.attempt != self._attempt:  # a new attempt: fresh rows
             self._attempt = status.attempt
+            names = {task.name for task in status.tasks}
+            for name in [name for name in self._views if names and name not in names]:
+                del self._views[name]  # a gang that went on with fewer hosts has fewer tasks
             for view in self._views.values():
                 view.new_attempt()
         for task in status.tasks:
             row = self._views.get(task.name)
             if row is None:
                 continue
+            if "@" in row.label and row.label != f"{task.name}@{task.host}":  # its seat went to a spare host
+                row.label = f"{task.name}@{task.host}"
             if task.exit is not None:
                 row.state = "exited 0" if task.exit.ok else task.exit.describe()
                 row.rate = None  # no longer stepping: neither a rate nor an ETA

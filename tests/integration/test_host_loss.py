@@ -106,6 +106,8 @@ def test_a_host_killed_for_good_is_replaced_by_the_spare(work: Path, sshd: SshSe
     assert_agree(found, 3, 1500)
     recovery = last["recovery"]
     assert recovery["warm_tasks"] == 3, recovery  # worker:2 on the spare host too: its standby was ready
+    rows = json.loads((run_dir / "status.json").read_text())["tasks"]
+    assert sorted(row["task"] for row in rows) == ["worker:0@127.0.0.2", "worker:1@127.0.0.3", "worker:2@127.0.0.4"]
     status = run_launch(["status", str(run_dir)], work)
     assert f"excluded: {DOOMED}" in status.stdout and "spare 127.0.0.4 took its tasks" in status.stdout
     assert not wait_until_gone(str(work), 15)
@@ -128,6 +130,8 @@ def test_an_elastic_gang_goes_on_with_two_hosts_and_the_same_global_batch(
     attempt = len(summary["attempts"]) - 1
     found = results(run_dir, attempt)
     assert_agree(found, 2, 60)
+    rows = json.loads((run_dir / "status.json").read_text())["tasks"]
+    assert sorted(row["task"] for row in rows) == ["worker:0@127.0.0.2", "worker:1@127.0.0.3"], rows
     assert {(r["global_batch"], r["replicas_in_sync"]) for r in found.values()} == {(30, 2)}
     chief_log = (run_dir / f"attempt-{attempt}" / "worker-0.log").read_text()
     assert (
