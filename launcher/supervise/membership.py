@@ -23,7 +23,7 @@ Shape = tuple[int, int]  # (tasks, GPUs): what a machine must match to take a se
 
 @dataclass(frozen=True)
 class Machine:
-    """One machine as membership sees it: where it is, the seat shape it fits, and whether it holds a chief."""
+    """One machine as membership sees it: where it is, the seat shape it fits, and whether it is a spare."""
 
     address: str
     shape: Shape
@@ -59,8 +59,8 @@ class Change:
 class Membership:
     """The roster of one launch and the machines kept out of it.
 
-    `seats`: the shape of every seat (each host of the spec); `chief_seats`: seats whose tasks cannot go
-    on elsewhere but in a machine of their own (the chief: a shrink cannot drop it)."""
+    `seat_shapes`: the shape of every seat (each host of the spec); `chief_seats`: seats a shrink cannot
+    drop (the chief's: a spare may take them)."""
 
     machines: Sequence[Machine]
     seat_shapes: Sequence[Shape]

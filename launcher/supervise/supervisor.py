@@ -530,7 +530,8 @@ class Supervisor:
             self._attempt_started_at,
             time.time(),
             recovery=recovery,
-            regrouped=(self._regrouped is not None or self._growing) and decision.action is Action.RESTART,
+            regrouped=decision.action is Action.RESTART
+            and (self._regrouped is not None or (self._growing and decision.kind is FailureKind.PREEMPTED)),
         )
         if self.result is None:
             self.result = RunResult(self.plan.run_name, self.plan.run_dir, outputs=self.plan.outputs)
@@ -562,7 +563,7 @@ class Supervisor:
             self._finish_attempt(Decision(Action.FAIL, FailureKind.NONE, None, "the launcher was interrupted"))
         if self.state is LaunchState.RESTARTING and self.result is not None and self.result.attempts:
             last = self.result.attempts[-1]  # its restart was said, and then the stop came first (in a backoff)
-            if last.attempt == self.plan.attempt and last.kind != FailureKind.PREEMPTED.value:
+            if last.attempt == self.plan.attempt and last.kind != FailureKind.PREEMPTED.value and not last.regrouped:
                 self.restarts -= 1
                 self.result.attempts[-1] = replace(last, reason=f"{last.reason} (not made: stopped before it)")
         if not self.state.is_terminal:  # stopped from outside: tasks running, or waiting to restart
