@@ -23,6 +23,8 @@ from tests.integration.test_slurm import _spec, _submit, _wait_output
 from tests.integration.test_train_local import assert_agree, results
 from tests.labs.waiting import wait_for_text
 
+pytestmark = [pytest.mark.slow, pytest.mark.tf]  # a Slurm cluster of three nodes, for one test
+
 
 @pytest.fixture(scope="module")
 def slurm3() -> Iterator[Any]:
