@@ -326,7 +326,7 @@ def _check_spares(
     """The spares' preflight: one that fails is kept out (for a cooldown) and said, the run goes on."""
     for machine, problems in check_spares(spec, inputs, transport).items():
         out = membership.keep_out(machine, f"failed the preflight: {problems}", time.time())
-        console.notice(f"spare host {out.host} is kept out of the gang until it passes the preflight again: {problems}")
+        console.notice(f"spare host {out.host} is kept out for {out.until - out.at:g}s: {problems}")
 
 
 def _covered(planner: Planner, network: NetworkStarting) -> Planner:

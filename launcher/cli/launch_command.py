@@ -341,9 +341,12 @@ def spare_lines(spec: ClusterSpec, place: RunPlace) -> list[str]:
 
     lines = []
     if spec.spare_hosts:
-        lines.append("spare hosts: each takes the tasks of a host gone for good (of its shape); here, in the first:")
+        lines.append(
+            "spare hosts: each takes the tasks of whichever host of its shape is gone for good; shown here as they "
+            "would run for the first:"
+        )
         for task in spare_plan(spec, _spare_inputs(spec, place)).tasks:
-            lines.append(f"  {task.host}: {task.name} on port {task.port}, command {shlex.join(task.command)}")
+            lines.append(f"  {task.host}: {task.name}'s, on port {task.port}: {shlex.join(task.command)}")
     if spec.elastic is not None:
         lines.append(
             f"elastic: with no spare left, the gang goes on with as few as {spec.elastic.min_hosts} of its "

@@ -391,10 +391,13 @@ def excluded_rows(excluded: Iterable[dict[str, Any]]) -> list[str]:
     for e in excluded:
         until = _time_of(e.get("until"))
         when = time.strftime("%H:%M:%S", time.localtime(until)) if until is not None else "?"
-        instead = (
-            f"spare {e.get('replaced_by')} took its tasks" if e.get("replaced_by") else "the gang went on without it"
-        )
-        rows.append(f"  excluded: {e.get('host')} ({e.get('reason')}); {instead}; out until {when}"[:600])
+        spare, rejoined = e.get("replaced_by"), _time_of(e.get("rejoined_at"))
+        if e.get("seat") is None:
+            instead = "kept out of the gang"
+        else:
+            instead = f"spare {spare} took its tasks" if spare else "the gang went on without it"
+        back = f"rejoined at {time.strftime('%H:%M:%S', time.localtime(rejoined))}" if rejoined else f"out until {when}"
+        rows.append(f"  excluded: {e.get('host')} ({e.get('reason')}); {instead}; {back}"[:600])
     return rows
 
 

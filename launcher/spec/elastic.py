@@ -20,10 +20,11 @@ class ElasticSpec(StrictModel):
     min_hosts: int = Field(
         ge=1,
         le=MAX_HOSTS,
-        description="The fewest hosts of `hosts` the gang may train on. With a host gone for good and no spare left, "
-        "the gang restarts from its newest checkpoint on the hosts that remain, as long as this many do; the "
-        "built-in runtime keeps the spec's global batch (docs/supervision.md). An excluded host that can be reached "
-        "again rejoins at the next checkpoint.",
+        description="The fewest hosts of `hosts` the gang may train on (fewer than `hosts`). With a host gone for "
+        "good and no spare left, the gang restarts from its newest checkpoint on the hosts that remain, as long as "
+        "this many do; the built-in runtime keeps the spec's global batch. An excluded host rejoins once its "
+        "cooldown (restart.host_cooldown_s) is over and it passes the preflight again, at most once per checkpoint "
+        "interval (docs/supervision.md).",
     )
 
 
@@ -72,11 +73,12 @@ def spare_problems(hosts: list[HostSpec], spares: list[HostSpec]) -> Problems:
                     "for a host with as many tasks and GPUs; set its workers (and gpus) to match one",
                 )
             )
-        if not spare.is_local and not spare.ports:
+        if not spare.is_local and (not spare.ports or 0 in spare.ports):
             problems.append(
                 (
                     f"{where}.ports",
-                    f"a remote spare needs explicit ports: give {spare.address} one per task (its peers dial them)",
+                    f"a remote spare needs explicit ports (port 0, a free one picked at launch, only works for local "
+                    f"hosts): give {spare.address} one per task (its peers dial them)",
                 )
             )
         if is_loopback(spare.address) != all_loopback:
@@ -99,11 +101,14 @@ def elastic_problems(
     if elastic is None:
         return []
     problems: Problems = []
-    if elastic.min_hosts > len(hosts):
+    if len(hosts) < 2:
+        problems.append(("elastic", "a gang of one host cannot go on with fewer: remove `elastic`"))
+    elif elastic.min_hosts >= len(hosts):
         problems.append(
             (
                 "elastic.min_hosts",
-                f"is {elastic.min_hosts}, more than the {len(hosts)} host(s) of `hosts`: give at most {len(hosts)}",
+                f"is {elastic.min_hosts} of the {len(hosts)} hosts of `hosts`, so the gang could never shrink: give "
+                f"fewer than {len(hosts)} (spare_hosts alone replace a lost host without shrinking)",
             )
         )
     evaluators = [i for i, tasks in enumerate(entries) for t in tasks if t.type == "evaluator"]

@@ -279,6 +279,9 @@ class ClusterSpec(StrictModel):
         problems += check_secrets(self.secrets, envs)
         if not self.hosts:
             if (info.context or {}).get(HOSTS_LATER):
+                if self.elastic is not None and self.slurm is not None and self.elastic.min_hosts >= self.slurm.nodes:
+                    problems.append(("elastic.min_hosts", f"give fewer than slurm.nodes ({self.slurm.nodes})"))
+                    raise CrossFieldProblems(problems)
                 return self  # the allocation's nodes become the hosts; checked again with them
             problems.append(
                 (

@@ -30,6 +30,7 @@ class GrowBack:
     _checking: threading.Thread | None = None
     _outcome: tuple[int, int, str | None] | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    rejoined: str | None = None  # the address of the machine that rejoined last: in the reason of the attempt it ends
 
     def new_attempt(self) -> None:
         self._started_at_step = None
@@ -50,6 +51,7 @@ class GrowBack:
                 return False  # the roster changed meanwhile (a restart took the machine or filled the seat)
             if problems is None:
                 say(self.membership.rejoin(seat, machine, now))
+                self.rejoined = self.membership.machines[machine].address
                 return True
             out = self.membership.keep_out(machine, f"failed the preflight again: {problems}", now)
             say(f"host {out.host} is kept out for {out.until - now:g}s more: {problems}")

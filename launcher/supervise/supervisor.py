@@ -311,6 +311,9 @@ class Supervisor:
             self._maybe_grow(status)
             return self.state
         self._regrouped = None
+        if self._growing and decision.kind is FailureKind.PREEMPTED and self._grow_back is not None:
+            saved = f"host {self._grow_back.rejoined} rejoins: every task saved ({decision.reason})"
+            decision = replace(decision, reason=saved)
         if self.membership is not None and self.membership.active:
             decision, self._regrouped = regroup(
                 self.membership, decision, status, self._tasks, self._transport, time.time, self._on_notice

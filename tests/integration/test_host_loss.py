@@ -210,6 +210,8 @@ def test_a_host_back_after_its_cooldown_rejoins_at_a_checkpoint(
     restored = (run_dir / "attempt-2" / "worker-0.log").read_text()
     assert f"continuing from step {last_saved}" in restored, (last_saved, restored[-2000:])
     assert summary["restarts"] == 0 and summary["preemptions"] == 0, text[-3000:]
+    assert shrunk["reason"].startswith(f"host {DOOMED} rejoins: every task saved"), shrunk["reason"]
+    assert "rejoined at" in run_launch(["status", str(run_dir)], work).stdout
     excluded = summary["excluded_hosts"]  # lost; then maybe kept out by a preflight tried before sshd was back
     assert {e["host"] for e in excluded} == {DOOMED} and excluded[0]["seat"] == 2
     assert excluded[-1]["rejoined_at"] is not None and excluded[-1]["rejoined_at"] >= excluded[-1]["until"]

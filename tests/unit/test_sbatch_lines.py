@@ -273,5 +273,7 @@ def test_spare_nodes_are_allocated_beside_the_hosts_and_become_spares_inside() -
     inside = parse_spec(data, hosts_from=lambda first: nodes)
     assert [h.address for h in inside.hosts] == ["10.0.0.1", "10.0.0.2"]
     assert [h.address for h in inside.spare_hosts] == ["10.0.0.3"]
+    with pytest.raises(SpecError, match=r"elastic.min_hosts.*fewer than slurm.nodes \(2\)"):
+        parse_spec({**data, "elastic": {"min_hosts": 2}}, hosts_from=lambda first: None)
     unsized = parse_spec({"name": "r"}, hosts_from=lambda first: nodes)
     assert len(unsized.hosts) == 3 and not unsized.spare_hosts, "without slurm.nodes every node is a host"
