@@ -279,6 +279,7 @@ def _secrets_too_short(spec: ClusterSpec) -> list[str]:
     where the spec's own env holds one (--dry-run shows it masked, by its name)."""
 
     envs = [("env", spec.env), *((f"hosts[{i}].env", host.env) for i, host in enumerate(spec.hosts))]
+    envs += [(f"spare_hosts[{i}].env", host.env) for i, host in enumerate(spec.spare_hosts)]
     short = sorted(
         {
             f"{where}.{name}"

@@ -40,7 +40,7 @@ def check_spares(spec: ClusterSpec, inputs: PlanInputs, transport: Transport) ->
     report = run_preflight(spec, plan, transport)
     failed: dict[int, str] = {}
     for offset, spare in enumerate(spec.spare_hosts):
-        mine = [p for p in report.problems if spare.address in p]
+        mine = [p for p in report.problems if p.startswith((f"{spare.address}: ", f"{spare.address} "))]
         if mine:
             failed[len(spec.hosts) + offset] = "; ".join(mine)
     if report.problems and not failed:  # a problem that names no spare (the checkpoint directory's, say)

@@ -179,7 +179,7 @@ def _launcher_status(data: dict[str, Any], path: str) -> LauncherStatus:
         stopping=data.get("stopping") is True,
         since=_time_of(data.get("run_since")),
         restart_at=_time_of(data.get("restart_at")),
-        excluded=tuple(e for e in data.get("excluded_hosts") or [] if isinstance(e, dict)),
+        excluded=tuple(e for e in _listed(data.get("excluded_hosts")) if isinstance(e, dict)),
     )
 
 
@@ -385,6 +385,11 @@ def _outputs(run_dir: str, summary: dict[str, Any]) -> list[str]:
     return ["  outputs:", *(f"    {name:<12} {where}" for name, where in found)] if found else []
 
 
+def _listed(value: object) -> list[Any]:
+    """A list a launch wrote, or nothing (a hand-edited file may hold anything there)."""
+    return value if isinstance(value, list) else []
+
+
 def excluded_rows(excluded: Iterable[dict[str, Any]]) -> list[str]:
     """One line per host taken out of the gang: why, what took its seat, until when it stays out."""
     rows = []
@@ -395,7 +400,7 @@ def excluded_rows(excluded: Iterable[dict[str, Any]]) -> list[str]:
         if e.get("seat") is None:
             instead = "kept out of the gang"
         else:
-            instead = f"spare {spare} took its tasks" if spare else "the gang went on without it"
+            instead = f"{spare} took its tasks" if spare else "the gang went on without it"
         back = f"rejoined at {time.strftime('%H:%M:%S', time.localtime(rejoined))}" if rejoined else f"out until {when}"
         rows.append(f"  excluded: {e.get('host')} ({e.get('reason')}); {instead}; {back}"[:600])
     return rows
@@ -418,7 +423,7 @@ def _describe_summary(run_dir: str, summary: dict[str, Any], path: str) -> list[
                 f"    {str(task.get('name')):<12} on {str(task.get('host')):<16} {task.get('exit', '')}{extra}"
             )
     lines += _outputs(run_dir, summary)
-    lines += excluded_rows(e for e in summary.get("excluded_hosts") or [] if isinstance(e, dict))
+    lines += excluded_rows(e for e in _listed(summary.get("excluded_hosts")) if isinstance(e, dict))
     first = summary.get("first_failure")
     if isinstance(first, dict):
         error = first.get("error") if isinstance(first.get("error"), dict) else {}

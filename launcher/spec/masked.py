@@ -15,10 +15,11 @@ if TYPE_CHECKING:
 
 
 def redactor_of(spec: ClusterSpec) -> Redactor:
-    """The secrets of a spec: its env's and hosts' env's secret values, and its command's; and those of
-    this environment, which a local host's tasks inherit (a `DB_PASS` exported in the shell)."""
+    """The secrets of a spec: its env's and hosts' (spare hosts' too) env's secret values, and its command's;
+    and those of this environment, which a local host's tasks inherit (a `DB_PASS` exported in the shell)."""
     argv = getattr(spec.training, "argv", None) or []
-    return Redactor.for_values([os.environ, spec.env, *(host.env for host in spec.hosts)], [argv], spec.secrets)
+    envs = [os.environ, spec.env, *(host.env for host in [*spec.hosts, *spec.spare_hosts])]
+    return Redactor.for_values(envs, [argv], spec.secrets)
 
 
 def masked_spec(data: Any, declared: list[str] | None = None) -> Any:

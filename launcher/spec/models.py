@@ -115,6 +115,8 @@ class SlurmSpec(StrictModel):
             problems.append(("chief", f"a chief with GPUs: {CHIEF_WITH_GPUS}"))
         if gpus == 0 and self.worker_per_gpu:
             problems.append(("worker_per_gpu", "gpus_per_node is 0; ask for GPUs, or set tasks_per_node instead"))
+        if self.nodes + self.spare_nodes > MAX_HOSTS:
+            problems.append(("spare_nodes", f"nodes and spare_nodes together are over {MAX_HOSTS}; use fewer"))
         uneven = uneven_node_split(self.tasks_per_node, gpus) if self.tasks_per_node else None
         if uneven:
             problems.append(("tasks_per_node", uneven))
@@ -281,6 +283,10 @@ class ClusterSpec(StrictModel):
             if (info.context or {}).get(HOSTS_LATER):
                 if self.elastic is not None and self.slurm is not None and self.elastic.min_hosts >= self.slurm.nodes:
                     problems.append(("elastic.min_hosts", f"give fewer than slurm.nodes ({self.slurm.nodes})"))
+                if self.spare_hosts:
+                    said = "on Slurm the allocation's nodes beyond slurm.nodes are the spares: set slurm.spare_nodes"
+                    problems.append(("spare_hosts", said))
+                if problems:
                     raise CrossFieldProblems(problems)
                 return self  # the allocation's nodes become the hosts; checked again with them
             problems.append(

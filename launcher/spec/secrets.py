@@ -83,6 +83,7 @@ def redactor_of_raw(data: dict[str, Any]) -> Redactor:
     envs = [
         strings(data.get("env")),
         *(strings(h.get("env")) for h in listed(data.get("hosts")) if isinstance(h, dict)),
+        *(strings(h.get("env")) for h in listed(data.get("spare_hosts")) if isinstance(h, dict)),
     ]
     training = data.get("training")
     argv = training.get("argv") if isinstance(training, dict) else None

@@ -19,6 +19,7 @@ from launcher.spec.elastic import shape_of
 from launcher.spec.models import ClusterSpec
 
 Shape = tuple[int, int]  # (tasks, GPUs): what a machine must match to take a seat
+_LONGEST_COOLDOWN_S = 7 * 86400.0
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,12 @@ class Change:
 
     says: str
     excluded: tuple[Exclusion, ...]
+
+    @property
+    def first(self) -> bool:
+        """Every machine it takes out is out for the first time: its restart is not counted (a machine out
+        again, or a gang changing without end, counts against max_restarts as any restart does)."""
+        return all(exclusion.times == 1 for exclusion in self.excluded)
 
 
 @dataclass
@@ -99,7 +106,7 @@ class Membership:
             self._blamed, self._strikes = root, 1 if root is not None else 0
         out = dict(gone)
         if root is not None and root not in out and self._strikes >= self.exclude_after:
-            out[root] = f"the root cause of {self._strikes} failed attempts in a row"
+            out[root] = f"the root cause of {self._strikes} failed attempt{'s' if self._strikes > 1 else ''} in a row"
         made: list[Exclusion] = []
         kept: list[str] = []
         for machine, reason in sorted(out.items()):
@@ -133,7 +140,7 @@ class Membership:
         if stand_in is None and not self._may_drop(seat):
             return None
         times = self.excluded[machine].times + 1 if machine in self.excluded else 1
-        until = now + self.cooldown_s * 2 ** (times - 1)
+        until = now + self._cooldown(times)
         if stand_in is None:
             del self.roster[seat]
         else:
@@ -176,11 +183,15 @@ class Membership:
         """A machine in no seat (a spare that failed its preflight) kept out for a cooldown."""
         times = self.excluded[machine].times + 1 if machine in self.excluded else 1
         exclusion = Exclusion(
-            self.machines[machine].address, reason, now, now + self.cooldown_s * 2 ** (times - 1), times, None, None
+            self.machines[machine].address, reason, now, now + self._cooldown(times), times, None, None
         )
         self.excluded[machine] = exclusion
         self.history.append(exclusion)
         return exclusion
+
+    def _cooldown(self, times: int) -> float:
+        """`cooldown_s`, doubled with each exclusion of the same machine after its first (at most a week)."""
+        return min(self.cooldown_s * 2 ** min(times - 1, 20), _LONGEST_COOLDOWN_S)
 
     def _free_machine(self, shape: Shape, now: float, but: int) -> int | None:
         """A machine of `shape` in no seat and not kept out: the spares first, in the spec's order."""
@@ -200,7 +211,8 @@ class Membership:
         lasts = exclusion.until - exclusion.at
         what = f"host {exclusion.host} excluded for {lasts:g}s ({exclusion.reason})"
         if exclusion.replaced_by is not None:
-            return f"{what}: spare {exclusion.replaced_by} takes its tasks"
+            taker = next(m for m in self.machines if m.address == exclusion.replaced_by)
+            return f"{what}: {'spare' if taker.spare else 'host'} {exclusion.replaced_by} takes its tasks"
         return f"{what}: the gang goes on with {len(self.roster)} of its {len(self.seat_shapes)} hosts"
 
     def records(self) -> list[dict[str, Any]]:

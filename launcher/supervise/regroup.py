@@ -81,5 +81,8 @@ def regroup(
         say(kept)
     if change is None:
         return decision, None
+    if not change.first:  # a machine out again: a restart like any other, within max_restarts
+        counted = replace(decision, reason=f"{decision.reason}; {change.says}")
+        return counted, change if decision.action is Action.RESTART else None
     reason = f"{decision.what or decision.reason}; {change.says}"
     return replace(decision, action=Action.RESTART, reason=reason), change

@@ -388,7 +388,7 @@ class Supervisor:
                 self._on_notice(f"{decision.reason}; every task saved: the run ends here to be requeued")
                 self.state = LaunchState.PREEMPTED
                 return 0.0
-        elif self._regrouped is not None:  # a host gone for good: the gang is a new one, with a clean slate
+        elif self._regrouped is not None and self._regrouped.first:  # a host gone for good: a new gang, a clean slate
             self._causes.clear()
         else:
             self.restarts += 1
@@ -404,7 +404,7 @@ class Supervisor:
                 f" ({self._unproductive} preemptions in a row before any training step: if {code} is an exit code of "
                 "the training's own, set restart.preemption_exit_code to another)"
             )
-        counted = f" ({NOT_COUNTED})" if self._regrouped is not None else ""
+        counted = f" ({NOT_COUNTED})" if self._regrouped is not None and self._regrouped.first else ""
         self._on_notice(
             f"{decision.reason}; restarting every task" + (f" in {wait:g}s" if wait else "") + counted + hint
         )
@@ -534,7 +534,10 @@ class Supervisor:
             time.time(),
             recovery=recovery,
             regrouped=decision.action is Action.RESTART
-            and (self._regrouped is not None or (self._growing and decision.kind is FailureKind.PREEMPTED)),
+            and (
+                (self._regrouped is not None and self._regrouped.first)
+                or (self._growing and decision.kind is FailureKind.PREEMPTED)
+            ),
         )
         if self.result is None:
             self.result = RunResult(self.plan.run_name, self.plan.run_dir, outputs=self.plan.outputs)

@@ -223,3 +223,77 @@ def test_a_host_failing_its_preflight_again_stays_out_for_twice_as_long() -> Non
     grow._checking.join(5)  # type: ignore[union-attr]
     assert not grow.poll(status([7, 7]), 62.0, said.append)
     assert m.excluded[2].until == 62.0 + 120.0 and "kept out for 120s more: cannot connect" in said[0]
+
+
+def test_a_machine_out_again_counts_as_a_restart_and_the_cooldown_stays_bounded() -> None:
+    m = Membership([Machine("h0", (1, 0), False), Machine("s0", (1, 0), True)], [(1, 0)], frozenset(), None, 1, 0.0)
+    first, _ = m.after_failure(0, {}, 0.0)
+    assert first is not None and first.first and "the root cause of 1 failed attempt in a row" in first.says
+    spare_out, _ = m.after_failure(1, {}, 1.0)
+    assert spare_out is not None and spare_out.first and "host h0 takes its tasks" in spare_out.says
+    again, _ = m.after_failure(0, {}, 2.0)
+    assert again is not None and not again.first, "h0 is out for the second time: counted"
+    for at in range(3, 3000):  # a gang changing without end: never an overflow
+        m.after_failure(m.roster[0], {}, float(at))
+    assert m.excluded[0].times > 1000 and m.excluded[0].until - m.excluded[0].at <= 7 * 86400
+
+
+def test_a_spare_is_blamed_only_for_its_own_problems(tmp_path: Path) -> None:
+    from launcher.preflight import spares
+
+    data = spec_of(spare_hosts=[host("10.0.0.4"), host("10.0.0.44")])
+    spec = parse_spec(data)
+
+    class Report:
+        problems = ["10.0.0.44: cannot connect to root@10.0.0.44:22: refused"]
+
+    original = spares.run_preflight
+    spares.run_preflight = lambda *args: Report()  # type: ignore[assignment,return-value]
+    try:
+        failed = spares.check_spares(spec, PlanInputs(str(tmp_path), 0, "/p", "/w"), None)  # type: ignore[arg-type]
+    finally:
+        spares.run_preflight = original
+    assert failed == {4: "10.0.0.44: cannot connect to root@10.0.0.44:22: refused"}
+
+
+def test_a_gang_that_keeps_losing_hosts_ends_within_max_restarts(tmp_path: Path) -> None:
+    """A task that fails wherever it runs, exclude_host_after 1 and no cooldown: each machine's first exclusion is
+    free, the next ones count, so the run ends instead of swapping hosts for ever."""
+    from launcher.supervise.policy import RestartPolicy
+    from launcher.supervise.regroup import HostLoss
+    from launcher.supervise.supervisor import Supervisor
+    from tests.unit.fakes import FakeClock, FakeTransport
+
+    spec = parse_spec(
+        spec_of(
+            hosts=[host("10.0.0.1"), host("10.0.0.2")],
+            spare_hosts=[host("10.0.0.9")],
+            restart={"max_restarts": 1, "exclude_host_after": 1, "host_cooldown_s": 0, "backoff_s": 0},
+        )
+    )
+    loss = HostLoss(membership_of(spec))  # type: ignore[arg-type]
+
+    def plan(attempt: int) -> Any:
+        return build_plan(spec, PlanInputs(str(tmp_path), attempt, "/p", "/w", roster=dict(loss.membership.roster)))
+
+    transport, notices = FakeTransport(), []
+    sup = Supervisor(
+        plan,
+        transport,
+        RestartPolicy(spec.restart),
+        True,
+        on_notice=notices.append,
+        clock=FakeClock(),
+        sleep=lambda s: None,
+        host_loss=loss,
+    )
+    sup.start()
+    for _ in range(20):
+        if sup.state.is_terminal:
+            break
+        failing = next(t for t in transport.current(2) if t.launch.name == "worker:1")
+        failing.exit(1)
+        sup.step(0)
+    assert sup.state.value == "failed", notices
+    assert len(sup.result.attempts) <= 4, [a.reason for a in sup.result.attempts]  # type: ignore[union-attr]
+    assert sup.restarts == 1 and any("not counted against max_restarts" in n for n in notices)

@@ -275,5 +275,9 @@ def test_spare_nodes_are_allocated_beside_the_hosts_and_become_spares_inside() -
     assert [h.address for h in inside.spare_hosts] == ["10.0.0.3"]
     with pytest.raises(SpecError, match=r"elastic.min_hosts.*fewer than slurm.nodes \(2\)"):
         parse_spec({**data, "elastic": {"min_hosts": 2}}, hosts_from=lambda first: None)
+    with pytest.raises(SpecError, match=r"spare_hosts.*set slurm.spare_nodes"):
+        parse_spec({**data, "spare_hosts": nodes[2:]}, hosts_from=lambda first: None)
+    with pytest.raises(SpecError, match=r"spare_nodes.*over 4096"):
+        parse_spec({"name": "r", "slurm": {"nodes": 4096, "spare_nodes": 1}}, hosts_from=lambda first: None)
     unsized = parse_spec({"name": "r"}, hosts_from=lambda first: nodes)
     assert len(unsized.hosts) == 3 and not unsized.spare_hosts, "without slurm.nodes every node is a host"
