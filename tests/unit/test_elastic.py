@@ -297,3 +297,12 @@ def test_a_gang_that_keeps_losing_hosts_ends_within_max_restarts(tmp_path: Path)
     assert sup.state.value == "failed", notices
     assert len(sup.result.attempts) <= 4, [a.reason for a in sup.result.attempts]  # type: ignore[union-attr]
     assert sup.restarts == 1 and any("not counted against max_restarts" in n for n in notices)
+
+
+def test_a_spare_hosts_secret_is_masked_like_a_hosts() -> None:
+    from launcher.spec.masked import redactor_of
+    from launcher.spec.secrets import redactor_of_raw
+
+    data = spec_of(spare_hosts=[host("10.0.0.9", env={"DB_PASS": "hunter2hunter2"})])
+    for redactor in (redactor_of(parse_spec(data)), redactor_of_raw(data)):
+        assert redactor.text("password hunter2hunter2 refused") == "password **** refused"
