@@ -238,3 +238,12 @@ def machine() -> dict[str, Any]:
         "python": platform.python_version(),
         "platform": platform.platform(),
     }
+
+
+def spares_ready(run_dir: Path, count: int) -> bool:
+    """Whether the launcher's status says at least `count` warm spares are ready."""
+    try:
+        spares = json.loads((run_dir / "status.json").read_text()).get("spares") or {}
+    except (OSError, ValueError):  # not written yet, or being replaced
+        return False
+    return spares.get("ready", 0) >= count

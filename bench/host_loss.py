@@ -26,6 +26,7 @@ from bench.common import (
     kill_all,
     metrics,
     save,
+    spares_ready,
     start_launch,
     summarize,
     table,
@@ -35,7 +36,6 @@ from bench.common import (
     worker_processes,
     write_spec,
 )
-from bench.recovery import _spares_ready
 
 if TYPE_CHECKING:
     from tests.labs.sshd import SshServer
@@ -82,7 +82,7 @@ def _one(mode: str, shared: SshServer) -> dict[str, Any]:
         first = wait_step(run_dir, 1, timeout=180)
         wait_step(run_dir, KILL_AT)
         spares = {"warm": 3, "spare": 4, "shrink": 3}[mode]  # each task's forked spare; a spare host's standby
-        wait_for(lambda: _spares_ready(run_dir, spares), 180, "the spares to be ready", poll=0.1)
+        wait_for(lambda: spares_ready(run_dir, spares), 180, "the spares to be ready", poll=0.1)
         if mode == "warm":
             lost = time.time()
             worker_processes(run_dir, "worker:1")[0].send_signal(signal.SIGKILL)

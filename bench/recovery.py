@@ -18,7 +18,6 @@ import shutil
 import signal
 import statistics
 import time
-from pathlib import Path
 from typing import Any
 
 import psutil
@@ -28,6 +27,7 @@ from bench.common import (
     kill_all,
     metrics,
     save,
+    spares_ready,
     start_launch,
     summarize,
     table,
@@ -44,14 +44,6 @@ EVERY = 25
 KINDS = {"kill": signal.SIGKILL, "term": signal.SIGTERM}
 WARM_TARGET = 0.25  # recovery / cold with warm spares, median
 COLD_TARGET = 1.2  # recovery / cold without spares, median
-
-
-def _spares_ready(run_dir: Path, count: int) -> bool:
-    try:
-        spares = json.loads((run_dir / "status.json").read_text()).get("spares") or {}
-    except (OSError, ValueError):  # not written yet, or being replaced
-        return False
-    return spares.get("ready", 0) >= count
 
 
 def _spare_memory(launcher_pid: int) -> dict[str, float]:
@@ -77,7 +69,7 @@ def _one(kind: str, warm: bool) -> dict[str, Any]:
     wait_step(run_dir, KILL_AT)
     memory: dict[str, float] = {}
     if warm:
-        wait_for(lambda: _spares_ready(run_dir, 2), 180, "the spares to be ready", poll=0.1)
+        wait_for(lambda: spares_ready(run_dir, 2), 180, "the spares to be ready", poll=0.1)
         memory = _spare_memory(proc.pid)
         worker = worker_processes(run_dir, "worker:0")[0].memory_info().rss / 2**20
         memory["worker_rss_mib"] = worker
