@@ -14,7 +14,7 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any
 
 from launcher.common.errors import LaunchError, SpecError, SpecProblem, UsageError
@@ -24,7 +24,7 @@ from launcher.rundir.refusals import RUN_ROOT_IN_A_RUN, refuse_run_root
 from launcher.spec.addresses import is_loopback, is_this_machine
 from launcher.spec.limits import MAX_HOSTS, MAX_WORKERS_PER_HOST
 from launcher.spec.masked import redactor_of
-from launcher.spec.python_script import split_python_command
+from launcher.spec.python_script import is_python, module_of, script_of, split_python_command
 from launcher.spec.sources import STDIN_FLAG, STDIN_NAME
 
 if TYPE_CHECKING:  # pydantic: imported by the paths that validate
@@ -162,13 +162,30 @@ def _quiet_tensorflow() -> dict[str, Any]:
     return {"env": {"TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "1")}}
 
 
+def named_after(command: tuple[str, ...], default: str) -> str:
+    """The run a command given without a spec file is by default, so that each script has its own run
+    directory and checkpoints: its script's stem (`python train.py` -> `train`), its module (`python -m
+    pkg.train` -> `pkg.train`), else its program's name (`./train.sh` -> `train`); `default` for the built-in
+    training, or a name that leaves nothing usable."""
+    if not command:
+        return default
+    argv = list(command)
+    found = script_of(argv) or module_of(argv) or (None if is_python(argv[0]) else argv[0])
+    if not found:
+        return default
+    stem = PurePath(found).name
+    stem = stem.rsplit(".", 1)[0] if stem.endswith((".py", ".sh")) else stem
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", stem).lstrip("._-")[:64]
+    return name or default
+
+
 def _base_data(request: LaunchRequest) -> dict[str, Any] | None:
     """The spec of a run without a spec file; None when a spec file (or object) is given."""
     if request.local is not None:
         if not 1 <= request.local <= MAX_WORKERS_PER_HOST:
             raise UsageError(f"Got --local {request.local}: give between 1 and {MAX_WORKERS_PER_HOST} workers.")
         return {
-            "name": request.name or "local",
+            "name": request.name or named_after(request.command, "local"),
             "hosts": [{"address": "localhost", "workers": request.local}],
             **_quiet_tensorflow(),
         }
@@ -179,7 +196,7 @@ def _base_data(request: LaunchRequest) -> dict[str, Any] | None:
             if not is_this_machine(host):  # free ports are picked on this machine only
                 entry["ports"] = list(range(HOST_LIST_PORT, HOST_LIST_PORT + count))
             hosts.append(entry)
-        return {"name": request.name or "hosts", "hosts": hosts, **_quiet_tensorflow()}
+        return {"name": request.name or named_after(request.command, "hosts"), "hosts": hosts, **_quiet_tensorflow()}
     return None
 
 

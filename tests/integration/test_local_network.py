@@ -196,7 +196,7 @@ def test_as_root_without_slirp4netns_a_firewall_rule_closes_the_ports(work: Path
     runner = threading.Thread(target=lambda: outcome.update(done=run_launch(args, work, env={"PATH": path})))
     runner.start()
     try:
-        log = work / "runs" / "local" / "attempt-0" / "worker-0.log"
+        log = work / "runs" / "listen" / "attempt-0" / "worker-0.log"
         wait_for_text(log, "listening", 60, runner.is_alive)
         port = int(log.read_text().split("listening ")[1].split()[0])
         assert len(_our_tables()) == len(before) + 1

@@ -20,7 +20,7 @@ def test_example_script_trains_two_local_workers_to_the_same_weights(work: Path)
     proc = run_launch([*args, "--", "python", str(script), "--steps", str(STEPS), "--checkpoint-every", "10"], work)
     assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
 
-    run_dir = work / "runs" / "local"
+    run_dir = work / "runs" / "train"  # a run without a spec is named after its script
     results = [json.loads(p.read_text()) for p in sorted((run_dir / "attempt-0").glob("*.result.json"))]
     assert len(results) == 2, results
     assert {r["step"] for r in results} == {STEPS}

@@ -95,20 +95,20 @@ def test_a_host_list_runs_without_a_spec_file(work: Path) -> None:
     proc = run_launch(args, work)
     assert proc.returncode == 0, proc.stderr
     assert sorted(p.stem for p in out.glob("*.json")) == ["worker-0", "worker-1"]
-    assert (work / "runs" / "hosts" / "summary.json").exists()
-    by_name = run_launch(["status", "hosts"], work)  # a bare name is the run of that name under ./runs
-    assert by_name.returncode == 0 and by_name.stdout.startswith("runs/hosts: succeeded"), by_name.stdout
-    assert run_launch(["logs", "hosts"], work).returncode == 0
-    (work / "hosts").mkdir()  # a stray directory of that name here is no run: the run's is still found
-    assert run_launch(["status", "hosts"], work).stdout.startswith("runs/hosts: succeeded")
-    unknown = run_launch(["status", "nohosts"], work)
-    assert unknown.returncode == 2 and "nohosts: no such directory" in unknown.stderr and "./runs" in unknown.stderr
+    assert (work / "runs" / "task" / "summary.json").exists()  # a run without a spec is named after its script
+    by_name = run_launch(["status", "task"], work)  # a bare name is the run of that name under ./runs
+    assert by_name.returncode == 0 and by_name.stdout.startswith("runs/task: succeeded"), by_name.stdout
+    assert run_launch(["logs", "task"], work).returncode == 0
+    (work / "task").mkdir()  # a stray directory of that name here is no run: the run's is still found
+    assert run_launch(["status", "task"], work).stdout.startswith("runs/task: succeeded")
+    unknown = run_launch(["status", "notask"], work)
+    assert unknown.returncode == 2 and "notask: no such directory" in unknown.stderr and "./runs" in unknown.stderr
     elsewhere = work / "elsewhere"
     elsewhere.mkdir()  # from another directory, by its name and the run_root it was launched with
-    rooted = run_launch(["status", "hosts", "--run-root", str(work / "runs")], elsewhere)
-    assert rooted.returncode == 0 and rooted.stdout.startswith(f"{work / 'runs' / 'hosts'}: succeeded"), rooted.stdout
-    assert run_launch(["logs", "--run-root", str(work / "runs"), "hosts"], elsewhere).returncode == 0
-    assert "--run-root DIR for a run under DIR" in run_launch(["status", "hosts"], elsewhere).stderr
+    rooted = run_launch(["status", "task", "--run-root", str(work / "runs")], elsewhere)
+    assert rooted.returncode == 0 and rooted.stdout.startswith(f"{work / 'runs' / 'task'}: succeeded"), rooted.stdout
+    assert run_launch(["logs", "--run-root", str(work / "runs"), "task"], elsewhere).returncode == 0
+    assert "--run-root DIR for a run under DIR" in run_launch(["status", "task"], elsewhere).stderr
 
 
 def test_show_echoes_only_the_tasks_named_and_logs_all(work: Path) -> None:
@@ -349,7 +349,7 @@ def test_a_misspelt_script_is_named_before_the_checkpoints_and_fresh_moves_nothi
     (work / "train.py").write_text(
         "import os, pathlib\npathlib.Path(os.environ['TFLAUNCH_CHECKPOINT_DIR'], 'ckpt-1').touch()\n"
     )
-    args = ["--local", "1", "--run-root", str(work / "runs"), "--plain"]
+    args = ["--local", "1", "--run-root", str(work / "runs"), "--plain", "--name", "local"]  # one run for both
     first = run_launch([*args, "--", "python3", "train.py"], work)
     assert first.returncode == 0, first.stderr
     before = sorted(p.name for p in (work / "runs").iterdir())

@@ -131,7 +131,7 @@ def test_a_script_beside_its_own_worker_and_launcher_modules_reports_through_tfl
     ran = launch(project, "--local", "1", "--plain", "--run-root", str(work / "runs"), "--", "python3", "train.py")
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert "own modules: worker launcher" in ran.stdout
-    assert '"final_step": 5' in (work / "runs" / "local" / "summary.json").read_text()
+    assert '"final_step": 5' in (work / "runs" / "train" / "summary.json").read_text()
 
 
 def test_python_m_launcher_from_a_directory_with_its_own_worker_module_uses_the_projects(work: Path) -> None:

@@ -359,3 +359,21 @@ def test_a_flag_secret_is_masked_in_a_refusal_of_its_control_character() -> None
     said = str(refused.value)
     assert said.startswith('The command after --, word 4: contains the control character U+0007 ("****")'), said
     assert "hunter2" not in said
+
+
+@pytest.mark.parametrize(
+    "command, name",
+    [
+        ((), "local"),
+        (("python", "train.py"), "train"),
+        (("python3", "-u", "/x/my train.py", "--steps", "3"), "my-train"),
+        (("python", "-m", "pkg.train"), "pkg.train"),
+        (("./run.sh",), "run"),
+        (("python", "-c", "print(1)"), "local"),
+    ],
+)
+def test_a_run_without_a_spec_is_named_after_its_script(command: tuple[str, ...], name: str) -> None:
+    from launcher.cli.request import LaunchRequest, request_spec
+
+    assert request_spec(LaunchRequest(local=1, command=command)).name == name
+    assert request_spec(LaunchRequest(local=1, command=command, name="mine")).name == "mine"
