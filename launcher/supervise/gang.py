@@ -81,6 +81,7 @@ class GangStatus:
     idle_attempts: int = 0  # attempts in a row, just before this one, in which not every task reported a step
     restart_at: float | None = None  # backing off: when (wall clock) every task is started again
     excluded: tuple[dict[str, Any], ...] = ()  # hosts taken out of the gang (membership.Exclusion.to_json)
+    step_time_s: float | None = None  # the slowest task's mean seconds per step this attempt (None: not known yet)
 
     @property
     def all_succeeded(self) -> bool:

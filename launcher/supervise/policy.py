@@ -109,6 +109,20 @@ def default_crash_grace_s(training_kind: str) -> float:
     return RUNTIME_CRASH_GRACE_S if training_kind in ("builtin", "fit") else CODE_CRASH_GRACE_S
 
 
+DEFAULT_STALL_FLOOR_S = 600.0
+DEFAULT_STALL_STEPS = 50
+
+
+def default_stall_s(status: GangStatus) -> float | None:
+    """The stall timeout when the spec sets none: max(10 minutes, 50 times the slowest task's mean step
+    time), once every running task reported a step; None (not judged) before, or where steps are not
+    reported (a script of the user's own that never calls `report`)."""
+    running = [t for t in status.tasks if t.running]
+    if status.step_time_s is None or any(t.step is None for t in running):
+        return None
+    return max(DEFAULT_STALL_FLOOR_S, DEFAULT_STALL_STEPS * status.step_time_s)
+
+
 IDLE_PREEMPTIONS = 3  # preemptions in a row before any step that are restarted, when max_restarts is lower
 
 
@@ -233,9 +247,11 @@ class RestartPolicy:
         return self._restart_or_fail(status, FailureKind.START_TIMEOUT, behind[0].name, reason, signature)
 
     def _stall(self, status: GangStatus) -> Decision:
-        stall = self.spec.stall_timeout_s
+        stall, setting = self.spec.stall_timeout_s, "stall_timeout_s"
         if stall is None:
-            return KEEP_GOING
+            stall, setting = default_stall_s(status), "the default stall timeout: max(600 s, 50 step times)"
+            if stall is None:
+                return KEEP_GOING
         running = [t for t in status.tasks if t.running]
 
         def quiet_for_too_long(task: TaskStatus) -> bool:
@@ -252,7 +268,7 @@ class RestartPolicy:
                 status,
                 FailureKind.STALLED,
                 slowest.name,
-                f"the gang {what} for {stall:g}s (stall_timeout_s); {slowest.name} was quiet longest",
+                f"the gang {what} for {stall:g}s ({setting}); {slowest.name} was quiet longest",
                 None,
             )
         return KEEP_GOING

@@ -35,6 +35,7 @@ from launcher.supervise.tracked import (
     names_of,
     read_json,
     recovery_of,
+    step_time,
     task_result,
 )
 from launcher.transport.base import (
@@ -163,6 +164,7 @@ class Supervisor:
             idle_attempts=self._unproductive,
             restart_at=self._restart_at,
             excluded=tuple(self.membership.records()) if self.membership is not None else (),
+            step_time_s=max((s for t in self._tasks.values() if (s := step_time(t)) is not None), default=None),
         )
 
     def _task_status(self, t: TrackedTask) -> TaskStatus:
@@ -225,6 +227,7 @@ class Supervisor:
             elif kind in PROGRESS_EVENTS and isinstance(event.data.get("step"), int):
                 task.step = event.data["step"]
                 task.last_progress = self._clock()
+                task.first_step = task.first_step or (task.last_progress, task.step)
                 task.joined = task.joined or kind == STEP  # a step is trained in the gang: a script says no more
             self._on_report(task.launch, event.data)
         elif isinstance(event, TaskExited):

@@ -42,6 +42,14 @@ class TrackedTask:
     warm: dict[str, Any] | None = None  # the agent's `warm` report: ran in a spare, or why not
     snapshot: TaskStatus | None = None  # the last TaskStatus made of it; None once anything in it changed
     muted: int | None = None  # stopped because another task failed: lines not echoed since (logged)
+    first_step: tuple[float, int] | None = None  # (monotonic time, step) of its first step report this attempt
+
+
+def step_time(task: TrackedTask) -> float | None:
+    """The task's mean seconds per step since its first step report of the attempt; None before a second one."""
+    if task.first_step is None or task.step is None or task.step <= task.first_step[1]:
+        return None
+    return (task.last_progress - task.first_step[0]) / (task.step - task.first_step[1])
 
 
 def error_of(data: dict[str, Any] | None) -> tuple[str, str] | None:

@@ -246,3 +246,28 @@ def test_a_tensorflow_error_is_summed_up_by_its_meaningful_line() -> None:
     )
     assert short_message(wrapped) == "Collective ops is aborted by: the following tasks are unhealthy"
     assert short_message("x" * 500).endswith("...") and len(short_message("x" * 500)) == 200
+
+
+@pytest.mark.parametrize(
+    "step_time, quiet_for, stalled",
+    [
+        (0.1, 599.0, False),  # the floor: 10 minutes
+        (0.1, 600.0, True),
+        (20.0, 999.0, False),  # 50 step times of 20 s
+        (20.0, 1000.0, True),
+        (None, 5000.0, False),  # no step time yet: not judged
+    ],
+)
+def test_without_stall_timeout_s_a_gang_that_stepped_stalls_after_the_default(
+    step_time: float | None, quiet_for: float, stalled: bool
+) -> None:
+    from dataclasses import replace
+
+    policy = RestartPolicy(RestartSpec(max_restarts=2))
+    gang = status(task("worker:0", step=40), task("worker:1", step=41), now=quiet_for)
+    decision = policy.decide(replace(gang, step_time_s=step_time))
+    assert (decision.action is Action.RESTART) is stalled, decision
+    if stalled:
+        assert decision.kind is FailureKind.STALLED and "the default stall timeout" in decision.reason
+    not_stepped = status(task("worker:0", step=40), task("worker:1"), now=quiet_for)
+    assert policy.decide(replace(not_stepped, step_time_s=step_time)).action is Action.KEEP_GOING
