@@ -237,8 +237,7 @@ def launch(
         if not report.ok:
             raise PreflightError(report.problems)
         inputs = PlanInputs(place.run_dir, first_plan.attempt, sys.executable, place.cwd, ports)  # for spares' checks
-        if membership is not None:
-            _check_spares(spec, inputs, transport, membership, console)
+        spare_tasks = _check_spares(spec, inputs, transport, membership, console) if membership else ()
         if once_checked is not None:
             once_checked()
             if next_attempt(Path(place.run_dir)) != first_plan.attempt:  # --fresh moved the earlier attempts aside
@@ -247,7 +246,7 @@ def launch(
         lock, mark = _claim_run_dir(spec, first_plan, report, unstarted)
         unstarted.pop_all()  # the supervisor closes the transport; the run's end releases the lock and mark
     covered = planner if network is None else _covered(planner, network)
-    supervisor = _supervisor(spec, console, covered, transport, allocation, membership, inputs)
+    supervisor = _supervisor(spec, console, covered, transport, allocation, membership, inputs, spare_tasks)
     with contextlib.ExitStack() as held:
         held.callback(lock.release)
         if mark is not None:
@@ -265,6 +264,7 @@ def _supervisor(
     allocation: Allocation | None,
     membership: Membership | None,
     inputs: PlanInputs,
+    spare_tasks: tuple[TaskLaunch, ...],
 ) -> Supervisor:
     return Supervisor(
         planner=planner,
@@ -278,26 +278,25 @@ def _supervisor(
         echoes=console.echoes,
         sleep=console.wait,
         preemption_ends_run=allocation is not None and requeueable(spec, allocation),
-        host_loss=_host_loss(spec, membership, transport, inputs),
+        host_loss=_host_loss(spec, membership, transport, inputs, spare_tasks),
     )
 
 
 def _host_loss(
-    spec: ClusterSpec, membership: Membership | None, transport: Transport, inputs: PlanInputs
+    spec: ClusterSpec,
+    membership: Membership | None,
+    transport: Transport,
+    inputs: PlanInputs,
+    spare_tasks: tuple[TaskLaunch, ...],
 ) -> HostLoss | None:
     if membership is None:
         return None
-    spares = _spare_hosts_tasks(spec, membership, inputs)
-    return HostLoss(membership, _grow_back(spec, membership, transport, inputs), spares or list)
+    grow_back = _grow_back(spec, membership, transport, inputs)
+    return HostLoss(membership, grow_back, _free_spares_tasks(membership, spare_tasks))
 
 
-def _spare_hosts_tasks(
-    spec: ClusterSpec, membership: Membership | None, inputs: PlanInputs
-) -> Callable[[], list[TaskLaunch]] | None:
-    """What each free spare host would run (in the first seat of its shape), for its warm standbys."""
-    if membership is None or not spec.spare_hosts:
-        return None
-    tasks = spare_plan(spec, inputs).tasks
+def _free_spares_tasks(membership: Membership, tasks: tuple[TaskLaunch, ...]) -> Callable[[], list[TaskLaunch]]:
+    """What each free spare host would run (in the first seat of its shape, `tasks`), for its warm standbys."""
 
     def free() -> list[TaskLaunch]:
         now, seated = time.time(), set(membership.roster.values())
@@ -322,11 +321,16 @@ def _grow_back(
 
 def _check_spares(
     spec: ClusterSpec, inputs: PlanInputs, transport: Transport, membership: Membership, console: Console
-) -> None:
-    """The spares' preflight: one that fails is kept out (for a cooldown) and said, the run goes on."""
-    for machine, problems in check_spares(spec, inputs, transport).items():
+) -> tuple[TaskLaunch, ...]:
+    """The spares' preflight: one that fails is kept out (for a cooldown) and said, the run goes on. Returns
+    what the spares would run, each in the first seat of its shape (for their warm standbys)."""
+    if not spec.spare_hosts:
+        return ()
+    plan = spare_plan(spec, inputs)
+    for machine, problems in check_spares(spec, plan, transport).items():
         out = membership.keep_out(machine, f"failed the preflight: {problems}", time.time())
         console.notice(f"spare host {out.host} is kept out for {out.until - out.at:g}s: {problems}")
+    return plan.tasks
 
 
 def _covered(planner: Planner, network: NetworkStarting) -> Planner:

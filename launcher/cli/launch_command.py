@@ -141,7 +141,7 @@ def dry_run(
 def check(spec: ClusterSpec, place: RunPlace, allocation: Allocation | None) -> int:
     """The preflight, and what the launch would refuse in its run directory (another user's, a run
     still going, another training's checkpoints), without starting anything."""
-    from launcher.preflight.spares import check_spares
+    from launcher.preflight.spares import check_spares, spare_plan
     from launcher.run import make_planner, make_transport, preflight, start_local_network  # see the module's docstring
     from launcher.rundir.resume import new_run_would, resume_notice
 
@@ -153,7 +153,8 @@ def check(spec: ClusterSpec, place: RunPlace, allocation: Allocation | None) -> 
         transport = make_transport(spec, allocation, place.run_dir, network)
         try:
             report = preflight(spec, plan, transport)
-            spares = check_spares(spec, _spare_inputs(spec, place), transport) if report.ok else {}
+            ok = report.ok and spec.spare_hosts
+            spares = check_spares(spec, spare_plan(spec, _spare_inputs(spec, place)), transport) if ok else {}
         finally:
             transport.close()
     finally:

@@ -37,4 +37,4 @@ SBATCH_REFUSED = {
 
 # The srun step's own options: the agents' channel (input, output, labels) and their placement.
 SRUN_OWN = ("input", "output", "error", "label", "pty", "open-mode", "nodes", "ntasks", "ntasks-per-node",
-             "nodelist", "distribution", "kill-on-bad-exit", "no-kill")  # fmt: skip
+             "nodelist", "distribution", "kill-on-bad-exit")  # fmt: skip

@@ -250,7 +250,8 @@ def test_a_spare_is_blamed_only_for_its_own_problems(tmp_path: Path) -> None:
     original = spares.run_preflight
     spares.run_preflight = lambda *args: Report()  # type: ignore[assignment,return-value]
     try:
-        failed = spares.check_spares(spec, PlanInputs(str(tmp_path), 0, "/p", "/w"), None)  # type: ignore[arg-type]
+        plan = spares.spare_plan(spec, PlanInputs(str(tmp_path), 0, "/p", "/w"))
+        failed = spares.check_spares(spec, plan, None)  # type: ignore[arg-type]
     finally:
         spares.run_preflight = original
     assert failed == {4: "10.0.0.44: cannot connect to root@10.0.0.44:22: refused"}
