@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from launcher.spec.restart import RestartSpec
 from worker.contract import IMPORTED, JOINED, RESTORED, STARTING
 
 FIRST_STEP = "first_step"
@@ -73,3 +74,16 @@ def restart_phases(times: RestartTimes, per_task: list[dict[str, float]]) -> dic
         "phases_s": phases,
         "total_s": None if first is None else round(first - origin, 3),
     }
+
+
+def why_cold(spec: RestartSpec, spares_asked: bool, trained: bool) -> str:
+    """Why the next attempt's tasks start without a warm spare, when the agents say no more; `trained`: every
+    task of the attempt reported a step."""
+    if not spec.warm_spares:
+        return "restart.warm_spares is off"
+    if spares_asked:
+        return "no spare was ready for it"
+    rule = f"spares are made restart.warm_spares_after_s ({spec.warm_spares_after_s:g}s) after"
+    if not trained:
+        return f"no spare was made: {rule} every task reported a step, and not every task had"
+    return f"no spare was made: {rule} every task reported a step; the attempt ended sooner"

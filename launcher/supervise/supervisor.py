@@ -25,7 +25,7 @@ from launcher.supervise.gang import AttemptResult, GangStatus, LaunchState, RunR
 from launcher.supervise.membership import Change
 from launcher.supervise.policy import PREEMPTED_SAYS, Action, Decision, FailureKind, RestartPolicy, ended
 from launcher.supervise.records import RecordFiles
-from launcher.supervise.recovery import FIRST_STEP, RestartTimes
+from launcher.supervise.recovery import FIRST_STEP, RestartTimes, why_cold
 from launcher.supervise.regroup import NOT_COUNTED, HostLoss, regroup
 from launcher.supervise.tracked import (
     TrackedTask,
@@ -361,17 +361,6 @@ class Supervisor:
         running = [t.launch for t in self._tasks.values() if t.exit is None]
         self._transport.prepare_spares(running + self._spare_hosts_tasks())
 
-    def _why_cold(self) -> str:
-        """Why the next attempt's tasks start without a warm spare, when the agents say no more."""
-        if not self._policy.spec.warm_spares:
-            return "restart.warm_spares is off"
-        if self._spares_asked:
-            return "no spare was ready for it"
-        rule = f"spares are made restart.warm_spares_after_s ({self._policy.spec.warm_spares_after_s:g}s) after"
-        if self._trained_since is None:
-            return f"no spare was made: {rule} every task reported a step, and not every task had"
-        return f"no spare was made: {rule} every task reported a step; the attempt ended sooner"
-
     def _made_progress(self) -> bool:
         """Whether every training task of this attempt reported a step (a script that reports nothing
         cannot tell: it backs off as in a crash loop)."""
@@ -415,7 +404,7 @@ class Supervisor:
 
     def _restart(self, decision: Decision, wait: float) -> None:
         stopped_at = time.time()
-        self._why_no_spare = self._why_cold()
+        self._why_no_spare = why_cold(self._policy.spec, self._spares_asked, self._trained_since is not None)
         failed = [t.exit.time for t in self._tasks.values() if t.exit is not None and not t.exit.ok and not t.stopped]
         if wait:
             self._restart_at = time.time() + wait  # `launch status` and the table say it backs off
