@@ -393,6 +393,7 @@ class Console:
             "restart_at": status.restart_at if status else None,
             "spares": {"ready": status.spares[0], "standing_by": status.spares[1]} if status else None,
             "excluded_hosts": list(status.excluded) if status else [],
+            "last_hang": status.last_hang if status else None,
             "tasks": [
                 {
                     "task": v.label,

@@ -33,6 +33,7 @@ from launcher.rundir.lock import RunLock, lock_run
 from launcher.rundir.place import RunPlace, place_of
 from launcher.rundir.refusals import OWNED, refuse_run_dir
 from launcher.rundir.report import write_summary
+from launcher.rundir.stacks_now import StackRequests
 from launcher.rundir.stop import stop_requester
 from launcher.spec.models import ClusterSpec
 from launcher.supervise.faults import Fault
@@ -266,7 +267,8 @@ def _supervisor(
     inputs: PlanInputs,
     spare_tasks: tuple[TaskLaunch, ...],
 ) -> Supervisor:
-    return Supervisor(
+    requests = StackRequests(inputs.run_dir, transport, lambda: _running(supervisor))  # `launch stacks`
+    supervisor = Supervisor(
         planner=planner,
         transport=transport,
         policy=RestartPolicy(spec.restart, spec.training.kind),
@@ -274,12 +276,24 @@ def _supervisor(
         on_output=console.output,
         on_notice=console.notice,
         on_report=console.report,
-        on_drained=console.flush,
+        on_drained=lambda: _drained(console, requests),
         echoes=console.echoes,
         sleep=console.wait,
         preemption_ends_run=allocation is not None and requeueable(spec, allocation),
         host_loss=_host_loss(spec, membership, transport, inputs, spare_tasks),
     )
+    return supervisor
+
+
+def _drained(console: Console, requests: StackRequests) -> None:
+    console.flush()
+    requests.poll()
+
+
+def _running(supervisor: Supervisor) -> list[TaskLaunch]:
+    status = supervisor.snapshot()
+    live = {t.name for t in status.tasks if t.running} if status is not None else set()
+    return [t for t in supervisor.plan.tasks if t.name in live]
 
 
 def _host_loss(

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from tflaunch.events import record, report
 from tflaunch.leader import wait_for_leader
+from tflaunch.stacks import allow_stack_dumps
 
 if TYPE_CHECKING:
     from launcher.common.errors import LaunchError as LaunchError
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
 
 # `from tflaunch import *` gives what a training script uses, and never loads the launcher
 __all__ = ["__version__", "launch", "record", "report", "wait_for_leader"]
+allow_stack_dumps()  # under a launcher, its agent may take this task's stacks (tflaunch/stacks.py)
 _ERRORS = ("LaunchError", "SpecError", "UsageError")  # what `launch` raises, to catch without the launcher's name
 __version__ = "0.1.0"  # launcher.__version__ and pyproject's, as tests/unit/test_contract.py checks
 

@@ -13,6 +13,7 @@ import json
 import os
 import posixpath
 import re
+import signal
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, NamedTuple
 
@@ -53,6 +54,10 @@ FAULT_VAR = "TFLAUNCH_FAULT"  # --inject rehearsals, first attempt only
 # attempt has (TF_CONFIG says those); the built-in runtime keeps the global batch of that many
 SPEC_WORKERS_VAR = "TFLAUNCH_SPEC_WORKERS"
 EVENT_FD_VAR = "TFLAUNCH_EVENT_FD"  # set by the host's agent, not by the plan
+# Set by the host's agent: where the task's registered faulthandler writes every thread's stack on STACK_SIGNAL
+# (tflaunch/stacks.py; first line: the registering pid), for the agent to read when py-spy cannot
+STACK_FILE_VAR = "TFLAUNCH_STACK_FILE"
+STACK_SIGNAL = int(signal.SIGUSR2)
 SPARE_FDS_VAR = "TFLAUNCH_SPARE_FDS"  # set by the host's agent: a spare's pipes, for the runtime to fork one
 ARGV_VAR = "TFLAUNCH_ARGV"  # JSON: a python command's arguments, when they hold a secret (see ARGV_TRAMPOLINE)
 # Runs `python ARGS...` with ARGS taken from ARGV_VAR, so that a secret among them is never on the
@@ -60,12 +65,19 @@ ARGV_VAR = "TFLAUNCH_ARGV"  # JSON: a python command's arguments, when they hold
 # `-c` puts the working directory first on sys.path: it is taken off before anything is imported
 # (sys and os are loaded at start-up already), so a json.py there cannot run in the trampoline.
 # The python's own options (-u, -W ignore, -P, ...) stay on its command line, before `-c`; with -P (or
-# -I) nothing is put first on sys.path, as python itself would not.
+# -I) nothing is put first on sys.path, as python itself would not. It registers the stack signal as
+# tflaunch/stacks.py does (without the tracer: that needs ctypes).
 ARGV_TRAMPOLINE = (
     "import sys, os\n"
     "p = getattr(sys.flags, 'safe_path', 0)\n"
     "if not p: del sys.path[0]\n"
     "import json, runpy; a = json.loads(os.environ.pop('TFLAUNCH_ARGV'))\n"
+    "f = os.environ.get('TFLAUNCH_STACK_FILE')\n"
+    "if f and os.getpid() == os.getpgrp():\n"
+    " try:\n"
+    "  import faulthandler, signal; h = open(f, 'a'); h.write('%d\\n' % os.getpid()); h.flush()\n"
+    "  faulthandler.register(signal.SIGUSR2, h, all_threads=True)\n"
+    " except OSError: pass\n"
     "if a[0] == '-m':\n"
     " sys.argv = a[1:]\n"
     " if not p: sys.path.insert(0, os.getcwd())\n"

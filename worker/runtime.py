@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tflaunch.leader import wait_for_leader
+from tflaunch.stacks import allow_stack_dumps
 from worker import early_sigterm
 from worker.cluster import ClusterInfo, read_cluster_info
 from worker.contract import DONE, IMPORTED, JOINED, PREEMPTED, STARTING, STEP, USAGE_EXIT_CODE, TaskEnv
@@ -131,6 +132,7 @@ def main() -> int:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stdout)
     log.setLevel(logging.INFO)
     settings = TaskEnv.from_env()
+    allow_stack_dumps()  # the agent may take this task's stacks: what names a hang
     try:
         result = run(settings)
         write_result(settings.result_file, result)

@@ -57,6 +57,7 @@ MODULES = (
     "launcher.agent.oom",
     "launcher.agent.adoption",
     "launcher.agent.processes",
+    "launcher.agent.stacks",
     "launcher.agent.standby",
     "launcher.agent.tasks",
     MAIN,

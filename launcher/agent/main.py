@@ -169,8 +169,14 @@ class Agent:
         self.leave()
 
     def _probe(self, command: ProbeCommand) -> None:
+        request: dict[str, Any] = dict(command.get("request") or {})
+        answer: dict[str, Any]
         try:
-            answer = probe.handle(command.get("request") or {})
+            if request.get("op") == "stacks":  # of the tasks: the one question about them, not about the host
+                ids = request.get("ids")
+                answer = {"stacks": self.tasks.stacks([int(i) for i in ids] if isinstance(ids, list) else None)}
+            else:
+                answer = probe.handle(request)
         except Exception as error:  # noqa: BLE001 - every failure must become an answer, not a hang
             answer = {"error": f"{type(error).__name__}: {error}"}
         self.send(frames.agent_frame(answer, int(command.get("id", 0))))

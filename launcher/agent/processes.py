@@ -68,8 +68,12 @@ def read_mirrored(path: str) -> str | None:
         data = os.read(fd, MIRROR_MAX_BYTES + 1)
     finally:
         os.close(fd)
-        try:
-            os.remove(path)
-        except OSError:  # already gone
-            pass
+        remove_quietly(path)
     return data.decode("utf-8", "replace")
+
+
+def remove_quietly(path: str) -> None:
+    try:
+        os.remove(path)
+    except OSError:  # already gone (or never made)
+        pass

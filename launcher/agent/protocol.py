@@ -206,7 +206,15 @@ class ReleaseRequest(TypedDict):
     op: Literal["release"]
 
 
-ProbeRequest = Union[InfoRequest, MarkerRequest, BindRequest, ConnectRequest, ReleaseRequest]
+class StacksRequest(TypedDict):
+    """Every thread's stack of these running tasks (`ids` null: all), taken without stopping them
+    (launcher/agent/stacks.py); answered as {"stacks": {ID: {"via", "processes" or "text", or "why"}}}."""
+
+    op: Literal["stacks"]
+    ids: list[int] | None
+
+
+ProbeRequest = Union[InfoRequest, MarkerRequest, BindRequest, ConnectRequest, ReleaseRequest, StacksRequest]
 Answer = dict[str, Any]  # a probe's answer: its findings, or {"error": ...}
 
 # --- agent -> launcher: the agent's own messages (`A 0` frames) -----------------------------------

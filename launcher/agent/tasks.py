@@ -26,11 +26,19 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from launcher.agent import frames
+from launcher.agent import frames, stacks
 from launcher.agent.adoption import StrayReaper, become_subreaper
 from launcher.agent.keeper import Keeper
 from launcher.agent.oom import oom_kills
-from launcher.agent.processes import MIRROR_MAX_BYTES, Send, close_fds, kill_group, process_state, read_mirrored
+from launcher.agent.processes import (
+    MIRROR_MAX_BYTES,
+    Send,
+    close_fds,
+    kill_group,
+    process_state,
+    read_mirrored,
+    remove_quietly,
+)
 from launcher.agent.spawn import start_task
 from launcher.agent.standby import SPARE, ForkedSpare, Standby
 from worker.contract import (
@@ -41,6 +49,7 @@ from worker.contract import (
     EXIT,
     RESULT_FILE_VAR,
     SPARE_FDS_VAR,
+    STACK_FILE_VAR,
     STARTED,
     STOPPED,
 )
@@ -65,6 +74,7 @@ class Running:
         self.drain_until = 0.0
         self.stopped = False
         self.mirrors: dict[str, str] = {}  # env var -> the scratch path the task writes it to
+        self.stack_file: str | None = None  # where its registered faulthandler writes its stacks (stacks.py)
         self.oom_kills_before = oom_kills()  # the host's count: told back if the task dies of SIGKILL
 
 
@@ -107,6 +117,7 @@ class Tasks:
         mirrors = {}
         for key in (RESULT_FILE_VAR, ERROR_FILE_VAR):
             mirrors[key] = env[key] = os.path.join(self._scratch, f"{ident}.{key.lower()}")
+        env[STACK_FILE_VAR] = os.path.join(self._scratch, f"{ident}.stack")
         spare = self._standbys.pop(standby, None) if standby is not None else self._own_spare(ident, name, fork)
         task = None
         if spare is not None and spare.take(argv, env, cwd):  # a forked one not yet ready is waited for
@@ -118,6 +129,7 @@ class Tasks:
         if task is None:
             return
         task.mirrors = mirrors
+        task.stack_file = env[STACK_FILE_VAR]
         self._send(frames.event_frame(ident, {"event": STARTED, "pid": task.pid}))
         with self._lock:
             self._running[ident] = task
@@ -238,6 +250,12 @@ class Tasks:
                 event = {"event": STOPPED if stopped else CONTINUED, "pid": task.pid}
                 self._send(frames.event_frame(task.ident, event))
 
+    def stacks(self, idents: list[int] | None) -> dict[str, Any]:
+        """The stacks of these running tasks (all, for None), by ident; see launcher/agent/stacks.py."""
+        with self._lock:
+            chosen = [t for t in self._running.values() if t.status is None and (idents is None or t.ident in idents)]
+        return stacks.capture_all([(t.ident, t.pid, t.stack_file, t.stopped) for t in chosen])
+
     def counts(self) -> int:
         with self._lock:
             return len(self._running)
@@ -350,6 +368,8 @@ class Tasks:
             self._selector.unregister(fd)
             close_fds(fd)
         task.fds.clear()
+        if task.stack_file is not None:
+            remove_quietly(task.stack_file)
         files = {}
         for key, path in task.mirrors.items():
             text = read_mirrored(path)

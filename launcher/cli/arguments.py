@@ -25,6 +25,7 @@ SUBCOMMANDS = {
     "status": "summarise a running or finished run (exits by its state)",
     "logs": "print (or follow with -f) the tasks' logs of a run",
     "stop": "stop a running run's gang, as Ctrl-C in its launcher would, and wait for it",
+    "stacks": "print every running task's stack now (all threads), stopping nothing: where a slow run is",
     "schema": "print (or write with -o) the JSON Schema of the cluster spec",
     "bundle": "pack a run's logs, summary, spec (secrets masked) and preflight findings into one archive",
     "export": "export k8s: write Kubernetes manifests (JobSet or TFJob) that run the spec",
@@ -222,18 +223,23 @@ def _tree(name: str) -> tuple[argparse.ArgumentParser, dict[str, argparse.Argume
 
 
 def _run_dir_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
-    """`launch status`, `logs`, `stop` and `bundle`: each takes a run directory (or a run's name)."""
+    """`launch status`, `logs`, `stop`, `stacks` and `bundle`: each takes a run directory (or a run's name)."""
     status = add("status", SUBCOMMANDS["status"], exit_codes.table_text())
     logs = add("logs", SUBCOMMANDS["logs"])
     stop = add("stop", SUBCOMMANDS["stop"])
+    stacks = add("stacks", SUBCOMMANDS["stacks"] + ". Through py-spy where the hosts have it, else faulthandler.")
     bundle = add("bundle", SUBCOMMANDS["bundle"] + ". Never checkpoints, model exports or TensorBoard.")
-    for parser in (status, logs, stop, bundle):
+    for parser in (status, logs, stop, stacks, bundle):
         parser.add_argument("run_dir", metavar="RUN_DIR", help=_RUN_DIR_HELP)
         parser.add_argument("--run-root", metavar="DIR", help=_RUN_ROOT_HELP)
     logs.add_argument("-f", "--follow", action="store_true", help="keep printing new lines until the run ends")
     logs.add_argument("--task", action="append", default=[], metavar="TASK", help="only this task (repeatable)")
     logs.add_argument("--attempt", type=int, metavar="N", help="this attempt (default: the latest)")
     stop.add_argument("--timeout", type=_seconds, default=60.0, metavar="S", help="wait at most S seconds (default 60)")
+    stacks.add_argument("--task", action="append", default=[], metavar="TASK", help="only this task (repeatable)")
+    stacks.add_argument(
+        "--timeout", type=_seconds, default=90.0, metavar="S", help="wait at most S seconds (default 90)"
+    )
     bundle.add_argument(
         "-o",
         "--output",

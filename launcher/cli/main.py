@@ -2,7 +2,7 @@
 
     launch --cluster cluster.json [--dry-run [--json] | --check] [-- COMMAND ...]
     launch --local 3 | -H a:2,b:2 | --hostfile FILE [-- python train.py ...]
-    launch status|logs|stop RUN_DIR ...
+    launch status|logs|stop|stacks RUN_DIR ...
     launch schema [-o FILE]
     launch bundle RUN_DIR [-o FILE]
     launch export k8s --cluster cluster.json --image IMAGE ...
@@ -36,6 +36,7 @@ COMMANDS: dict[str, Command] = {
     "status": run_dir_commands.status,
     "logs": run_dir_commands.logs,
     "stop": run_dir_commands.stop,
+    "stacks": run_dir_commands.stacks,
     "bundle": run_dir_commands.bundle,
     "schema": spec_commands.schema,
     "export": spec_commands.export,

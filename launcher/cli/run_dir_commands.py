@@ -1,4 +1,4 @@
-"""`launch status`, `logs`, `stop` and `bundle`: the subcommands that read a run directory.
+"""`launch status`, `logs`, `stop`, `stacks` and `bundle`: the subcommands that read a run directory.
 
 Each loads only its own module of launcher/rundir/ (5-12 ms each), when it is the one asked for:
 `launch` itself, which starts its hosts' agents as early as it can, pays for none of them.
@@ -49,6 +49,18 @@ def stop(args: argparse.Namespace, command: list[str]) -> int:
     from launcher.rundir.stop import stop_run  # see the module's docstring
 
     return stop_run(run_dir_named(args.run_dir, args.run_root), timeout_s=args.timeout, say=say)
+
+
+def stacks(args: argparse.Namespace, command: list[str]) -> int:
+    from launcher.rundir.stacks_now import take_now  # see the module's docstring
+
+    run_dir = run_dir_named(args.run_dir, args.run_root)
+    found = take_now(run_dir, args.task or None, args.timeout, lambda line: print(line, file=sys.stderr))
+    if not found:
+        say(f"{run_dir}: no task of it is running{' by that name' if args.task else ''}")
+        return exit_codes.SUCCEEDED
+    print("\n".join(found.values()), end="")
+    return exit_codes.SUCCEEDED
 
 
 def describe_size(size: int) -> str:

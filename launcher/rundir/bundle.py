@@ -4,7 +4,7 @@ At launch, once the preflight passed, `write_launch_record` keeps two files in t
 `spec.json` (the spec, secret values masked) and `preflight.json` (what every host reported:
 python, TensorFlow, GPUs, driver and CUDA versions). `make_bundle` packs into one tar.gz the
 summary, the status, those two files, the metrics and evaluation rows, the Slurm job's script and
-output, every attempt's logs, result and error files, and a `bundle.json` with the versions of
+output, every attempt's logs, result, error and stack files, and a `bundle.json` with the versions of
 this machine and a list of what was left out. It never packs checkpoints, model exports or
 TensorBoard events (their size; they stay where they are), never follows a symbolic link, and
 masks secret values in every spec it packs. It reads the run directory and writes only the archive.

@@ -36,6 +36,7 @@ _RUN_LAYOUT = _ONLY_A_LAUNCH | {
     _LAYOUT.default_checkpoint_dir,
     _LAYOUT.export_dir,
     _LAYOUT.tensorboard_dir,
+    "stacks",  # `launch stacks` requests and answers (launcher/rundir/stacks_now.py)
 }
 
 

@@ -168,6 +168,7 @@ def summary(result: RunResult) -> dict[str, Any]:
                 "ended_at": a.ended_at,
                 **({"recovery": a.recovery} if a.recovery is not None else {}),
                 **({"regrouped": True} if a.regrouped else {}),
+                **({"hang": a.hang} if a.hang is not None else {}),
                 "tasks": [_task_json(t) for t in a.tasks],
             }
             for a in result.attempts
@@ -218,10 +219,25 @@ def failure_text(result: RunResult) -> str:
         if cause is not None:
             lines.append(f"  last lines of {cause.log_path}:")
             lines += [f"    | {line}" for line in log_tail(cause.log_path)] or ["    (no output)"]
+    if last is not None and last.hang:
+        lines += hang_lines(last.hang)
     if len(result.attempts) > 1:
         lines.append("attempts:")
         lines += [f"  {a.attempt}: {_shown(a.reason)}" for a in result.attempts]
     return "\n".join(lines)
+
+
+def hang_lines(hang: dict[str, Any]) -> list[str]:
+    """Where a hang's stacks are, and which tasks have none and why (summary.json's or status.json's `hang`)."""
+    files = hang.get("stack_files")
+    missing = hang.get("no_stack")
+    lines = []
+    if isinstance(files, dict) and files:
+        folders = ", ".join(sorted({os.path.dirname(str(path)) for path in files.values()}))
+        lines.append(f"  the tasks' stacks, taken before they were killed: {_shown(folders)} (*.stack.txt)")
+    if isinstance(missing, dict):
+        lines += [f"  no stack of {_shown(task)}: {_shown(why)}" for task, why in missing.items()]
+    return lines
 
 
 def success_text(result: RunResult) -> str:

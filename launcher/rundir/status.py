@@ -29,6 +29,7 @@ from launcher.common.masking import redact
 from launcher.common.printable import escaped, printable
 from launcher.rundir.checkpoint_mark import has_checkpoints
 from launcher.rundir.lock import run_around
+from launcher.rundir.report import hang_lines
 from worker.contract import RunLayout
 
 if TYPE_CHECKING:
@@ -85,6 +86,7 @@ class LauncherStatus:
     since: float | None = None  # when that launcher took the run (None in files from before it was written)
     restart_at: float | None = None  # backing off: when it starts every task again
     excluded: tuple[dict[str, Any], ...] = ()  # hosts taken out of the gang, and why
+    last_hang: dict[str, Any] | None = None  # the launch's latest hang: the task behind, the stack files
 
 
 @dataclass(frozen=True)
@@ -180,6 +182,7 @@ def _launcher_status(data: dict[str, Any], path: str) -> LauncherStatus:
         since=_time_of(data.get("run_since")),
         restart_at=_time_of(data.get("restart_at")),
         excluded=tuple(e for e in _listed(data.get("excluded_hosts")) if isinstance(e, dict)),
+        last_hang=data["last_hang"] if isinstance(data.get("last_hang"), dict) else None,
     )
 
 
@@ -406,12 +409,23 @@ def excluded_rows(excluded: Iterable[dict[str, Any]]) -> list[str]:
     return rows
 
 
+def _hang_rows(hang: dict[str, Any] | None, attempt: object = None) -> list[str]:
+    """A hang's lines: the task behind, named, and where every task's stack is."""
+    if not hang:
+        return []
+    attempt = hang.get("attempt", attempt)
+    named = f": {hang['named']}" if hang.get("named") else ""
+    return [f"  hang in attempt {attempt}{named}"[:600], *(line[:600] for line in hang_lines(hang))]
+
+
 def _describe_summary(run_dir: str, summary: dict[str, Any], path: str) -> list[str]:
     lines = [f"{run_dir}: {summary_outcome(summary)}"]
     for attempt in _field(summary, "attempts", list, path):
         if not isinstance(attempt, dict):
             raise RunStatusError(f"{path}: an attempt entry is not an object; was this file written by launch?")
         lines.append(f"  attempt {attempt.get('attempt')}: {attempt.get('reason', '')}")
+        if isinstance(attempt.get("hang"), dict):
+            lines += hang_lines(attempt["hang"])
         for task in attempt.get("tasks") or []:
             if not isinstance(task, dict):
                 continue
@@ -472,7 +486,8 @@ def describe_run(run_dir: str) -> RunDescription:
             )
             code = exit_codes.STOPPED
         tasks = live.tasks if code == exit_codes.RUNNING else tuple(_as_last_seen(task) for task in live.tasks)
-        return RunDescription(_screen_text([head, *_task_rows(tasks), *excluded_rows(live.excluded)]), code)
+        lines = [head, *_task_rows(tasks), *excluded_rows(live.excluded), *_hang_rows(live.last_hang)]
+        return RunDescription(_screen_text(lines), code)
     layout = files.layout
     if files.summary is None:
         raise RunStatusError(no_run_files(run_dir, "neither summary.json nor status.json"))

@@ -82,6 +82,7 @@ class GangStatus:
     restart_at: float | None = None  # backing off: when (wall clock) every task is started again
     excluded: tuple[dict[str, Any], ...] = ()  # hosts taken out of the gang (membership.Exclusion.to_json)
     step_time_s: float | None = None  # the slowest task's mean seconds per step this attempt (None: not known yet)
+    last_hang: dict[str, Any] | None = None  # this launch's latest hang: {"attempt", "named", "stack_files", ...}
 
     @property
     def all_succeeded(self) -> bool:
@@ -154,6 +155,7 @@ class AttemptResult:
     ended_at: float
     recovery: dict[str, Any] | None = None  # for a restarted attempt: where the restart's time went
     regrouped: bool = False  # restarted on a new roster (a host gone for good): not counted as a restart
+    hang: dict[str, Any] | None = None  # a stall, a missed start, a stop ignored: the tasks' stacks (hang.Hang)
 
 
 @dataclass

@@ -21,6 +21,7 @@ from typing import Any
 from launcher.common.errors import HostError, InterruptedLaunchError
 from launcher.common.private_files import make_private_dir
 from launcher.plan import LaunchPlan, TaskLaunch
+from launcher.supervise import hang
 from launcher.supervise.gang import AttemptResult, GangStatus, LaunchState, RunResult, TaskStatus
 from launcher.supervise.membership import Change
 from launcher.supervise.policy import PREEMPTED_SAYS, Action, Decision, FailureKind, RestartPolicy, ended
@@ -138,6 +139,7 @@ class Supervisor:
         self._why_no_spare = ""  # for the restart being made: why a task that ran cold had no spare
         self._trained_since: float | None = None
         self._decided_at = 0.0
+        self._last_hang: dict[str, Any] | None = None  # the launch's latest, for the status file
 
     # ---- observe ---------------------------------------------------------------------------
 
@@ -165,6 +167,7 @@ class Supervisor:
             restart_at=self._restart_at,
             excluded=tuple(self.membership.records()) if self.membership is not None else (),
             step_time_s=max((s for t in self._tasks.values() if (s := step_time(t)) is not None), default=None),
+            last_hang=self._last_hang,
         )
 
     def _task_status(self, t: TrackedTask) -> TaskStatus:
@@ -282,6 +285,7 @@ class Supervisor:
             self._records = RecordFiles(self._plan.run_dir)
         self._tasks = {launch.name: TrackedTask(launch) for launch in self._plan.tasks}
         self._spares_asked = self._growing = False
+        self._hang: hang.Hang | None = None  # the attempt's hang, once named: its stacks and the task behind
         if self._grow_back is not None:
             self._grow_back.new_attempt()
         self._trained_since = None  # (monotonic) when the attempt's start-up was over
@@ -314,6 +318,8 @@ class Supervisor:
             self._maybe_grow(status)
             return self.state
         self._regrouped = None
+        if decision.kind in (FailureKind.STALLED, FailureKind.START_TIMEOUT):
+            decision = self._name_the_hang(decision, status)
         if self._growing and decision.kind is FailureKind.PREEMPTED and self._grow_back is not None:
             saved = f"host {self._grow_back.rejoined} rejoins: every task saved ({decision.reason})"
             decision = replace(decision, reason=saved)
@@ -331,6 +337,14 @@ class Supervisor:
         elif self.state is not LaunchState.PREEMPTED:  # a preemption that ends the run is not restarted
             self._restart(decision, wait)
         return self.state
+
+    def _name_the_hang(self, decision: Decision, status: GangStatus) -> Decision:
+        """Before anything is killed: every running task's stacks, and the task behind named (hang.py)."""
+        running = [t for t in status.tasks if t.running]
+        self._hang = hang.name(self._transport, [self._tasks[t.name].launch for t in running], running, status.now)
+        self._last_hang = {"attempt": self.plan.attempt, **self._hang.to_json()}
+        self._on_notice(f"a hang: every task's stack is in {self.plan.attempt_dir} (*.stack.txt)")
+        return hang.named_in(decision, self._hang)
 
     def _maybe_grow(self, status: GangStatus) -> None:
         """Take a machine back into a vacant seat (grow_back.py): every task saves at its next step and leaves."""
@@ -473,6 +487,7 @@ class Supervisor:
         stubborn = send_term and grace > 0 and self._stop_asked and not self.hurry  # a stop asked for; not a failure's
         ignored = [t for t in live if t.exit is None] if stubborn else []
         if ignored:
+            self._hang = hang.merged(self._hang, hang.stacks_of(self._transport, [t.launch for t in ignored]))
             self._on_notice(
                 f"{names_of(ignored)} did not exit within restart.grace_period_s={grace:g}s of SIGTERM: SIGKILL now. "
                 "A training script should save and leave on SIGTERM (PreemptionCheckpointHandler: "
@@ -525,6 +540,7 @@ class Supervisor:
             self._attempt_started_at,
             time.time(),
             recovery=recovery,
+            hang=self._hang.to_json() if self._hang is not None else None,
             regrouped=decision.action is Action.RESTART
             and (
                 (self._regrouped is not None and self._regrouped.first)

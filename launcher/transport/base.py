@@ -178,6 +178,11 @@ class Transport(Protocol):
         """(spares ready, standbys waiting)."""
         ...
 
+    def stacks(self, launches: list[TaskLaunch]) -> dict[str, dict[str, Any]]:
+        """Every thread's stack of these running tasks, by name, as their agents took them
+        (launcher/agent/stacks.py); without stopping anything."""
+        ...
+
     def connect(self, host_indices: list[int]) -> None:
         """Start these hosts' agents side by side (failures are raised by `agent`)."""
         ...

@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 BEATS_PER_TIMEOUT = 4
 _HELD_S = 2.0  # the watcher woke this much later than it asked: the launcher was not running
 _PARALLEL = 32  # hosts handled side by side (a constant, whatever the fleet's size)
+STACKS_TIMEOUT_S = 60.0  # an agent bounds its own stack taking well under this (launcher/agent/stacks.py)
 T = TypeVar("T")
 
 
@@ -240,6 +241,33 @@ class AgentTransport:
                     {launch.name: i for launch, i in zip(group, ids, strict=True)}
                 )
             session.send(payload.standby_command(group, ids))
+
+    def stacks(self, launches: list[TaskLaunch]) -> dict[str, dict[str, Any]]:
+        """Every thread's stack of these tasks, by name, from their hosts' agents side by side (each host's
+        bounded by its agent: launcher/agent/stacks.py); a task whose host cannot answer says why."""
+        by_host: dict[int, set[str]] = {}
+        for launch in launches:
+            by_host.setdefault(launch.host_index, set()).add(launch.name)
+        found: dict[str, dict[str, Any]] = {}
+
+        def on_host(index: int) -> None:
+            session = self._live(index)
+            names = session.running(by_host[index]) if session is not None else {}
+            if session is None or not names:
+                return
+            try:
+                answer = session.probe({"op": "stacks", "ids": list(names)}, timeout=STACKS_TIMEOUT_S)
+            except RuntimeError as error:
+                found.update({name: {"via": None, "why": f"{session.host}: {error}"} for name in names.values()})
+                return
+            taken = answer.get("stacks")
+            taken = taken if isinstance(taken, dict) else {}
+            for ident, name in names.items():
+                got = taken.get(str(ident))
+                found[name] = got if isinstance(got, dict) else {"via": None, "why": "its agent sent none"}
+
+        side_by_side(list(by_host), on_host)
+        return found
 
     def spares(self) -> tuple[int, int]:
         with self._lock:

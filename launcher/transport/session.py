@@ -320,6 +320,11 @@ class AgentSession:
             task.end(ExitStatus(None, None, lost=self._lost_reason()))
         return task
 
+    def running(self, names: set[str]) -> dict[int, str]:
+        """The idents of these tasks where they still run (no exit reported), with their names."""
+        with self._lock:
+            return {i: t.launch.name for i, t in self._tasks.items() if t.launch.name in names and not t.gone()}
+
     def expect_standbys(self, idents: list[int]) -> None:
         with self._lock:
             for ident in idents:

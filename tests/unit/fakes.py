@@ -75,6 +75,8 @@ class FakeTransport:
         self.unreachable: set[str] = set()  # hosts whose starts fail as an unreachable SSH host's do
         self.start_calls = 0
         self.spares_for: list[list[str]] = []  # task names of every prepare_spares call
+        self.stacks_asked: list[list[str]] = []  # task names of every stacks call
+        self.stack_answers: dict[str, dict[str, object]] = {}  # task -> its agent's answer (agent/stacks.py)
 
     def start(self, launch: TaskLaunch, sink: EventSink) -> FakeTask:
         self.start_calls += 1
@@ -105,6 +107,12 @@ class FakeTransport:
 
     def spares(self) -> tuple[int, int]:
         return 0, len(self.spares_for[-1]) if self.spares_for else 0
+
+    def stacks(self, launches: list[TaskLaunch]) -> dict[str, dict[str, object]]:
+        """What a test put in `self.stack_answers` (the agents' answers, by task), for the tasks asked."""
+        self.stacks_asked.append([launch.name for launch in launches])
+        answers = self.stack_answers
+        return {launch.name: answers[launch.name] for launch in launches if launch.name in answers}
 
     def connect(self, host_indices: list[int]) -> None:
         """Nothing to start: the fake has no agents."""

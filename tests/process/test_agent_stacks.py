@@ -1,0 +1,92 @@
+"""The agent takes a task's stacks from real processes: by py-spy, by the task's registered faulthandler, and
+never by a signal a process did not register (it would die of it)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from launcher.agent import stacks
+from tests.conftest import REPO
+
+STUCK = """
+import os, sys, threading, time
+sys.path.insert(0, {repo!r})
+if {register}:
+    from tflaunch.stacks import allow_stack_dumps
+    allow_stack_dumps()
+def stuck_here():
+    print("ready", flush=True)
+    time.sleep(600)
+threading.Thread(target=time.sleep, args=(600,), name="helper", daemon=True).start()
+stuck_here()
+"""
+
+
+@pytest.fixture
+def start(tmp_path: Path) -> Iterator[object]:
+    started: list[subprocess.Popen[bytes]] = []
+
+    def run(register: bool, prefix: tuple[str, ...] = ()) -> tuple[subprocess.Popen[bytes], str]:
+        script = tmp_path / "stuck.py"
+        script.write_text(STUCK.format(repo=str(REPO), register=register))
+        stack_file = str(tmp_path / f"{len(started)}.stack")
+        env = {**os.environ, "TFLAUNCH_STACK_FILE": stack_file}
+        argv = [*prefix, sys.executable, str(script)]
+        proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, process_group=0)
+        started.append(proc)
+        assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+        return proc, stack_file
+
+    yield run
+    for proc in started:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+    assert all(proc.poll() is not None for proc in started)
+
+
+def test_the_registered_faulthandler_writes_every_thread(start, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(stacks, "py_spy", lambda: None)
+    proc, stack_file = start(True)
+    taken = stacks.capture(proc.pid, stack_file, stopped=False)
+    assert taken["via"] == "faulthandler", taken
+    assert "in stuck_here" in taken["text"] and "threading.py" in taken["text"]
+    again = stacks.capture(proc.pid, stack_file, stopped=False)  # a second time: only what it wrote now
+    assert again["text"].count("in stuck_here") == 1 and proc.poll() is None
+
+
+def test_a_process_that_registered_nothing_is_never_signalled(start, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(stacks, "py_spy", lambda: None)
+    proc, stack_file = start(False)
+    taken = stacks.capture(proc.pid, stack_file, stopped=False)
+    assert taken["via"] is None and "registered no stack signal" in taken["why"]
+    assert "py-spy is not installed" in taken["why"]
+    assert proc.poll() is None, "a SIGUSR2 it did not register would have killed it"
+
+
+def test_a_stopped_task_is_said_so_at_once(start) -> None:  # type: ignore[no-untyped-def]
+    proc, stack_file = start(True)
+    os.kill(proc.pid, signal.SIGSTOP)
+    taken = stacks.capture(proc.pid, stack_file, stopped=True)
+    assert taken == {"via": None, "why": "its process is held stopped (SIGSTOP): no stack can be taken"}
+    os.kill(proc.pid, signal.SIGCONT)
+
+
+@pytest.mark.skipif(stacks.py_spy() is None, reason="py-spy is not installed here (it is in the test extras)")
+def test_py_spy_reads_the_python_child_of_a_shell_leader(start) -> None:  # type: ignore[no-untyped-def]
+    proc, stack_file = start(False, ("sh", "-c", 'exec 3>&1; "$@"; :', "sh"))  # the shell leads; python is its child
+    taken = stacks.capture_all([(7, proc.pid, stack_file, False)])["7"]
+    assert taken["via"] == "py-spy", taken
+    (process,) = taken["processes"]
+    assert process["pid"] != proc.pid
+    main = next(t for t in process["threads"] if t["name"] == "MainThread")
+    assert [f[0] for f in main["frames"] if not f[3]][:2] == ["stuck_here", "<module>"]
