@@ -2,8 +2,9 @@
 
 Plain mode (a pipe, a file, CI): every task line prefixed with its task, `[worker:1] ...`.
 Live mode (a terminal): a table drawn by `rich`, one row per task (state, attempt, step/total,
-steps/s, ETA, loss, last line), redrawn in place at most a few times a second; the launcher's
-notices scroll above it. Either way `<run dir>/status.json` is refreshed about once a second.
+steps/s, ETA, loss, CPU and memory as its agent samples them, last line), redrawn in place at most
+a few times a second; the launcher's notices scroll above it. Either way `<run dir>/status.json` is
+refreshed about once a second.
 TensorFlow's known-harmless start-up lines (launcher.common.benign_lines) stay out of the console and
 of the last-line column unless `verbose`; `show` names the only tasks whose lines are echoed.
 Every task keeps its full log either way. This module only renders; it never starts or stops
@@ -24,15 +25,16 @@ from launcher.common import json_lines, task_states
 from launcher.common.benign_lines import is_benign, opens_stragglers
 from launcher.common.durations import duration_text
 from launcher.common.printable import printable
+from launcher.common.usage_text import USAGE_KEYS, number, usage_text
 from launcher.plan import TaskLaunch
 from launcher.supervise.gang import GangStatus
-from worker.contract import CONTINUED, DONE, JOINED, PROGRESS_EVENTS, STOPPED
+from worker.contract import CONTINUED, DONE, JOINED, PROGRESS_EVENTS, STOPPED, USAGE
 from worker.files import write_atomic
 
 _REDRAW_S = 0.25
 _STATE_WIDTH = 30  # a longer state (a kill's OOM note) is cut in the table; `launch status` has it whole
 _LAST_LINE_MIN = 12  # the task's last line keeps this much before a column is dropped for it
-_DROPPED_FIRST = ("attempt", "ETA", "steps/s", "loss")  # the attempt is in the title too
+_DROPPED_FIRST = ("attempt", "mem", "ETA", "cpu", "steps/s", "loss")  # the attempt is in the title too
 _STATUS_FILE_S = 1.0
 _LAST_LINE_KEPT = 300
 
@@ -47,10 +49,15 @@ class TaskView:
     rate: float | None = None
     last_line: str = ""
     stragglers: bool = False  # inside a healthy join's "Example stragglers:" list of task names
+    usage: dict[str, float | None] = field(default_factory=dict)  # the agent's last sample: cpu, rss, gpu, gpu_mem
     _last_step: tuple[float, int] | None = field(default=None, repr=False)
 
     def new_attempt(self) -> None:
-        self.state, self.rate, self._last_step = task_states.STARTING, None, None
+        self.state, self.rate, self._last_step, self.usage = task_states.STARTING, None, None, {}
+
+    def saw_usage(self, data: dict[str, Any]) -> None:
+        """The agent's sample (launcher/agent/usage.py): numbers only, never a task's say."""
+        self.usage = {key: number(data.get(key)) for key in USAGE_KEYS}
 
     def saw_step(self, step: int, now: float) -> None:
         if self._last_step is not None and step > self._last_step[1] and now > self._last_step[0]:
@@ -205,6 +212,8 @@ class Console:
             view.state = task_states.HELD
         elif kind == CONTINUED:
             view.state = task_states.RUNNING if view.step is not None else task_states.STARTING
+        elif kind == USAGE:
+            view.saw_usage(data)
         elif kind in PROGRESS_EVENTS and isinstance(data.get("step"), int):
             view.saw_step(data["step"], time.monotonic())
             view.saw_fields(data)
@@ -299,7 +308,9 @@ class Console:
     def rows(self) -> list[list[str]]:
         """The table's cells, header first: what the live view draws."""
         self._sync_states()
-        lines = [["task", "state", "attempt", "step", "steps/s", "ETA", "loss", "last line"]]
+        measured = any(value is not None for view in self._views.values() for value in view.usage.values())
+        usage = ["cpu", "mem"] if measured else []  # only once an agent sampled a task
+        lines = [["task", "state", "attempt", "step", "steps/s", "ETA", "loss", *usage, "last line"]]
         for view in sorted(self._views.values(), key=_task_order):  # chief, worker:0, worker:1, ..., worker:10
             step = "" if view.step is None else str(view.step)
             if view.total is not None and step:
@@ -313,6 +324,7 @@ class Console:
                     "" if view.rate is None else f"{view.rate:.1f}",
                     duration_text(view.eta_s),
                     "" if view.loss is None else f"{view.loss:.4g}",
+                    *(usage_text(view.usage) if measured else ()),
                     view.last_line,
                 ]
             )
@@ -332,7 +344,8 @@ class Console:
         for name in _DROPPED_FIRST:
             if sum(widest[i] + 2 for i in kept) <= width - _LAST_LINE_MIN:
                 break
-            kept.remove(header.index(name))
+            if name in header:
+                kept.remove(header.index(name))
         spare = width - _LAST_LINE_MIN - sum(widest[i] + 2 for i in kept)
         widest[1] = max(len(header[1]), widest[1] + min(spare, 0))  # still too wide: the state gives way
 
@@ -340,7 +353,7 @@ class Console:
             parts = []
             for i in kept:
                 cell = cells[i] if len(cells[i]) <= widest[i] else cells[i][: widest[i] - 1] + "\u2026"
-                numeric = header[i] in ("attempt", "step", "steps/s", "ETA", "loss")
+                numeric = header[i] in ("attempt", "step", "steps/s", "ETA", "loss", "cpu", "mem")
                 parts.append(cell.rjust(widest[i]) if numeric else cell.ljust(widest[i]))
             text = Text("  ".join([*parts, cells[-1]]), style=style, no_wrap=True, overflow="ellipsis")
             text.truncate(width, overflow="ellipsis")
@@ -403,6 +416,10 @@ class Console:
                     "loss": v.loss,
                     "steps_per_s": v.rate,
                     "eta_s": v.eta_s,
+                    "cpu_percent": v.usage.get("cpu"),
+                    "rss_bytes": v.usage.get("rss"),
+                    "gpu_percent": v.usage.get("gpu"),
+                    "gpu_mem_bytes": v.usage.get("gpu_mem"),
                     "last_line": v.last_line[-_LAST_LINE_KEPT:],
                 }
                 for v in sorted(self._views.values(), key=_task_order)

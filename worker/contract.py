@@ -117,9 +117,10 @@ CONTINUED = "continued"  # from the agent: it runs again
 EXIT = "exit"  # from the agent: {"code": c, "signal": s, "files": {var: contents}}
 ALIVE: Final = "alive"  # from the agent, every liveness period: the host and the connection still work
 WARM = "warm"  # from the agent: {"used": bool, "why": ...}: whether the task runs in a warm spare
+USAGE = "usage"  # from the agent, a few times a minute: {"cpu": %, "rss": bytes, "gpu": %, "gpu_mem": bytes}
 START_MILESTONES = (STARTING, IMPORTED, JOINED)
 PROGRESS_EVENTS = (STEP, DONE)
-AGENT_EVENTS = (STARTED, STOPPED, CONTINUED, EXIT, WARM)  # what the agent itself reports about a task
+AGENT_EVENTS = (STARTED, STOPPED, CONTINUED, EXIT, WARM, USAGE)  # what the agent itself reports about a task
 
 _ATTEMPT_DIR = re.compile(r"attempt-(\d+)")
 

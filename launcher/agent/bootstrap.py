@@ -58,6 +58,7 @@ MODULES = (
     "launcher.agent.adoption",
     "launcher.agent.processes",
     "launcher.agent.stacks",
+    "launcher.agent.usage",
     "launcher.agent.standby",
     "launcher.agent.tasks",
     MAIN,

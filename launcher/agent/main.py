@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, cast
 
-from launcher.agent import cluster, frames, netns, probe, scratch, spawn
+from launcher.agent import cluster, frames, netns, probe, scratch, spawn, usage
 from launcher.agent.host_python import host_facts, python_version
 from launcher.agent.keeper import Keeper
 from launcher.agent.keeper import start as start_keeper
@@ -52,7 +52,7 @@ from launcher.agent.protocol import (
 )
 from launcher.agent.standby import LATE_KEYS
 from launcher.agent.tasks import Tasks
-from worker.contract import ALIVE, ENV_PREFIX
+from worker.contract import ALIVE, ENV_PREFIX, USAGE
 
 BEATS_PER_TIMEOUT = 4  # alive reports (and silence checks) per liveness timeout
 STATE_POLL_S = 0.5  # how often a task's state (stopped or running) is read
@@ -231,6 +231,15 @@ class Agent:
                 alive: Alive = {"event": ALIVE, "tasks": self.tasks.counts()}
                 self.send(frames.agent_frame(dict(alive)))
 
+    def measure(self) -> None:
+        """Each task's CPU, memory and GPU use, a few times a minute (launcher/agent/usage.py)."""
+        sampler = usage.Sampler()
+        while True:
+            time.sleep(usage.USAGE_S)
+            groups = self.tasks.groups()
+            if groups:
+                self.send(frames.agent_frame({"event": USAGE, "tasks": sampler.sample(groups)}))
+
     def watch(self) -> None:
         """Silence for the liveness timeout: the launcher, or the network to it, is gone. Never
         writes, so a channel that no longer drains cannot hold it up."""
@@ -293,6 +302,7 @@ def main(settings: dict[str, Any]) -> int:
     threading.Thread(target=spawn.setpriv, daemon=True, name="setpriv").start()  # should the keeper die
     threading.Thread(target=scratch.sweep, args=(agent.scratch,), daemon=True, name="sweep").start()
     threading.Thread(target=agent.beat, daemon=True, name="beat").start()
+    threading.Thread(target=agent.measure, daemon=True, name="usage").start()
     if agent.liveness_s and agent.watch_silence:
         threading.Thread(target=agent.watch, daemon=True, name="watch").start()
     agent.serve()

@@ -256,6 +256,11 @@ class Tasks:
             chosen = [t for t in self._running.values() if t.status is None and (idents is None or t.ident in idents)]
         return stacks.capture_all([(t.ident, t.pid, t.stack_file, t.stopped) for t in chosen])
 
+    def groups(self) -> dict[int, int]:
+        """Every running task's process group, by ident."""
+        with self._lock:
+            return {t.ident: t.pid for t in self._running.values() if t.status is None}
+
     def counts(self) -> int:
         with self._lock:
             return len(self._running)

@@ -27,6 +27,7 @@ from launcher.common.errors import UsageError
 from launcher.common.log_reading import LoggedException
 from launcher.common.masking import redact
 from launcher.common.printable import escaped, printable
+from launcher.common.usage_text import usage_text
 from launcher.rundir.checkpoint_mark import has_checkpoints
 from launcher.rundir.lock import run_around
 from launcher.rundir.report import hang_lines
@@ -289,17 +290,25 @@ def _task_rows(tasks: tuple[dict[str, Any], ...]) -> list[str]:
     loss_head = f" {'loss':>9}" if with_loss else ""
     with_eta = any(_eta_text(task.get("eta_s")) for task in tasks)
     eta_head = f" {'ETA':>7}" if with_eta else ""
-    lines = [f"  {'task':<22} {'state':<18} {'step':>13} {'steps/s':>8}{eta_head}{loss_head}  last line"]
-    for task in tasks:
+    usage = [usage_text({key: task.get(field) for key, field in _USAGE_FIELDS.items()}) for task in tasks]
+    with_usage = any(cpu or mem for cpu, mem in usage)
+    usage_head = f" {'cpu':>14} {'mem':>20}" if with_usage else ""
+    lines = [f"  {'task':<22} {'state':<18} {'step':>13} {'steps/s':>8}{eta_head}{loss_head}{usage_head}  last line"]
+    for task, (cpu, mem) in zip(tasks, usage, strict=True):
         rate, loss, eta = task.get("steps_per_s"), task.get("loss"), task.get("eta_s")
         loss_cell = f" {_number_text(loss, '.4g'):>9}" if with_loss else ""
         eta_cell = f" {_eta_text(eta):>7}" if with_eta else ""
         rate_cell = f"{_number_text(rate, '.1f'):>8}"
+        usage_cell = f" {cpu:>14} {mem:>20}" if with_usage else ""
         lines.append(
             f"  {str(task['task']):<22} {str(task.get('state', ''))[:18]:<18} {_step_text(task):>13} "
-            f"{rate_cell}{eta_cell}{loss_cell}  {str(task.get('last_line', ''))[:60]}"
+            f"{rate_cell}{eta_cell}{loss_cell}{usage_cell}  {str(task.get('last_line', ''))[:60]}"
         )
     return lines
+
+
+# status.json's fields of a task's usage, by the agent's names (launcher/console.py writes them)
+_USAGE_FIELDS = {"cpu": "cpu_percent", "rss": "rss_bytes", "gpu": "gpu_percent", "gpu_mem": "gpu_mem_bytes"}
 
 
 def _number_text(value: object, spec: str) -> str:
@@ -320,7 +329,7 @@ def _as_last_seen(task: dict[str, Any]) -> dict[str, Any]:
     """A task row of a launcher that is gone: its state is what was last seen, its rate no longer is."""
     state = str(task.get("state", ""))
     last_seen = f"was {state}" if state in task_states.LIVE else state  # an exit stays what it was
-    return {**task, "state": last_seen, "steps_per_s": None, "eta_s": None}
+    return {**task, "state": last_seen, "steps_per_s": None, "eta_s": None, "cpu_percent": None}
 
 
 def summary_outcome(summary: dict[str, Any]) -> str:

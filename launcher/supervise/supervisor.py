@@ -57,6 +57,7 @@ from worker.contract import (
     START_MILESTONES,
     STEP,
     STOPPED,
+    USAGE,
     WARM,
 )
 
@@ -209,8 +210,8 @@ class Supervisor:
                 task.stopped_since = self._clock() if kind == STOPPED else None
                 self._on_report(task.launch, event.data)
                 return
-            if kind == WARM:  # from a standby helper: whether the task runs in a warm spare
-                task.warm = event.data
+            if kind in (WARM, USAGE):  # the agent's: whether the task runs in a warm spare; its CPU and memory
+                task.warm = event.data if kind == WARM else task.warm
                 self._on_report(task.launch, event.data)
                 return
             task.reported = True

@@ -29,7 +29,7 @@ from launcher.common.private_files import make_private_dir, open_private
 from launcher.plan import TaskLaunch
 from launcher.transport.base import EventSink, ExitStatus, OutputLine, TaskExited, WorkerReport, exit_status_of
 from launcher.transport.channel import Channel
-from worker.contract import ALIVE, CUT_MARKER, ERROR_FILE_VAR, EXIT, MAX_LINE_BYTES, RESULT_FILE_VAR, STARTED
+from worker.contract import ALIVE, CUT_MARKER, ERROR_FILE_VAR, EXIT, MAX_LINE_BYTES, RESULT_FILE_VAR, STARTED, USAGE
 from worker.files import write_atomic
 
 log = logging.getLogger(__name__)
@@ -388,11 +388,23 @@ class AgentSession:
         if payload.get("event") == "ready" and ident == 0:
             self.info = payload
             self._ready.set()
+        elif payload.get("event") == USAGE and ident == 0:
+            self._usage(payload.get("tasks"))
         elif payload.get("event") != ALIVE or ident != 0:
             with self._lock:
                 answers = self._answers.get(ident)
             if answers is not None:
                 answers.put(payload)
+
+    def _usage(self, found: object) -> None:
+        """Each task's CPU and memory, as the agent sampled them: a report of the task's (never from the task)."""
+        if not isinstance(found, dict):
+            return
+        for key, data in found.items():
+            with self._lock:
+                task = self._tasks.get(int(key)) if str(key).isdigit() else None
+            if task is not None and isinstance(data, dict) and not task.gone():
+                task.event({**data, "event": USAGE})
 
     def _task_output(self, ident: int, payload: bytes) -> None:
         with self._lock:

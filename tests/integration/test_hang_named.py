@@ -17,7 +17,7 @@ import pytest
 from tests.conftest import HELPERS, launch_cmd, launcher_traceback, run_launch, write_spec
 from tests.integration.test_ssh import ssh_host
 from tests.labs.sshd import SshServer
-from tests.labs.waiting import wait_for_text
+from tests.labs.waiting import wait_for, wait_for_text
 
 pytestmark = pytest.mark.tf
 
@@ -41,6 +41,15 @@ def hang_spec(work: Path, hosts: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def sampled(run_dir: Path) -> bool:
+    """Whether status.json shows every task's resident memory, as its agent sampled it."""
+    try:
+        tasks = json.loads((run_dir / "status.json").read_text())["tasks"]
+    except (OSError, ValueError, KeyError):
+        return False
+    return len(tasks) == 2 and all(isinstance(t.get("rss_bytes"), float) and t["rss_bytes"] > 2**20 for t in tasks)
+
+
 def run_to_its_hang(work: Path, spec: dict[str, Any]) -> None:
     out = work / "launch.out"
     run_dir = work / "runs" / "hang"
@@ -50,6 +59,14 @@ def run_to_its_hang(work: Path, spec: dict[str, Any]) -> None:
         )
         try:
             wait_for_text(out, "stuck in read_shard", 180, lambda: proc.poll() is None)
+            wait_for(
+                lambda: sampled(run_dir),
+                60,
+                "every task's memory in status.json",
+                while_alive=lambda: proc.poll() is None,
+            )
+            shown_status = run_launch(["status", str(run_dir)], work)
+            assert " MiB " in shown_status.stdout and "mem" in shown_status.stdout, shown_status.stdout
             shown = run_launch(["stacks", str(run_dir)], work, timeout=120)
             assert shown.returncode == 0, shown.stdout + shown.stderr
             assert proc.poll() is None, "`launch stacks` stopped nothing"
