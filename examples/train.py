@@ -26,7 +26,7 @@ import tempfile
 import keras
 import tensorflow as tf
 
-from tflaunch import report, wait_for_leader  # both do nothing without a launcher
+from tflaunch import leave_after_peers, report, wait_for_leader  # all do nothing without a launcher
 
 FEATURES = 8
 
@@ -137,3 +137,6 @@ if "TFLAUNCH_RESULT_FILE" in os.environ:  # the launcher checks that every repli
         json.dump(result, handle)
 report("done", step=step)
 print(f"{task}: done at step {step}, weights {result['fingerprint']}", flush=True)
+# The task that hosts the coordination service (worker:0 here) leaves last: a peer still tearing TensorFlow
+# down would otherwise send a heartbeat to a service that has gone, and print an UNAVAILABLE error.
+leave_after_peers()

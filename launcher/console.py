@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from launcher.common import json_lines, task_states
-from launcher.common.benign_lines import is_benign, opens_stragglers
+from launcher.common.benign_lines import is_benign, is_shutdown_noise, opens_stragglers
 from launcher.common.durations import duration_text
 from launcher.common.printable import printable
 from launcher.common.usage_text import USAGE_KEYS, number, usage_text
@@ -37,6 +37,7 @@ _LAST_LINE_MIN = 12  # the task's last line keeps this much before a column is d
 _DROPPED_FIRST = ("attempt", "mem", "ETA", "cpu", "steps/s", "loss")  # the attempt is in the title too
 _STATUS_FILE_S = 1.0
 _LAST_LINE_KEPT = 300
+_HELD_LINES = 500  # shutdown noise held back after a task finished: at most this many are shown should it fail
 
 
 @dataclass
@@ -49,6 +50,7 @@ class TaskView:
     rate: float | None = None
     last_line: str = ""
     stragglers: bool = False  # inside a healthy join's "Example stragglers:" list of task names
+    in_shutdown_noise: bool = False  # its last line was held back as shutdown noise (see Console.output)
     usage: dict[str, float | None] = field(default_factory=dict)  # the agent's last sample: cpu, rss, gpu, gpu_mem
     _last_step: tuple[float, int] | None = field(default=None, repr=False)
 
@@ -156,6 +158,7 @@ class Console:
         self._started: float | None = None
         self._attached_at: float | None = None
         self._live: Any = None  # rich.live.Live while the table is on screen
+        self._held: list[tuple[TaskLaunch, str]] = []  # shutdown noise after a task finished (see output)
 
     def attach(
         self, status: Callable[[], GangStatus | None], status_path: str, tasks: Collection[TaskLaunch] = ()
@@ -195,13 +198,31 @@ class Console:
         view.stragglers = opens_stragglers(line, view.stragglers)
         if not self.verbose and benign:
             return  # kept in the task's log, which the transport writes before this is called
+        view.in_shutdown_noise = not self.verbose and self._after_a_finish(line, view.in_shutdown_noise)
+        if view.in_shutdown_noise and len(self._held) < _HELD_LINES:
+            self._held.append((launch, line))  # shown at close only if the run does not succeed
+        if view.in_shutdown_noise:
+            return
+        self._echo(launch, line)
+
+    def _echo(self, launch: TaskLaunch, line: str) -> None:
         line = printable(line)  # the log file keeps the bytes; the screen gets text
-        view.last_line = line
+        self._view(launch).last_line = line
         if self._shown(launch):
             try:
                 self._out.write(f"[{launch.label}] {line}\n")
             except (OSError, ValueError) as error:  # ValueError: closed under us (a caller's own stream)
                 self._reader_left(error)
+
+    def _after_a_finish(self, line: str, continuing: bool) -> bool:
+        """A line of TensorFlow's about the coordination service gone, once a task finished training (reported
+        `done` or exited 0): the leader left first (tflaunch.leaving), harmless if the run succeeds."""
+        if not is_shutdown_noise(line, continuing):
+            return False
+        finished = ("exited 0", task_states.DONE)
+        if not any(v.state in finished for v in self._views.values()):
+            self._sync_states()  # an exit 0 the status has and the rows not yet (rare lines: cheap enough)
+        return any(v.state in finished for v in self._views.values())
 
     def report(self, launch: TaskLaunch, data: dict[str, Any]) -> None:
         view = self._view(launch)
@@ -257,7 +278,11 @@ class Console:
             why = "was closed"
         self.notice(f"standard output {why}; the run goes on, and the tasks' output is in their logs")
 
-    def close(self) -> None:
+    def close(self, succeeded: bool = False) -> None:
+        """The run is over. Shutdown lines held back after a task finished are shown now if it did not succeed."""
+        held, self._held = self._held, []
+        for launch, line in [] if succeeded else held:
+            self._echo(launch, line)
         if self.live:
             self._redraw(force=True)
             if self._live is not None:

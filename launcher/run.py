@@ -37,7 +37,7 @@ from launcher.rundir.stacks_now import StackRequests
 from launcher.rundir.stop import stop_requester
 from launcher.spec.models import ClusterSpec
 from launcher.supervise.faults import Fault
-from launcher.supervise.gang import RunResult
+from launcher.supervise.gang import LaunchState, RunResult
 from launcher.supervise.grow_back import GrowBack
 from launcher.supervise.membership import Membership, membership_of
 from launcher.supervise.policy import RestartPolicy
@@ -392,7 +392,7 @@ def _supervise(spec: ClusterSpec, console: Console, supervisor: Supervisor, firs
         return supervisor.run()
     finally:
         try:
-            console.close()
+            console.close(succeeded=supervisor.state is LaunchState.SUCCEEDED)
             if supervisor.result is not None:
                 _write_summary(supervisor.result, console, layout)
         finally:

@@ -3,12 +3,13 @@
     from tflaunch import report         # in a training script run by `launch -- python train.py`
     report("step", step=120, loss=0.31)
     wait_for_leader()                   # before the strategy: see tflaunch.leader
+    leave_after_peers()                 # at the very end: see tflaunch.leaving
 
     import tflaunch                     # in a notebook or a pipeline
     result = tflaunch.launch("cluster.json")
 
-`report`, `record` and `wait_for_leader` import neither TensorFlow nor the project's `launcher` and `worker` packages,
-so a `worker.py` or `launcher.py` beside a user's script cannot break them; `launch` imports the
+`report`, `record`, `wait_for_leader` and `leave_after_peers` import neither TensorFlow nor the project's
+`launcher` and `worker` packages, so a `worker.py` or `launcher.py` beside a user's script cannot break them; `launch` imports the
 launcher (never TensorFlow) when it is first called.
 """
 
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from tflaunch.events import record, report
 from tflaunch.leader import wait_for_leader
+from tflaunch.leaving import leave_after_peers
 from tflaunch.stacks import allow_stack_dumps
 
 if TYPE_CHECKING:
@@ -27,7 +29,7 @@ if TYPE_CHECKING:
     from tflaunch.api import LaunchResult
 
 # `from tflaunch import *` gives what a training script uses, and never loads the launcher
-__all__ = ["__version__", "launch", "record", "report", "wait_for_leader"]
+__all__ = ["__version__", "launch", "leave_after_peers", "record", "report", "wait_for_leader"]
 allow_stack_dumps()  # under a launcher, its agent may take this task's stacks (tflaunch/stacks.py)
 _ERRORS = ("LaunchError", "SpecError", "UsageError")  # what `launch` raises, to catch without the launcher's name
 __version__ = "0.1.0"  # launcher.__version__ and pyproject's, as tests/unit/test_contract.py checks

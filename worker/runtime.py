@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tflaunch.leader import wait_for_leader
+from tflaunch.leaving import leave_after_peers
 from tflaunch.stacks import allow_stack_dumps
 from worker import early_sigterm
 from worker.cluster import ClusterInfo, read_cluster_info
@@ -137,6 +138,7 @@ def main() -> int:
         result = run(settings)
         write_result(settings.result_file, result)
         report(DONE, step=result.get("step"))
+        leave_after_peers()  # the coordination leader last: no task heartbeats to a service that has gone
         return 0
     except WorkerUsageError as error:
         write_error_file(settings.error_file, settings.task, error, usage=True)

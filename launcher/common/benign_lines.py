@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import re
 
-__all__ = ["is_benign", "benign_lines", "opens_stragglers"]
+__all__ = ["is_benign", "benign_lines", "is_shutdown_noise", "opens_stragglers"]
 
 # TensorFlow's C++ log prefix: `I0000 00:00:1795417464.521002   21747 cudart_stub.cc:31] `
 _CPP = r"^[IWE]\d{4} [\d:.]+\s+\d+ "
@@ -45,6 +45,34 @@ _JOINING = (  # a healthy join, as every task of every run prints it; only at IN
     _INFO + r"coordination_service\.cc:\d+\] Barrier\(WaitForAllTasks::[\d:]+\) has passed with status: OK$",
     _INFO + r"generator_dataset_op\.cc:\d+\] Memory patch applied: M_TRIM_THRESHOLD=\d+ kb was set\.$",
 )
+
+
+# What a task prints when the coordination leader left before it (the heartbeat that finds the service gone):
+# harmless once a task finished training (tflaunch.leaving explains; the runtime leaves in the right order),
+# and then held back from the console: shown only if the run does not succeed after all.
+_SHUTDOWN = (
+    r"^E\d{4} [\d:.]+\s+\d+ base_collective_executor\.cc:\d+\] BaseCollectiveExecutor::StartAbort "
+    r"(UNAVAILABLE|CANCELLED|ABORTED): ",
+    r"^[EW]\d{4} [\d:.]+\s+\d+ coordination_service_agent\.cc:\d+\] ",
+)
+_SHUTDOWN_MORE = (  # the lines gRPC adds to such an error
+    r"^Additional GRPC error information from remote target ",
+    r"^:?\{?UNKNOWN:Error received from peer ",
+    r".*grpc_status\W{0,2}14\b",
+)
+
+
+@functools.cache
+def _shutdown() -> tuple[re.Pattern[str], re.Pattern[str]]:
+    return re.compile("|".join(f"(?:{p})" for p in _SHUTDOWN)), re.compile("|".join(f"(?:{p})" for p in _SHUTDOWN_MORE))
+
+
+def is_shutdown_noise(line: str, continuing: bool = False) -> bool:
+    """A line TensorFlow prints when the coordination service has gone (`continuing`: the task's line before it
+    was one, so gRPC's detail lines of the same error count too)."""
+    first, more = _shutdown()
+    stripped = line.rstrip()
+    return first.match(stripped) is not None or (continuing and more.match(stripped) is not None)
 
 
 @functools.cache

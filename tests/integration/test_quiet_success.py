@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import HELPERS, REPO, run_launch
 
 pytestmark = pytest.mark.tf
 
@@ -51,3 +51,59 @@ def test_library_loggers_never_print_raw() -> None:
     quiet = subprocess.run([sys.executable, "-c", code, "-"], capture_output=True, text=True)
     verbose = subprocess.run([sys.executable, "-c", code, "v"], capture_output=True, text=True)
     assert quiet.stderr == "" and "Secsh channel 10 open FAILED" in verbose.stderr
+
+
+LINGER = HELPERS / "leaving" / "linger.py"
+HEARTBEAT_S = 10  # TensorFlow's coordination heartbeat interval: a task that lingers longer sends one
+
+
+def run_lingering(work: Path, leave_after_peers: bool) -> tuple[str, str]:
+    """A run whose worker:1 lingers past a heartbeat after the gang met: (console, worker:1's log)."""
+    env = {"LINGER_S": str(HEARTBEAT_S + 2), "LEAVE_AFTER_PEERS": "1" if leave_after_peers else "0"}
+    proc = run_launch(["--local", "2", "--plain", "--", "python", str(LINGER)], work, env=env)
+    console = proc.stdout + proc.stderr
+    assert proc.returncode == 0, console
+    return console, (work / "runs" / "linger" / "attempt-0" / "worker-1.log").read_text()
+
+
+def test_the_coordination_leader_leaves_last_so_no_heartbeat_finds_it_gone(work: Path) -> None:
+    console, log = run_lingering(work, leave_after_peers=True)
+    assert "StartAbort" not in log and "grpc_status" not in log, log
+    waited = float(re.search(r"worker:0 waited ([\d.]+)s for its peers", console).group(1))  # type: ignore[union-attr]
+    assert waited >= HEARTBEAT_S, console
+    assert "worker:1 waited 0.0s" in console
+
+
+def test_a_script_that_leaves_in_the_wrong_order_keeps_tensorflow_s_shutdown_lines_off_the_console(
+    work: Path,
+) -> None:
+    console, log = run_lingering(work, leave_after_peers=False)
+    assert "BaseCollectiveExecutor::StartAbort UNAVAILABLE" in log and "grpc_status" in log, log  # the control
+    for said in ("StartAbort", "grpc_status", "Additional GRPC error information"):
+        assert said not in console, console
+    assert "launch succeeded" in console
+
+
+@pytest.mark.slow
+def test_the_readme_example_is_quiet_ten_times_in_a_row_under_load(work: Path) -> None:
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]  # every core busy
+    launch = Path(sys.executable).parent / "launch"
+    try:
+        for run in range(10):
+            spec = json.loads((REPO / "cluster.example.json").read_text())
+            spec["run_root"] = str(work / f"runs-{run}")
+            path = work / "cluster.json"
+            path.write_text(json.dumps(spec))
+            proc = subprocess.run(
+                [str(launch), "--cluster", str(path), "--plain"], cwd=work, capture_output=True, text=True, timeout=600
+            )
+            console = proc.stdout + proc.stderr
+            assert proc.returncode == 0, console
+            logs = "".join(p.read_text() for p in (work / f"runs-{run}" / "example" / "attempt-0").glob("*.log"))
+            for bad in ("Traceback", "E0000", "grpc_status"):
+                assert bad not in console, f"run {run}: {bad!r} on the console:\n{console}"
+            assert "StartAbort" not in logs and "grpc_status" not in logs, f"run {run}: shutdown noise in the logs"
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
