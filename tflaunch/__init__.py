@@ -9,8 +9,9 @@
     result = tflaunch.launch("cluster.json")
 
 `report`, `record`, `wait_for_leader` and `leave_after_peers` import neither TensorFlow nor the project's
-`launcher` and `worker` packages, so a `worker.py` or `launcher.py` beside a user's script cannot break them; `launch` imports the
-launcher (never TensorFlow) when it is first called.
+`launcher` and `worker` packages, so a `worker.py` or `launcher.py` beside a user's script cannot break them;
+`launch` imports the launcher (never TensorFlow) when it is first called. Imported under a launcher, it lets
+the host's agent take this task's stacks (tflaunch/stacks.py).
 """
 
 from __future__ import annotations
