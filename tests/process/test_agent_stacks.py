@@ -90,3 +90,24 @@ def test_py_spy_reads_the_python_child_of_a_shell_leader(start) -> None:  # type
     assert process["pid"] != proc.pid
     main = next(t for t in process["threads"] if t["name"] == "MainThread")
     assert [f[0] for f in main["frames"] if not f[3]][:2] == ["stuck_here", "<module>"]
+
+
+def test_the_python_trampoline_registers_the_stack_signal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A python command whose arguments hold a secret runs through the trampoline: its stacks come too."""
+    import json
+
+    from worker.contract import ARGV_TRAMPOLINE
+
+    monkeypatch.setattr(stacks, "py_spy", lambda: None)
+    script = tmp_path / "stuck.py"
+    script.write_text(STUCK.format(repo=str(REPO), register=False))
+    stack_file = str(tmp_path / "t.stack")
+    env = {**os.environ, "TFLAUNCH_STACK_FILE": stack_file, "TFLAUNCH_ARGV": json.dumps([str(script), "--token=x"])}
+    proc = subprocess.Popen([sys.executable, "-c", ARGV_TRAMPOLINE], env=env, stdout=subprocess.PIPE, process_group=0)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+        taken = stacks.capture(proc.pid, stack_file, stopped=False)
+        assert taken["via"] == "faulthandler" and "in stuck_here" in taken["text"], taken
+    finally:
+        proc.kill()
+        proc.wait()

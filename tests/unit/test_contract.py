@@ -97,11 +97,16 @@ def test_tflaunchs_own_copies_of_the_contract_names_and_version_agree() -> None:
     import tflaunch
     import tflaunch.events
     import tflaunch.faults
+    import tflaunch.stacks
     from tests.conftest import REPO
     from worker import contract
 
     assert (tflaunch.events.EVENT_FD_VAR, tflaunch.events.RECORD) == (contract.EVENT_FD_VAR, contract.RECORD)
     assert tflaunch.faults.FAULT_VAR == contract.FAULT_VAR
+    assert (tflaunch.stacks.STACK_FILE_VAR, tflaunch.stacks.STACK_SIGNAL) == (
+        contract.STACK_FILE_VAR,
+        contract.STACK_SIGNAL,
+    )
     version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
     assert tflaunch.__version__ == launcher.__version__ == version
 
