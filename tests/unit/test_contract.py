@@ -63,6 +63,7 @@ def test_the_agent_ships_the_contract_itself_rather_than_a_copy() -> None:
         contract.CONTINUED,
         contract.EXIT,
         contract.WARM,
+        contract.USAGE,
     }
 
 
