@@ -104,6 +104,36 @@ class SlurmLab:
                 proc.wait(timeout=10)
         self.net.close()  # kills whatever a job left in a node, then removes the namespaces
         shutil.rmtree(self.directory, ignore_errors=True)
+        remove_nodes_scratch(self.nodes)
+
+
+def remove_nodes_scratch(nodes: list[str]) -> list[str]:
+    """The scratch directories the nodes' agents left in the /tmp they share with this machine (a node killed
+    for good takes its agent with it): each names its node as its host, so this host's agents never sweep it.
+    Only those whose lock is free (their agent is gone). Returns what was removed."""
+    import fcntl
+
+    from launcher.agent.scratch import HELD, PREFIX, remove
+
+    removed = []
+    for entry in os.scandir(tempfile.gettempdir()):
+        if not entry.name.startswith(PREFIX) or not entry.is_dir(follow_symlinks=False):
+            continue
+        try:
+            fd = os.open(os.path.join(entry.path, HELD), os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:  # no lock file: not an agent's of ours
+            continue
+        try:
+            if os.pread(fd, 256, 0).decode("utf-8", "replace") not in nodes:
+                continue
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # its agent is alive
+            continue
+        finally:
+            os.close(fd)
+        remove(entry.path)
+        removed.append(entry.path)
+    return removed
 
 
 def _commands(pids: list[int], skip: set[int]) -> list[str]:
