@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import threading
@@ -103,13 +104,28 @@ def by_py_spy(tool: str, pgid: int) -> tuple[list[dict[str, Any]], str]:
     return found, why
 
 
-def registered_pid(path: str) -> int | None:
-    """The pid that registered the stack signal (the file's first line), or None."""
+def _open_regular(path: str) -> int | None:
+    """The task's stack file, opened for reading only when it is a regular file (the task may have made it a
+    FIFO, which would block, or a link)."""
     try:
-        with open(path, "rb") as handle:
-            first = handle.readline(32)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
     except OSError:
         return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    return fd
+
+
+def registered_pid(path: str) -> int | None:
+    """The pid that registered the stack signal (the file's first line), or None."""
+    fd = _open_regular(path)
+    if fd is None:
+        return None
+    try:
+        first = os.pread(fd, 32, 0).split(b"\n", 1)[0]
+    finally:
+        os.close(fd)
     return int(first) if first.strip().isdigit() else None
 
 
@@ -120,24 +136,28 @@ def by_faulthandler(path: str, pgid: int) -> tuple[str | None, str]:
         return None, "the task registered no stack signal (neither the runtime nor a script importing tflaunch)"
     if pid != pgid:
         return None, "the process that registered the stack signal no longer leads the task"
-    before = os.path.getsize(path)
+    fd = _open_regular(path)
+    if fd is None:
+        return None, "its stack file is no longer a regular file"
     try:
-        os.kill(pid, STACK_SIGNAL)
-    except OSError as error:
-        return None, f"cannot signal it: {error.strerror}"
-    deadline, size, settled = time.monotonic() + FAULTHANDLER_WAIT_S, before, time.monotonic()
-    while time.monotonic() < deadline:
-        time.sleep(0.05)
-        now = os.path.getsize(path)
-        if now != size:
-            size, settled = now, time.monotonic()
-        elif size > before and time.monotonic() - settled >= _SETTLED_S:
-            break
-    if size == before:
-        return None, f"it wrote no stack within {FAULTHANDLER_WAIT_S:g}s of the signal"
-    with open(path, "rb") as handle:
-        handle.seek(before)
-        return handle.read(ANSWER_BYTES).decode("utf-8", "replace"), ""
+        before = os.fstat(fd).st_size
+        try:
+            os.kill(pid, STACK_SIGNAL)
+        except OSError as error:
+            return None, f"cannot signal it: {error.strerror}"
+        deadline, size, settled = time.monotonic() + FAULTHANDLER_WAIT_S, before, time.monotonic()
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+            now = os.fstat(fd).st_size
+            if now != size:
+                size, settled = now, time.monotonic()
+            elif size > before and time.monotonic() - settled >= _SETTLED_S:
+                break
+        if size <= before:
+            return None, f"it wrote no stack within {FAULTHANDLER_WAIT_S:g}s of the signal"
+        return os.pread(fd, min(size - before, ANSWER_BYTES), before).decode("utf-8", "replace"), ""
+    finally:
+        os.close(fd)
 
 
 def capture(pgid: int, stack_file: str | None, stopped: bool) -> dict[str, Any]:
