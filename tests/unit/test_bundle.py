@@ -38,7 +38,7 @@ def make_run(root: Path) -> Path:
     run = root / "runs" / "r"
     (run / "attempt-0").mkdir(parents=True)
     (run / "attempt-1").mkdir()
-    for name in ("worker-0.log", "worker-1.log", "worker-1.error.json", "srun.log"):
+    for name in ("worker-0.log", "worker-1.log", "worker-1.error.json", "worker-1.stack.txt", "srun.log"):
         (run / "attempt-0" / name).write_text(f"{name}\n")
     (run / "attempt-1" / "worker-0.result.json").write_text("{}")
     for name in ("summary.json", "status.json", "metrics.jsonl", "slurm-41.out", "submit.sbatch"):
@@ -70,6 +70,7 @@ def test_a_bundle_holds_the_post_mortem_files_and_never_checkpoints(tmp_path: Pa
             "attempt-0/worker-0.log",
             "attempt-0/worker-1.error.json",
             "attempt-0/worker-1.log",
+            "attempt-0/worker-1.stack.txt",
             "attempt-1/worker-0.result.json",
             "bundle.json",
             "metrics.jsonl",
