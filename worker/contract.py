@@ -55,9 +55,10 @@ FAULT_VAR = "TFLAUNCH_FAULT"  # --inject rehearsals, first attempt only
 SPEC_WORKERS_VAR = "TFLAUNCH_SPEC_WORKERS"
 EVENT_FD_VAR = "TFLAUNCH_EVENT_FD"  # set by the host's agent, not by the plan
 # Set by the host's agent: where the task's registered faulthandler writes every thread's stack on STACK_SIGNAL
-# (tflaunch/stacks.py; first line: the registering pid), for the agent to read when py-spy cannot
+# (tflaunch/stacks.py; first line: the registering pid and signal), for the agent to read when py-spy cannot.
+# A real-time signal near the top, which programs leave alone (SIGUSR1 and SIGUSR2 are often their own).
 STACK_FILE_VAR = "TFLAUNCH_STACK_FILE"
-STACK_SIGNAL = int(signal.SIGUSR2)
+STACK_SIGNAL = int(signal.SIGRTMAX) - 3
 SPARE_FDS_VAR = "TFLAUNCH_SPARE_FDS"  # set by the host's agent: a spare's pipes, for the runtime to fork one
 ARGV_VAR = "TFLAUNCH_ARGV"  # JSON: a python command's arguments, when they hold a secret (see ARGV_TRAMPOLINE)
 # Runs `python ARGS...` with ARGS taken from ARGV_VAR, so that a secret among them is never on the
@@ -73,10 +74,11 @@ ARGV_TRAMPOLINE = (
     "if not p: del sys.path[0]\n"
     "import json, runpy; a = json.loads(os.environ.pop('TFLAUNCH_ARGV'))\n"
     "f = os.environ.get('TFLAUNCH_STACK_FILE')\n"
-    "if f and os.getpid() == os.getpgrp():\n"
+    "import signal; n = signal.SIGRTMAX - 3\n"
+    "if f and os.getpid() == os.getpgrp() and signal.getsignal(n) == signal.SIG_DFL:\n"
     " try:\n"
-    "  import faulthandler, signal; h = open(f, 'a'); h.write('%d\\n' % os.getpid()); h.flush()\n"
-    "  faulthandler.register(signal.SIGUSR2, h, all_threads=True)\n"
+    "  import faulthandler; h = open(f, 'a'); h.write('%d %d\\n' % (os.getpid(), n)); h.flush()\n"
+    "  faulthandler.register(n, h, all_threads=True)\n"
     " except OSError: pass\n"
     "if a[0] == '-m':\n"
     " sys.argv = a[1:]\n"

@@ -8,9 +8,10 @@ Two ways, tried in order for each task:
     tflaunch); py-spy then runs as the agent's child.
   - faulthandler: the built-in runtime, the python trampoline and a script that imports tflaunch register
     STACK_SIGNAL at start-up (tflaunch/stacks.py) to write every thread's Python stack to the task's
-    stack file (STACK_FILE_VAR, in the agent's scratch directory), whose first line is the registering pid.
-    The agent signals only that pid, only while it leads the task's group: a process that registered
-    nothing would die of the signal.
+    stack file (STACK_FILE_VAR, in the agent's scratch directory), whose first line is the registering pid
+    and signal. The agent signals only that pid, only while it leads the task's group and still catches
+    that signal (/proc/PID/status): a process that registered nothing, or re-executed itself since, would
+    die of it.
 
 A task held stopped (SIGSTOP) gets neither: the signal would wait, py-spy would block. Each way is bounded
 in time; what neither gives is said (`why`). Standard library only.
@@ -117,32 +118,50 @@ def _open_regular(path: str) -> int | None:
     return fd
 
 
-def registered_pid(path: str) -> int | None:
-    """The pid that registered the stack signal (the file's first line), or None."""
+def registered(path: str) -> tuple[int, int] | None:
+    """The pid that registered a stack signal and the signal (the file's first line: `PID SIGNAL`), or None."""
     fd = _open_regular(path)
     if fd is None:
         return None
     try:
-        first = os.pread(fd, 32, 0).split(b"\n", 1)[0]
+        first = os.pread(fd, 32, 0).split(b"\n", 1)[0].split()
     finally:
         os.close(fd)
-    return int(first) if first.strip().isdigit() else None
+    if len(first) != 2 or not all(word.isdigit() for word in first):
+        return None
+    return int(first[0]), int(first[1])
+
+
+def catches(pid: int, signum: int) -> bool:
+    """Whether the process has a handler on `signum` now (its SigCgt): one that re-executed itself, or reset
+    the signal, would die of it."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as handle:
+            for line in handle:
+                if line.startswith(b"SigCgt:"):
+                    return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
 
 
 def by_faulthandler(path: str, pgid: int) -> tuple[str | None, str]:
     """Signal the task's registered process and read what its faulthandler wrote; None and why when it cannot."""
-    pid = registered_pid(path)
-    if pid is None:
+    found = registered(path)
+    if found is None:
         return None, "the task registered no stack signal (neither the runtime nor a script importing tflaunch)"
+    pid, signum = found
     if pid != pgid:
         return None, "the process that registered the stack signal no longer leads the task"
+    if signum != STACK_SIGNAL or not catches(pid, signum):  # never a signal that would end it
+        return None, "the task no longer catches its stack signal (it re-executed itself, or reset the signal)"
     fd = _open_regular(path)
     if fd is None:
         return None, "its stack file is no longer a regular file"
     try:
         before = os.fstat(fd).st_size
         try:
-            os.kill(pid, STACK_SIGNAL)
+            os.kill(pid, signum)
         except OSError as error:
             return None, f"cannot signal it: {error.strerror}"
         deadline, size, settled = time.monotonic() + FAULTHANDLER_WAIT_S, before, time.monotonic()

@@ -16,11 +16,13 @@ from launcher.agent import stacks
 from tests.conftest import REPO
 
 STUCK = """
-import os, sys, threading, time
+import os, signal, sys, threading, time
 sys.path.insert(0, {repo!r})
 if {register}:
-    from tflaunch.stacks import allow_stack_dumps
+    from tflaunch.stacks import STACK_SIGNAL, allow_stack_dumps
     allow_stack_dumps()
+    if os.environ.get("RESET"):
+        signal.signal(STACK_SIGNAL, signal.SIG_DFL)  # as a program that re-executes itself would be
 def stuck_here():
     print("ready", flush=True)
     time.sleep(600)
@@ -33,11 +35,11 @@ stuck_here()
 def start(tmp_path: Path) -> Iterator[object]:
     started: list[subprocess.Popen[bytes]] = []
 
-    def run(register: bool, prefix: tuple[str, ...] = ()) -> tuple[subprocess.Popen[bytes], str]:
+    def run(register: bool, prefix: tuple[str, ...] = (), **env_more: str) -> tuple[subprocess.Popen[bytes], str]:
         script = tmp_path / "stuck.py"
         script.write_text(STUCK.format(repo=str(REPO), register=register))
         stack_file = str(tmp_path / f"{len(started)}.stack")
-        env = {**os.environ, "TFLAUNCH_STACK_FILE": stack_file}
+        env = {**os.environ, "TFLAUNCH_STACK_FILE": stack_file, **env_more}
         argv = [*prefix, sys.executable, str(script)]
         proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, process_group=0)
         started.append(proc)
@@ -111,3 +113,27 @@ def test_the_python_trampoline_registers_the_stack_signal(tmp_path: Path, monkey
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_task_that_no_longer_catches_its_stack_signal_is_never_sent_it(
+    start, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(stacks, "py_spy", lambda: None)
+    proc, stack_file = start(True, RESET="1")
+    taken = stacks.capture(proc.pid, stack_file, stopped=False)
+    assert taken["via"] is None and "no longer catches its stack signal" in taken["why"], taken
+    assert proc.poll() is None, "the signal it no longer catches would have killed it"
+
+
+def test_a_program_s_own_handler_on_the_signal_is_left_in_place(tmp_path: Path) -> None:
+    from tflaunch.stacks import STACK_SIGNAL
+
+    code = (
+        f"import os, signal, sys; sys.path.insert(0, {str(REPO)!r}); signal.signal({STACK_SIGNAL}, lambda *a: None);"
+        "from tflaunch.stacks import allow_stack_dumps; allow_stack_dumps();"
+        f"print(callable(signal.getsignal({STACK_SIGNAL})))"
+    )
+    stack_file = tmp_path / "own.stack"
+    env = {**os.environ, "TFLAUNCH_STACK_FILE": str(stack_file)}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, process_group=0)
+    assert done.stdout.strip() == "True" and not stack_file.exists(), done
