@@ -310,6 +310,9 @@ class Console:
         self._restart_at = status.restart_at
         if status.attempt != self._attempt:  # a new attempt: fresh rows
             self._attempt = status.attempt
+            held, self._held = self._held, []  # the attempt before did not succeed: what was held back counts
+            for launch, line in held:
+                self._echo(launch, line)
             names = {task.name for task in status.tasks}
             for name in [name for name in self._views if names and name not in names]:
                 del self._views[name]  # a gang that went on with fewer hosts has fewer tasks

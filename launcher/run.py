@@ -37,7 +37,7 @@ from launcher.rundir.stacks_now import StackRequests
 from launcher.rundir.stop import stop_requester
 from launcher.spec.models import ClusterSpec
 from launcher.supervise.faults import Fault
-from launcher.supervise.gang import LaunchState, RunResult
+from launcher.supervise.gang import LaunchState, RunResult, TaskStatus
 from launcher.supervise.grow_back import GrowBack
 from launcher.supervise.membership import Membership, membership_of
 from launcher.supervise.policy import RestartPolicy
@@ -247,9 +247,11 @@ def launch(
         lock, mark = _claim_run_dir(spec, first_plan, report, unstarted)
         unstarted.pop_all()  # the supervisor closes the transport; the run's end releases the lock and mark
     covered = planner if network is None else _covered(planner, network)
-    supervisor = _supervisor(spec, console, covered, transport, allocation, membership, inputs, spare_tasks)
+    supervisor, requests = _supervisor(spec, console, covered, transport, allocation, membership, inputs, spare_tasks)
     with contextlib.ExitStack() as held:
         held.callback(lock.release)
+        requests.start()
+        held.callback(requests.close)
         if mark is not None:
             held.callback(mark.release)
         if network is not None:  # the supervisor closed the transport: every task is gone
@@ -266,8 +268,9 @@ def _supervisor(
     membership: Membership | None,
     inputs: PlanInputs,
     spare_tasks: tuple[TaskLaunch, ...],
-) -> Supervisor:
-    requests = StackRequests(inputs.run_dir, transport, lambda: _running(supervisor))  # `launch stacks`
+) -> tuple[Supervisor, StackRequests]:
+    """The run's supervisor, and what answers `launch stacks` (given the running tasks between events)."""
+    requests = StackRequests(inputs.run_dir, transport)
     supervisor = Supervisor(
         planner=planner,
         transport=transport,
@@ -276,24 +279,28 @@ def _supervisor(
         on_output=console.output,
         on_notice=console.notice,
         on_report=console.report,
-        on_drained=lambda: _drained(console, requests),
+        on_drained=lambda: _drained(console, requests, supervisor),
         echoes=console.echoes,
         sleep=console.wait,
         preemption_ends_run=allocation is not None and requeueable(spec, allocation),
         host_loss=_host_loss(spec, membership, transport, inputs, spare_tasks),
     )
-    return supervisor
+    return supervisor, requests
 
 
-def _drained(console: Console, requests: StackRequests) -> None:
+def _drained(console: Console, requests: StackRequests, supervisor: Supervisor) -> None:
     console.flush()
-    requests.poll()
+    requests.publish(lambda: _running(supervisor))
 
 
-def _running(supervisor: Supervisor) -> list[TaskLaunch]:
+def _running(supervisor: Supervisor) -> tuple[list[TaskLaunch], list[TaskStatus], float]:
+    """The tasks running now: their launches and statuses, and the supervisor's clock."""
     status = supervisor.snapshot()
-    live = {t.name for t in status.tasks if t.running} if status is not None else set()
-    return [t for t in supervisor.plan.tasks if t.name in live]
+    if status is None:
+        return [], [], 0.0
+    running = [t for t in status.tasks if t.running and not status.stopping]
+    names = {t.name for t in running}
+    return [t for t in supervisor.plan.tasks if t.name in names], running, status.now
 
 
 def _host_loss(

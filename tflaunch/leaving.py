@@ -47,17 +47,18 @@ def leave_after_peers(limit_s: float = LEAVE_WAIT_S) -> float:
                 except ValueError:  # not host:port: the strategy would have refused it; nothing to wait for
                     continue
     started = time.monotonic()
-    while peers and time.monotonic() - started < limit_s:
-        peers = [peer for peer in peers if _still_there(peer)]
+    deadline = started + limit_s
+    while peers and time.monotonic() < deadline:
+        peers = [peer for peer in peers if time.monotonic() >= deadline or _still_there(peer, deadline)]
         if peers:
             time.sleep(INTERVAL_S)
     return time.monotonic() - started
 
 
-def _still_there(peer: Any) -> bool:
+def _still_there(peer: Any, deadline: float) -> bool:
     """Whether the peer's port still accepts a connection (or does not answer at all); refused: it left."""
     try:
-        with socket.create_connection(peer, timeout=CONNECT_TIMEOUT_S):
+        with socket.create_connection(peer, timeout=max(0.01, min(CONNECT_TIMEOUT_S, deadline - time.monotonic()))):
             return True
     except (ConnectionRefusedError, socket.gaierror):
         return False

@@ -12,6 +12,7 @@ import sys
 
 from launcher.cli.streams import say
 from launcher.common import exit_codes
+from launcher.common.errors import UsageError
 from launcher.rundir.lock import is_run_dir
 from worker.contract import DEFAULT_RUN_ROOT
 
@@ -52,14 +53,21 @@ def stop(args: argparse.Namespace, command: list[str]) -> int:
 
 
 def stacks(args: argparse.Namespace, command: list[str]) -> int:
+    from launcher.common.printable import escaped
     from launcher.rundir.stacks_now import take_now  # see the module's docstring
 
     run_dir = run_dir_named(args.run_dir, args.run_root)
     found = take_now(run_dir, args.task or None, args.timeout, lambda line: print(line, file=sys.stderr))
-    if not found:
-        say(f"{run_dir}: no task of it is running{' by that name' if args.task else ''}")
+    unknown = [task for task in args.task if task not in found["running"]]
+    if unknown:
+        running = ", ".join(found["running"]) or "none now"
+        raise UsageError(f"no running task named {', '.join(escaped(t) for t in unknown)} (running: {running})")
+    if not found["tasks"]:
+        say(f"{escaped(run_dir)}: no task of it is running now (starting, stopping or backing off); try again soon")
         return exit_codes.SUCCEEDED
-    print("\n".join(found.values()), end="")
+    if found["behind"]:
+        print(f"behind: {found['behind']}\n")
+    print("\n".join(found["tasks"].values()), end="")
     return exit_codes.SUCCEEDED
 
 

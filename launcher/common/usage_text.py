@@ -9,11 +9,18 @@ from collections.abc import Mapping
 USAGE_KEYS = ("cpu", "rss", "gpu", "gpu_mem")
 
 
+_LARGEST = 1e18  # no CPU share nor memory of a task is larger: a file that says so is not the launcher's
+
+
 def number(value: object) -> float | None:
-    """A finite, non-negative number as a float; None for anything else (a string, a boolean, NaN)."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0:
-        return float(value)
-    return None
+    """A finite, non-negative number as a float; None for anything else (a string, a boolean, NaN, 10**400)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    try:
+        found = float(value)
+    except OverflowError:
+        return None
+    return found if math.isfinite(found) and 0 <= found <= _LARGEST else None
 
 
 def usage_text(usage: Mapping[str, object]) -> tuple[str, str]:

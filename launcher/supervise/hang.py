@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from launcher.common.errors import InterruptedLaunchError
 from launcher.common.masking import redact
 from launcher.common.private_files import make_private_dir
 from launcher.plan import TaskLaunch
@@ -43,6 +44,8 @@ def take(transport: Transport, launches: list[TaskLaunch]) -> dict[str, TaskStac
     """Every thread's stack of these tasks, as their agents took them; a transport that cannot says why."""
     try:
         taken = transport.stacks(launches)
+    except InterruptedLaunchError:  # the user's stop comes first
+        raise
     except Exception as error:  # noqa: BLE001 - naming a hang must never stop the stop that follows
         log.warning("cannot take the tasks' stacks: %s", error)
         taken = {launch.name: {"via": None, "why": str(error)} for launch in launches}
@@ -72,7 +75,7 @@ def name(transport: Transport, launches: list[TaskLaunch], statuses: list[TaskSt
     """Take the running tasks' stacks, write them, and name the task behind."""
     stacks = take(transport, launches)
     hang = write(stacks, launches, time.time())
-    hang.named = name_the_hang(statuses, stacks, now)
+    hang.named = redact(name_the_hang(statuses, stacks, now))  # a secret in a file or function name stays masked
     behind = laggards(statuses, stacks)
     hang.laggard = behind[0].name if behind else None
     return hang

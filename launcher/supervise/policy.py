@@ -111,15 +111,19 @@ def default_crash_grace_s(training_kind: str) -> float:
 
 DEFAULT_STALL_FLOOR_S = 600.0
 DEFAULT_STALL_STEPS = 50
+RUNTIME_STEPS = ("builtin", "fit")  # the training kinds whose steps the runtime reports, not the user's code
 
 
-def default_stall_s(status: GangStatus) -> float | None:
+def default_stall_s(status: GangStatus, steps_itself: bool = False) -> float | None:
     """The stall timeout when the spec sets none: max(10 minutes, 50 times the slowest task's mean step
-    time), once every running task reported a step; None (not judged) before, or where steps are not
-    reported (a script of the user's own that never calls `report`)."""
+    time), once every running task reported a step. Before that, where the runtime reports the steps
+    itself (`steps_itself`: the builtin and fit kinds), 10 minutes from joining (and from its restore): a
+    data loader stuck before the first step is a hang too. Else None (not judged): a function or script
+    that never calls `report` may train for hours without a word."""
     running = [t for t in status.tasks if t.running]
     if status.step_time_s is None or any(t.step is None for t in running):
-        return None
+        joined = steps_itself and status.reports_progress and bool(running) and all(t.joined for t in running)
+        return DEFAULT_STALL_FLOOR_S if joined else None
     return max(DEFAULT_STALL_FLOOR_S, DEFAULT_STALL_STEPS * status.step_time_s)
 
 
@@ -247,11 +251,17 @@ class RestartPolicy:
         return self._restart_or_fail(status, FailureKind.START_TIMEOUT, behind[0].name, reason, signature)
 
     def _stall(self, status: GangStatus) -> Decision:
-        stall, setting = self.spec.stall_timeout_s, "stall_timeout_s"
-        if stall is None:
-            stall, setting = default_stall_s(status), "the default stall timeout: max(600 s, 50 step times)"
-            if stall is None:
-                return KEEP_GOING
+        setting = "stall_timeout_s"
+        given = self.spec.stall_timeout_s
+        if given is None:
+            steps_itself = self.training_kind in RUNTIME_STEPS
+            given, setting = (
+                default_stall_s(status, steps_itself),
+                "the default stall timeout: max(600 s, 50 step times)",
+            )
+        if given is None:
+            return KEEP_GOING
+        stall: float = given
         running = [t for t in status.tasks if t.running]
 
         def quiet_for_too_long(task: TaskStatus) -> bool:
@@ -264,6 +274,8 @@ class RestartPolicy:
         if running and all(quiet_for_too_long(t) for t in running):
             slowest = min(running, key=lambda t: t.last_progress)
             what = "reported no step" if status.reports_progress else "printed nothing"
+            if status.reports_progress and any(t.step is None for t in running) and self.spec.start_timeout_s > stall:
+                stall, setting = self.spec.start_timeout_s, "start_timeout_s, before a task's first step"
             return self._restart_or_fail(
                 status,
                 FailureKind.STALLED,

@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from launcher.common.printable import printable
 from launcher.supervise.gang import TaskStatus
 
 _FAULTHANDLER_THREAD = re.compile(r"^(Current thread|Thread) (0x[0-9a-fA-F]+) \(most recent call first\):")
@@ -128,7 +129,12 @@ def _faulthandler_threads(text: str, pid: object) -> tuple[Thread, ...]:
 
 
 def render(stacks: TaskStacks, host: str, at: float) -> str:
-    """The text of a task's stack file."""
+    """The text of a task's stack file: nothing in it acts on a terminal it is shown on (a thread's name, a
+    function's or what a task wrote to its stack file may hold escape sequences)."""
+    return "\n".join(printable(line) for line in _render(stacks, host, at).split("\n"))
+
+
+def _render(stacks: TaskStacks, host: str, at: float) -> str:
     when = time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(at))
     if stacks.via is None:
         return f"{stacks.task} on {host}: no stack taken at {when}: {stacks.why}\n"
@@ -157,6 +163,8 @@ def _ago(task: TaskStatus, now: float) -> str:
 def _at(task: TaskStatus, now: float) -> str:
     if task.step is not None:
         return f"at step {task.step} since {_ago(task, now)}"
+    if task.joined:
+        return f"before its first step (nothing for {_ago(task, now)})"
     said = f"last reported {task.milestone!r}" if task.milestone else "reported nothing"
     return f"not joined ({said}, {_ago(task, now)} ago)"
 

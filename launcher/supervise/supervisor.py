@@ -217,6 +217,7 @@ class Supervisor:
             task.reported = True
             if kind in (*START_MILESTONES, RESTORED):
                 task.times.setdefault(str(kind), time.time())
+                task.last_progress = self._clock() if kind == RESTORED else task.last_progress  # a restore is progress
             elif kind in PROGRESS_EVENTS:
                 task.times.setdefault(FIRST_STEP, time.time())
             if kind == RECORD:

@@ -170,7 +170,7 @@ def test_a_task_stopped_for_too_long_is_hung() -> None:
     decision = policy.decide(status(task("worker:0"), task("worker:1", stopped_since=5.0), now=10.0))
     assert (decision.action, decision.kind, decision.cause) == (Action.RESTART, FailureKind.STALLED, "worker:1")
     off = RestartPolicy(RestartSpec(stopped_timeout_s=None))
-    assert off.decide(status(task("worker:1", stopped_since=0.0), now=1e6)).action is Action.KEEP_GOING
+    assert off.decide(status(task("worker:1", stopped_since=0.0), now=1e6, reports=False)).action is Action.KEEP_GOING
 
 
 def test_grace_depends_on_why_the_gang_stops() -> None:
@@ -211,9 +211,16 @@ def test_before_the_first_step_start_up_time_applies_not_the_stall_timeout() -> 
     assert policy.decide(status(task("worker:0", progress=0.0), now=31.0)).kind is FailureKind.STALLED
 
 
-def test_stall_off_by_default() -> None:
+def test_without_stall_timeout_s_a_script_that_reports_no_step_is_not_judged() -> None:
     policy = RestartPolicy(RestartSpec())
-    assert policy.decide(status(task("worker:0"), now=10_000.0)).action is Action.KEEP_GOING
+    assert policy.decide(status(task("worker:0"), now=10_000.0, reports=False)).action is Action.KEEP_GOING
+    assert (
+        policy.decide(status(task("worker:0"), now=10_000.0)).action is Action.KEEP_GOING
+    )  # a function: may say nothing
+    builtin = RestartPolicy(RestartSpec(), "builtin")  # the runtime joined, and made no step for 10 minutes
+    assert builtin.decide(status(task("worker:0"), now=599.0)).action is Action.KEEP_GOING
+    joined = builtin.decide(status(task("worker:0"), now=600.0))
+    assert joined.kind is FailureKind.STALLED and "no step for 600s" in joined.reason, joined
 
 
 def test_backoff_doubles_up_to_the_cap() -> None:
@@ -255,7 +262,8 @@ def test_a_tensorflow_error_is_summed_up_by_its_meaningful_line() -> None:
         (0.1, 600.0, True),
         (20.0, 999.0, False),  # 50 step times of 20 s
         (20.0, 1000.0, True),
-        (None, 5000.0, False),  # no step time yet: not judged
+        (None, 599.0, False),  # no step time yet: the floor, counted from the last step
+        (None, 600.0, True),
     ],
 )
 def test_without_stall_timeout_s_a_gang_that_stepped_stalls_after_the_default(
@@ -263,11 +271,15 @@ def test_without_stall_timeout_s_a_gang_that_stepped_stalls_after_the_default(
 ) -> None:
     from dataclasses import replace
 
-    policy = RestartPolicy(RestartSpec(max_restarts=2))
+    policy = RestartPolicy(RestartSpec(max_restarts=2), "builtin")
     gang = status(task("worker:0", step=40), task("worker:1", step=41), now=quiet_for)
     decision = policy.decide(replace(gang, step_time_s=step_time))
     assert (decision.action is Action.RESTART) is stalled, decision
     if stalled:
         assert decision.kind is FailureKind.STALLED and "the default stall timeout" in decision.reason
+    # a task joined but not stepped yet (a data loader stuck before the first step): the floor, from its joining
     not_stepped = status(task("worker:0", step=40), task("worker:1"), now=quiet_for)
-    assert policy.decide(replace(not_stepped, step_time_s=step_time)).action is Action.KEEP_GOING
+    decided = policy.decide(replace(not_stepped, step_time_s=step_time))
+    assert (decided.action is Action.RESTART) is (quiet_for >= 600), decided
+    unjoined = status(task("worker:0", step=40), task("worker:1", joined=False), now=quiet_for)
+    assert policy.decide(replace(unjoined, step_time_s=step_time, reports_progress=False)).action is Action.KEEP_GOING
