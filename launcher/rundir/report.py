@@ -148,6 +148,8 @@ def summary(result: RunResult) -> dict[str, Any]:
             "error": task.error,
             "log": _made(task.log_path),
         }
+    if first is None:
+        first = _hung_first(result)
     return {
         "run_name": result.run_name,
         "run_dir": result.run_dir,
@@ -173,6 +175,35 @@ def summary(result: RunResult) -> dict[str, Any]:
             }
             for a in result.attempts
         ],
+    }
+
+
+_HUNG = {
+    "stalled": "hung: no progress (stopped by the launcher)",
+    "start_timeout": "hung in start-up (stopped by the launcher)",
+}
+
+
+def _hung_first(result: RunResult) -> dict[str, Any] | None:
+    """For a run that failed by a hang, whose tasks all were stopped by the launcher: the task behind, as the
+    root cause (the laggard its stacks named, else the one quiet longest)."""
+    last = result.attempts[-1] if result.attempts else None
+    if result.state.value != "failed" or last is None or last.kind not in _HUNG or last.cause is None:
+        return None
+    task = next((t for t in last.tasks if t.name == last.cause), None)
+    if task is None:
+        return None
+    named = (last.hang or {}).get("named")
+    return {
+        "attempt": last.attempt,
+        "task": task.name,
+        "host": task.host,
+        "exit": _HUNG[last.kind],
+        "exit_code": task.exit_code,
+        "signal": task.signal,
+        "error": None,
+        "log": _made(task.log_path),
+        **({"hang": named} if isinstance(named, str) and named else {}),
     }
 
 

@@ -461,6 +461,8 @@ def _describe_summary(run_dir: str, summary: dict[str, Any], path: str) -> list[
             f"  first failure: {first.get('task')} on {first.get('host')} {first.get('exit')} "
             f"(attempt {first.get('attempt')}){cause}"[:600]
         )
+        if first.get("hang"):
+            lines.append(f"  where: {first['hang']}"[:600])
         known = first.get("known_cause") if isinstance(first.get("known_cause"), dict) else {}
         if known:
             lines.append(f"  known cause: {known.get('says')} (see {known.get('see')})"[:600])

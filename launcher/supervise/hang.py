@@ -49,7 +49,8 @@ def take(transport: Transport, launches: list[TaskLaunch]) -> dict[str, TaskStac
     except Exception as error:  # noqa: BLE001 - naming a hang must never stop the stop that follows
         log.warning("cannot take the tasks' stacks: %s", error)
         taken = {launch.name: {"via": None, "why": str(error)} for launch in launches}
-    return {launch.name: parse(launch.name, taken.get(launch.name) or {"why": "it had ended"}) for launch in launches}
+    unanswered = {"why": "no answer came for it"}
+    return {launch.name: parse(launch.name, taken.get(launch.name) or unanswered) for launch in launches}
 
 
 def write(stacks: dict[str, TaskStacks], launches: list[TaskLaunch], at: float) -> Hang:
@@ -82,8 +83,39 @@ def name(transport: Transport, launches: list[TaskLaunch], statuses: list[TaskSt
 
 
 def stacks_of(transport: Transport, launches: list[TaskLaunch]) -> Hang:
-    """These tasks' stacks, written (tasks that ignored a stop: where they were stuck); naming no one."""
-    return write(take(transport, launches), launches, time.time())
+    """These tasks' stacks, written (tasks that ignored a stop), each named with its innermost frame of the
+    user's code: where it was stuck."""
+    stacks = take(transport, launches)
+    found = write(stacks, launches, time.time())
+    frames = {name: frame for name, got in stacks.items() if (frame := got.user_frame()) is not None}
+    found.named = redact("; ".join(f"{name} in {frame.short()}" for name, frame in frames.items()))
+    return found
+
+
+def where(hang: Hang, attempt_dir: str) -> str:
+    """Where a hang's stacks are, or why there are none."""
+    if not hang.files or len(hang.missing) == len(hang.files):
+        why = next(iter(hang.missing.values()), "no task was running")
+        return f"no task's stack could be taken: {why}"
+    text = f"the tasks' stacks, taken before the stop, are in {attempt_dir} (*.stack.txt)"
+    if hang.missing:
+        text += f"; none of {', '.join(hang.missing)}: {next(iter(hang.missing.values()))}"
+    return text
+
+
+def ignored_stop(names: str, grace: float, hang: Hang, trained: bool, attempt_dir: str) -> str:
+    """What the launcher says of tasks that ignored SIGTERM past their grace period, from their stacks."""
+    text = f"{names} did not exit within restart.grace_period_s={grace:g}s of SIGTERM: SIGKILL now"
+    if hang.named:
+        text += (
+            f"; stuck {hang.named} (its stack is in {attempt_dir}): a task saves and leaves at its next step, "
+            "and never got there"
+        )
+    else:
+        text += (
+            ". A training script should save and leave on SIGTERM (PreemptionCheckpointHandler: docs/your-script.md)"
+        )
+    return text + ("; what it trained since its last checkpoint is lost" if trained else "")
 
 
 def merged(earlier: Hang | None, later: Hang) -> Hang:

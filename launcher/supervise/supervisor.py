@@ -345,7 +345,6 @@ class Supervisor:
         running = [t for t in status.tasks if t.running]
         self._hang = hang.name(self._transport, [self._tasks[t.name].launch for t in running], running, status.now)
         self._last_hang = {"attempt": self.plan.attempt, **self._hang.to_json()}
-        self._on_notice(f"a hang: every task's stack is in {self.plan.attempt_dir} (*.stack.txt)")
         return hang.named_in(decision, self._hang)
 
     def _maybe_grow(self, status: GangStatus) -> None:
@@ -437,6 +436,8 @@ class Supervisor:
         """Stop what still runs, then record how every task of this attempt ended."""
         if decision.action is Action.FAIL:
             self._on_notice(decision.reason)
+        if self._hang is not None and decision.kind is not FailureKind.NONE:  # after what the hang was
+            self._on_notice(hang.where(self._hang, self.plan.attempt_dir))
         for task in self._tasks.values():
             # once stopped, stays so (a Ctrl-C during a restart's stop decides again)
             task.stopped = task.stopped or (
@@ -488,13 +489,11 @@ class Supervisor:
         self._await_exits(deadline)
         stubborn = send_term and grace > 0 and self._stop_asked and not self.hurry  # a stop asked for; not a failure's
         ignored = [t for t in live if t.exit is None] if stubborn else []
-        if ignored:
-            self._hang = hang.merged(self._hang, hang.stacks_of(self._transport, [t.launch for t in ignored]))
-            self._on_notice(
-                f"{names_of(ignored)} did not exit within restart.grace_period_s={grace:g}s of SIGTERM: SIGKILL now. "
-                "A training script should save and leave on SIGTERM (PreemptionCheckpointHandler: "
-                "docs/your-script.md); what it trained since its last checkpoint is lost"
-            )
+        if ignored:  # where they were stuck, from their stacks, before SIGKILL
+            found = hang.stacks_of(self._transport, [t.launch for t in ignored])
+            self._hang = hang.merged(self._hang, found)
+            trained = any(t.step for t in ignored)
+            self._on_notice(hang.ignored_stop(names_of(ignored), grace, found, trained, self.plan.attempt_dir))
         cut_short = [t for t in live if t.exit is None] if self.hurry and grace > 0 else []
         if cut_short:
             self._on_notice(f"interrupted again: SIGKILL to {len(cut_short)} task(s) now, without their grace period")

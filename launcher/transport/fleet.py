@@ -252,8 +252,12 @@ class AgentTransport:
 
         def on_host(index: int) -> None:
             session = self._live(index)
-            names = session.running(by_host[index]) if session is not None else {}
-            if session is None or not names:
+            if session is None:
+                found.update({name: {"via": None, "why": "its host is lost"} for name in by_host[index]})
+                return
+            names = session.running(by_host[index])
+            found.update({name: {"via": None, "why": "it had ended"} for name in by_host[index] - set(names.values())})
+            if not names:
                 return
             try:
                 answer = session.probe({"op": "stacks", "ids": list(names)}, timeout=STACKS_TIMEOUT_S)

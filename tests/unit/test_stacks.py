@@ -7,9 +7,10 @@ from pathlib import Path
 from typing import Any
 
 from launcher.agent.stacks import _within
+from launcher.rundir.report import summary
 from launcher.rundir.status import _hang_rows
 from launcher.supervise.gang import TaskStatus
-from launcher.supervise.hang import Hang, named_in
+from launcher.supervise.hang import Hang, ignored_stop, named_in, where
 from launcher.supervise.policy import Action, Decision, FailureKind
 from launcher.supervise.stacks import laggards, name_the_hang, parse, render, stack_path
 from tests.unit.test_supervisor import make
@@ -130,7 +131,29 @@ def test_a_stall_takes_every_running_task_s_stack_before_the_stop(tmp_path: Path
     assert attempt.hang is not None and sorted(attempt.hang["stack_files"]) == ["worker:0", "worker:1"]
     written = Path(attempt.hang["stack_files"]["worker:1"]).read_text()
     assert "read_shard (/home/u/data.py:88)" in written and written.startswith("worker:1 on ")
-    assert any("every task's stack is in" in n for n in notices)
+    said = [n for n in notices if "stacks, taken before the stop, are in" in n]
+    assert len(said) == 1 and notices.index(said[0]) == notices.index(attempt.reason) + 1, notices  # after the why
+    sup.shutdown(asked=False)
+    summary_first = summary(sup.result)["first_failure"]
+    assert summary_first["task"] == "worker:1" and summary_first["exit"].startswith("hung"), summary_first
+    assert "read_shard" in summary_first["hang"]
+
+
+def test_where_a_hang_s_stacks_are_says_when_none_could_be_taken() -> None:
+    none = Hang(files={"worker:0": "/a/w0", "worker:1": "/a/w1"}, missing={"worker:0": "x", "worker:1": "x"})
+    assert where(none, "/a") == "no task's stack could be taken: x"
+    some = Hang(files={"worker:0": "/a/w0", "worker:1": "/a/w1"}, missing={"worker:1": "held stopped"})
+    assert where(some, "/a").endswith("are in /a (*.stack.txt); none of worker:1: held stopped")
+
+
+def test_a_task_that_ignored_sigterm_is_said_stuck_where_its_stack_shows() -> None:
+    stuck = Hang(named="worker:1 in busy.py:46 spin")
+    said = ignored_stop("worker:1", 3, stuck, trained=False, attempt_dir="/a")
+    assert (
+        "stuck worker:1 in busy.py:46 spin (its stack is in /a)" in said and "PreemptionCheckpointHandler" not in said
+    )
+    assert "what it trained" not in said
+    assert "PreemptionCheckpointHandler" in ignored_stop("worker:1", 3, Hang(), trained=True, attempt_dir="/a")
 
 
 def test_launch_status_shows_a_hang_and_never_trusts_its_fields() -> None:

@@ -207,13 +207,13 @@ def test_start_timeout_restarts_naming_the_task_then_stops_when_it_repeats(tmp_p
     assert sup.step(0) is LaunchState.STARTING
     clock.now += 2
     assert sup.step(0) is LaunchState.STARTING and sup.restarts == 1  # a missed start is retried
-    assert "worker:1 did not join" in notices[-1] and "restart 1 of 5" in notices[-1]
+    assert "worker:1 did not join" in notices[-2] and "restart 1 of 5" in notices[-2]
     assert all(signal.SIGTERM in t.signals for t in transport.started[:2])
     transport.started[2].say("joined")
     transport.started[3].say("starting")
     clock.now += 31
     assert sup.step(0) is LaunchState.FAILED  # the same task stuck at the same point: not retried again
-    assert "worker:1 did not join" in notices[-1] and "the same failure twice; not retrying" in notices[-1]
+    assert "worker:1 did not join" in notices[-2] and "the same failure twice; not retrying" in notices[-2]
 
 
 def test_a_stopped_task_is_hung_at_once(tmp_path: Path) -> None:
@@ -226,7 +226,7 @@ def test_a_stopped_task_is_hung_at_once(tmp_path: Path) -> None:
     assert sup.step(0) is LaunchState.STARTING and sup.restarts == 0
     clock.now += 1
     assert sup.step(0) is LaunchState.STARTING and sup.restarts == 1
-    assert "worker:1 on localhost has been stopped" in notices[-1]
+    assert "worker:1 on localhost has been stopped" in notices[-2]
 
 
 def test_a_continued_task_is_not_hung(tmp_path: Path) -> None:
