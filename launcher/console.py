@@ -28,7 +28,7 @@ from launcher.common.printable import printable
 from launcher.common.usage_text import USAGE_KEYS, number, usage_text
 from launcher.plan import TaskLaunch
 from launcher.supervise.gang import GangStatus
-from worker.contract import CONTINUED, DONE, JOINED, PROGRESS_EVENTS, STOPPED, USAGE
+from worker.contract import CONTINUED, DONE, IMPORTED, JOINED, PROGRESS_EVENTS, STARTING, STOPPED, USAGE
 from worker.files import write_atomic
 
 _REDRAW_S = 0.25
@@ -37,6 +37,7 @@ _LAST_LINE_MIN = 12  # the task's last line keeps this much before a column is d
 _DROPPED_FIRST = ("attempt", "mem", "ETA", "cpu", "steps/s", "loss")  # the attempt is in the title too
 _STATUS_FILE_S = 1.0
 _LAST_LINE_KEPT = 300
+_QUIET_S = 10.0  # a running task without a step for this long (and five step times) shows it
 _HELD_LINES = 500  # shutdown noise held back after a task finished: at most this many are shown should it fail
 
 
@@ -52,10 +53,23 @@ class TaskView:
     stragglers: bool = False  # inside a healthy join's "Example stragglers:" list of task names
     in_shutdown_noise: bool = False  # its last line was held back as shutdown noise (see Console.output)
     usage: dict[str, float | None] = field(default_factory=dict)  # the agent's last sample: cpu, rss, gpu, gpu_mem
+    milestone: str | None = None  # the last start-up milestone it reported (imported, ...)
     _last_step: tuple[float, int] | None = field(default=None, repr=False)
 
     def new_attempt(self) -> None:
         self.state, self.rate, self._last_step, self.usage = task_states.STARTING, None, None, {}
+        self.milestone = None
+
+    def shown(self, now: float) -> tuple[str, float | None, float | None]:
+        """(state, steps/s, ETA) as the table and status.json show them now: a task that made no step for
+        longer than _QUIET_S and five of its step times says so, with neither a rate nor an ETA (they are
+        stale); one starting says how far it got."""
+        quiet = now - self._last_step[0] if self._last_step is not None else None
+        if self.state == task_states.RUNNING and quiet is not None and quiet >= max(_QUIET_S, 5 / (self.rate or 1)):
+            return f"{task_states.RUNNING}, no step for {quiet:.0f}s", None, None
+        if self.state == task_states.STARTING and self.milestone:
+            return f"{task_states.STARTING} ({self.milestone})", self.rate, self.eta_s
+        return self.state, self.rate, self.eta_s
 
     def saw_usage(self, data: dict[str, Any]) -> None:
         """The agent's sample (launcher/agent/usage.py): numbers only, never a task's say."""
@@ -227,6 +241,8 @@ class Console:
     def report(self, launch: TaskLaunch, data: dict[str, Any]) -> None:
         view = self._view(launch)
         kind = data.get("event")
+        if kind in (STARTING, IMPORTED):
+            view.milestone = str(kind)
         if kind == JOINED:
             view.state = task_states.RUNNING
         elif kind == STOPPED:
@@ -339,18 +355,20 @@ class Console:
         measured = any(value is not None for view in self._views.values() for value in view.usage.values())
         usage = ["cpu", "mem"] if measured else []  # only once an agent sampled a task
         lines = [["task", "state", "attempt", "step", "steps/s", "ETA", "loss", *usage, "last line"]]
+        now = time.monotonic()
         for view in sorted(self._views.values(), key=_task_order):  # chief, worker:0, worker:1, ..., worker:10
             step = "" if view.step is None else str(view.step)
             if view.total is not None and step:
                 step = f"{step}/{view.total}"
+            state, rate, eta = view.shown(now)
             lines.append(
                 [
                     view.label,
-                    view.state,
+                    state,
                     str(self._attempt),
                     step,
-                    "" if view.rate is None else f"{view.rate:.1f}",
-                    duration_text(view.eta_s),
+                    "" if rate is None else f"{rate:.1f}",
+                    duration_text(eta),
                     "" if view.loss is None else f"{view.loss:.4g}",
                     *(usage_text(view.usage) if measured else ()),
                     view.last_line,
@@ -438,12 +456,10 @@ class Console:
             "tasks": [
                 {
                     "task": v.label,
-                    "state": v.state,
+                    **dict(zip(("state", "steps_per_s", "eta_s"), v.shown(time.monotonic()), strict=True)),
                     "step": v.step,
                     "total": v.total,
                     "loss": v.loss,
-                    "steps_per_s": v.rate,
-                    "eta_s": v.eta_s,
                     "cpu_percent": v.usage.get("cpu"),
                     "rss_bytes": v.usage.get("rss"),
                     "gpu_percent": v.usage.get("gpu"),

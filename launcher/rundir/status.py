@@ -328,7 +328,8 @@ def _eta_text(value: object) -> str:
 def _as_last_seen(task: dict[str, Any]) -> dict[str, Any]:
     """A task row of a launcher that is gone: its state is what was last seen, its rate no longer is."""
     state = str(task.get("state", ""))
-    last_seen = f"was {state}" if state in task_states.LIVE else state  # an exit stays what it was
+    live = state.split(",")[0].split(" (")[0] in task_states.LIVE  # "running, no step for 40s", "starting (imported)"
+    last_seen = f"was {state}" if live else state  # an exit stays what it was
     return {**task, "state": last_seen, "steps_per_s": None, "eta_s": None, "cpu_percent": None}
 
 

@@ -93,3 +93,14 @@ def test_the_live_view_and_the_status_file_show_what_the_agent_sampled(tmp_path:
     console.close()
     written = json.loads((tmp_path / "status.json").read_text())["tasks"][0]
     assert written["cpu_percent"] == 99.6 and written["rss_bytes"] == 700 * 2**20
+
+
+def test_a_task_that_stopped_stepping_shows_it_without_a_stale_rate_or_eta() -> None:
+    view = TaskView("worker:1", state="running", total=100)
+    view.saw_step(10, 100.0)
+    view.saw_step(20, 105.0)  # 2 steps a second
+    assert view.shown(109.0) == ("running", 2.0, 40.0)
+    assert view.shown(115.5) == ("running, no step for 10s", None, None)
+    starting = TaskView("worker:0")
+    starting.milestone = "imported"
+    assert starting.shown(0.0)[0] == "starting (imported)"
