@@ -244,18 +244,25 @@ def failure_text(result: RunResult) -> str:
         late = [t for t in last.tasks if not t.joined]
         for task in [t for t in late if t.name == last.cause] or late:
             lines.append(f"never joined: {task.name} on {task.host}{_pid(task)}; last lines of {task.log_path}:")
-            lines += [f"    | {line}" for line in log_tail(task.log_path)] or ["    (no output)"]
+            lines += [f"    | {line}" for line in log_tail(task.log_path)] or [_nothing_shown(task.log_path)]
     elif last is not None and last.cause:
         cause = next((t for t in last.tasks if t.name == last.cause), None)
         if cause is not None:
             lines.append(f"  last lines of {cause.log_path}:")
-            lines += [f"    | {line}" for line in log_tail(cause.log_path)] or ["    (no output)"]
+            lines += [f"    | {line}" for line in log_tail(cause.log_path)] or [_nothing_shown(cause.log_path)]
     if last is not None and last.hang:
         lines += hang_lines(last.hang)
     if len(result.attempts) > 1:
         lines.append("attempts:")
         lines += [f"  {a.attempt}: {_shown(a.reason)}" for a in result.attempts]
     return "\n".join(lines)
+
+
+def _nothing_shown(log_path: str) -> str:
+    """What the report says of a log whose tail shows nothing: empty, or only TensorFlow's start-up lines."""
+    if read_end(log_path, 1):
+        return "    (only TensorFlow's known start-up lines; `launch logs` shows them)"
+    return "    (no output)"
 
 
 def hang_lines(hang: dict[str, Any]) -> list[str]:

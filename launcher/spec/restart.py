@@ -72,10 +72,13 @@ class RestartSpec(StrictModel):
         None,
         gt=0,
         le=86400,
-        description="Restart the gang when no task makes progress for this many seconds. Until its first step a task "
-        "gets start_timeout_s instead (restoring and tracing are start-up). Unset: once every task reported a step "
-        "(the built-in runtime, a function, a script calling report), max(600 s, 50 times the slowest task's mean "
-        "step time); a script that reports no step is not judged. Set 86400 to wait a day.",
+        description="Restart the gang when no task makes progress for this many seconds; every task's stack is "
+        "taken first and the task behind named. For the built-in runtime and a function, until its first step a task "
+        "gets start_timeout_s if that is longer (restoring and tracing are start-up); a command's output is its "
+        "progress. Unset: once every task reported a step (the built-in runtime, a function, a script calling "
+        "report), max(600 s, 50 times the slowest task's mean step time); before that, for the builtin and fit kinds, "
+        "600 s from joining and from the restore; a function or script that reports no step is not judged. Set 86400 "
+        "to wait a day.",
     )
     liveness_timeout_s: float = Field(
         15.0,
