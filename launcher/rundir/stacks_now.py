@@ -140,7 +140,7 @@ class StackRequests:
         chosen = [t for t in launches if not wanted or t.name in wanted]
         taken = hang.take(self._transport, chosen)
         at = time.time()
-        behind = name_the_hang([s for s in statuses if s.name in {t.name for t in chosen}], taken, now)
+        behind = name_the_hang(statuses, taken, now) if not wanted else ""  # over the whole gang only
         self._write(
             ident,
             {

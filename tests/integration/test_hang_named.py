@@ -71,9 +71,14 @@ def run_to_its_hang(work: Path, spec: dict[str, Any]) -> None:
             assert shown.returncode == 0, shown.stdout + shown.stderr
             assert proc.poll() is None, "`launch stacks` stopped nothing"
             assert f"read_shard ({DATA}:{hang_line()})" in shown.stdout, shown.stdout
+            behind = "behind: worker:1 at step 4 since "
+            assert shown.stdout.startswith(behind) and f"in data.py:{hang_line()} read_shard" in shown.stdout
             assert "worker:0 on " in shown.stdout and "site-packages/tensorflow/" in shown.stdout, shown.stdout
             only = run_launch(["stacks", str(run_dir), "--task", "worker:0"], work, timeout=120)
-            assert only.returncode == 0 and "worker:1" not in only.stdout and "worker:0" in only.stdout, only.stdout
+            assert only.returncode == 0 and "worker:0 on" in only.stdout, only.stdout
+            assert "worker:1" not in only.stdout, "neither worker:1's stack nor a behind line over one task"
+            unknown = run_launch(["stacks", str(run_dir), "--task", "worker:7"], work, timeout=120)
+            assert unknown.returncode == 2 and "no running task named worker:7" in unknown.stderr, unknown.stderr
             assert proc.wait(timeout=STALL_S + 120) == 1
         finally:
             if proc.poll() is None:
