@@ -33,11 +33,10 @@ class Hang:
     named: str = ""
     files: dict[str, str] = field(default_factory=dict)  # task -> its stack file
     missing: dict[str, str] = field(default_factory=dict)  # task -> why no stack was taken
+    laggard: str | None = None  # the first task named behind
 
     def to_json(self) -> dict[str, Any]:
         return {"named": self.named, "stack_files": self.files, "no_stack": self.missing}
-
-    laggard: str | None = None  # the first task named behind
 
 
 def take(transport: Transport, launches: list[TaskLaunch]) -> dict[str, TaskStacks]:

@@ -170,10 +170,18 @@ def _at(task: TaskStatus, now: float) -> str:
 
 
 def laggards(statuses: list[TaskStatus], stacks: dict[str, TaskStacks]) -> list[TaskStatus]:
-    """The tasks behind: those whose main thread is not in TensorFlow while others' are; else the furthest
-    behind (lowest step, then quiet longest)."""
+    """The tasks behind: one held stopped (SIGSTOP) first; in start-up, those that got least far (the others
+    wait for them, as the start-up deadline judges); in training, those whose main thread is not in TensorFlow
+    while others' are; else the furthest behind (lowest step, then quiet longest)."""
     if not statuses:
         return []
+    held = [t for t in statuses if t.stopped_since is not None]
+    if held:
+        return held
+    unjoined = [t for t in statuses if not t.joined]
+    if unjoined:
+        least = min(t.start_rank for t in unjoined)
+        return [t for t in unjoined if t.start_rank == least]
     taken = [t for t in statuses if t.name in stacks and stacks[t.name].threads]
     outside = [t for t in taken if not stacks[t.name].waits_in_tensorflow()]
     if outside and len(outside) < len(statuses):
@@ -193,6 +201,7 @@ def name_the_hang(statuses: list[TaskStatus], stacks: dict[str, TaskStacks], now
     for task in behind:
         frame = stacks[task.name].user_frame() if task.name in stacks else None
         where = f", in {frame.short()}" if frame is not None else ""
+        where = ", held stopped (SIGSTOP)" if task.stopped_since is not None else where
         parts.append(f"{task.name} {_at(task, now)}{where}")
     others = [t for t in statuses if t not in behind]
     waiting = [t for t in others if t.name in stacks and stacks[t.name].waits_in_tensorflow()]

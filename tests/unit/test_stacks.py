@@ -161,3 +161,20 @@ def test_launch_status_shows_a_hang_and_never_trusts_its_fields() -> None:
     assert rows[0] == "  hang in attempt 2: worker:1 at step 4" and "/r/a (*.stack.txt)" in rows[1]
     assert _hang_rows({"attempt": [], "named": 3, "stack_files": "x", "no_stack": 5})[0].startswith("  hang in")
     assert _hang_rows(None) == []
+
+
+def test_a_task_held_stopped_or_least_far_in_start_up_is_behind_whatever_the_others_stacks_say() -> None:
+    outside = {"worker:0": parse("worker:0", py_spy(IN_DATA)), "worker:1": parse("worker:1", {"why": "held"})}
+    held = [
+        status("worker:0", None, 1.0),
+        TaskStatus("worker:1", "h", 2, True, None, None, 0.0, 1.0, stopped_since=3.0),
+    ]
+    assert [t.name for t in laggards(held, outside)] == ["worker:1"]
+    assert "worker:1 before its first step (nothing for 9 s), held stopped (SIGSTOP)" in name_the_hang(
+        held, outside, 10.0
+    )
+    starting = [
+        TaskStatus("worker:0", "h", 1, False, None, None, 0.0, 1.0, reported=True, milestone="imported"),
+        TaskStatus("worker:1", "h", 2, False, None, None, 0.0, 1.0, reported=True, milestone="starting"),
+    ]
+    assert [t.name for t in laggards(starting, outside)] == ["worker:1"]  # the least far, as the deadline judges
