@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import hashlib
 import importlib.util
 import marshal
 import os
@@ -23,9 +24,32 @@ from typing import Any
 
 from launcher.agent import spare
 
-BOOTSTRAP = """#tflaunch host agent (its code follows on standard input)
-import sys,zlib,base64,types,marshal
-b=marshal.loads(zlib.decompress(base64.b64decode(sys.stdin.buffer.readline())))
+BOOTSTRAP = """#tflaunch host agent (its code follows on standard input, or is in this user's cache by its hash)
+import sys,os,zlib,base64,types,marshal,hashlib
+l=sys.stdin.buffer.readline();s=0
+if l[:1]==b'H':
+ h,s=l[1:].split();h=h.decode();z=0;d=os.path.expanduser('~/.cache/tflaunch/agent');f=os.path.join(d,h)
+ def p(q):
+  t=os.lstat(q);return t.st_uid==os.geteuid() and t.st_mode&0o177077==0o40000
+ try:
+  for q in(d[:-15],d[:-6],d):
+   if not os.path.isdir(q):os.mkdir(q,0o700)
+  k=(p(d[:-6]) and p(d)) or 0
+  if k:
+   k=os.open(f,os.O_RDONLY|os.O_NOFOLLOW);t=os.fstat(k);z=os.fdopen(k,'rb').read()
+   if t.st_uid!=os.geteuid() or t.st_mode&0o022 or hashlib.sha256(z).hexdigest()!=h:z=0
+ except OSError:pass
+ if not z:
+  sys.stdout.write('\\n%s\\n'%'#tflaunch-agent-needs-its-code');sys.stdout.flush()
+  z=base64.b64decode(sys.stdin.buffer.readline())
+  try:
+   if hashlib.sha256(z).hexdigest()==h and p(d[:-6]) and p(d):
+    w=f+'.%d'%os.getpid();k=os.open(w,os.O_WRONLY|os.O_CREAT|os.O_EXCL|os.O_NOFOLLOW,0o600);os.write(k,z);os.close(k);os.rename(w,f)
+  except OSError:pass
+ l=z
+else:l=base64.b64decode(l)
+b=marshal.loads(zlib.decompress(l))
+if s:b['settings'].update(marshal.loads(base64.b64decode(s)))
 c=b['code'] if b['magic']==getattr(sys.modules.get('_frozen_importlib_external'),'MAGIC_NUMBER',0) else 0
 for n,s in b['modules']:
  q=n.split('.')
@@ -38,6 +62,7 @@ for n,s in b['modules']:
  exec(marshal.loads(c[n]) if c and n in c else compile(s,m.__file__,'exec'),m.__dict__)
 sys.exit(sys.modules[b['main']].main(b['settings']))
 """
+NEEDS_CODE = b"#tflaunch-agent-needs-its-code"  # what the bootstrap says when its cache has not the code asked
 MAIN = "launcher.agent.main"
 # In dependency order: each module is run once the ones it imports are registered.
 MODULES = (
@@ -133,12 +158,17 @@ def agent_line(
 
 @functools.cache  # one launch asks for the same line more than once (the local agent started early, then opened)
 def _line(liveness_s: float | None, watch_silence: bool, addressed: bool, remote: bool) -> bytes:
-    settings: dict[str, Any] = {
-        "liveness_s": liveness_s,
-        "watch_silence": watch_silence,
-        "addressed": addressed,
-        "spare": _spare_code(),
-    }
+    payload = _payload(1 if remote else 0, _settings(liveness_s, watch_silence, addressed))
+    return base64.b64encode(payload) + b"\n"
+
+
+def _settings(liveness_s: float | None, watch_silence: bool, addressed: bool) -> dict[str, Any]:
+    return {"liveness_s": liveness_s, "watch_silence": watch_silence, "addressed": addressed}
+
+
+def _payload(level: int, settings: dict[str, Any] | None = None) -> bytes:
+    """The agent's code (its modules, their bytecode, the spares' code), compressed; with `settings`, the
+    whole first line's content, else what a host caches by its hash."""
     # marshal's format for plain values (str, bytes, dicts, lists, numbers) is read alike by every
     # python 3; only the compiled code inside it is this python's own, and used only by the same
     bundle = marshal.dumps(
@@ -147,8 +177,24 @@ def _line(liveness_s: float | None, watch_silence: bool, addressed: bool, remote
             "code": _codes(),
             "magic": importlib.util.MAGIC_NUMBER,
             "main": MAIN,
-            "settings": settings,
+            "settings": {"spare": _spare_code(), **(settings or {})},
         },
         4,
     )
-    return base64.b64encode(zlib.compress(bundle, 1 if remote else 0)) + b"\n"
+    return zlib.compress(bundle, level)
+
+
+@functools.cache
+def _code() -> bytes:
+    return _payload(1)
+
+
+def cached_agent_lines(liveness_s: float, watch_silence: bool = True, addressed: bool = False) -> tuple[bytes, bytes]:
+    """For a remote host, (the first line, the code line): the first names the agent's code by its hash, with
+    the launch's settings; the host runs it from this user's cache there when it holds that code (created
+    0700, verified by hash, never trusted when another user owns it or may write to it), and otherwise says
+    NEEDS_CODE and reads the code line, which it then caches. ~200 KiB a host and a launch become ~100 bytes."""
+    code = _code()
+    settings = base64.b64encode(marshal.dumps(_settings(liveness_s, watch_silence, addressed), 4))
+    first = b"H" + hashlib.sha256(code).hexdigest().encode() + b" " + settings + b"\n"
+    return first, base64.b64encode(code) + b"\n"

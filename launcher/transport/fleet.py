@@ -9,6 +9,7 @@ a frozen host closes nothing); the agent, which hears the pings, stops the tasks
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import threading
@@ -18,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from launcher.agent.bootstrap import agent_line
+from launcher.agent.bootstrap import agent_line, cached_agent_lines
 from launcher.agent.protocol import ClusterCommand
 from launcher.common.errors import HostError
 from launcher.plan import TaskLaunch
@@ -142,11 +143,16 @@ class AgentTransport:
             host = self._hosts[i]
             by_settings.setdefault((host.liveness_s if host.remote else LOCAL_BEAT_S, host.remote), []).append(i)
         for (liveness_s, remote), group in by_settings.items():
-            first = agent_line(liveness_s, remote, self._addressed, remote)
-            side_by_side(list(self._medium.open(group, first).items()), self._ready)
+            code: bytes | None = None  # a remote host keeps the agent's code by its hash: sent when it says it needs it
+            if remote and not self._addressed:  # (a Slurm step's input reaches every node: the whole line, as before)
+                first, code = cached_agent_lines(liveness_s)
+            else:
+                first = agent_line(liveness_s, remote, self._addressed, remote)
+            opened = list(self._medium.open(group, first).items())
+            side_by_side(opened, functools.partial(self._ready, code=code))
         self._ensure_watcher()
 
-    def _ready(self, opened: tuple[int, Channel | HostError]) -> None:
+    def _ready(self, opened: tuple[int, Channel | HostError], code: bytes | None = None) -> None:
         """Wait for a just-opened agent's `ready`; keep its session, or the reason it has none."""
         index, channel = opened
         if isinstance(channel, HostError):
@@ -154,7 +160,7 @@ class AgentTransport:
                 self._failed[index] = channel
             return
         host = self._hosts[index]
-        session = AgentSession(host.address, host.python, channel, host.liveness_s, local=not host.remote)
+        session = AgentSession(host.address, host.python, channel, host.liveness_s, local=not host.remote, code=code)
         try:
             session.wait_ready()
         except HostError as error:

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import IO, Any
 
 from launcher.agent import frames
+from launcher.agent.bootstrap import NEEDS_CODE
 from launcher.agent.processes import kill_group
 from launcher.agent.protocol import Answer, Command, ProbeRequest
 from launcher.common.errors import HostError
@@ -222,8 +223,17 @@ class AgentSession:
     `wait_ready()` -> probes, starts, standbys, signals -> `close()` or `lose()`. Invariant: once
     `ended`, every task it started has ended too (reported, or lost)."""
 
-    def __init__(self, host: str, python: str, channel: Channel, liveness_s: float, local: bool = False) -> None:
-        """`local`: the agent runs on this machine, so its tasks' groups can be reached from here too."""
+    def __init__(
+        self,
+        host: str,
+        python: str,
+        channel: Channel,
+        liveness_s: float,
+        local: bool = False,
+        code: bytes | None = None,
+    ) -> None:
+        """`local`: the agent runs on this machine, so its tasks' groups can be reached from here too. `code`:
+        the agent's code line, sent when its bootstrap says its cache has not the code it was named."""
         self.host = host
         self.local = local
         self.python = python
@@ -248,6 +258,7 @@ class AgentSession:
         self._lost: str | None = None
         self._routing = False  # the reader is handing a frame on (it may wait for the supervisor)
         self._next_request = 0
+        self._code = code
         self._reader = threading.Thread(target=self._read, daemon=True, name=f"agent-{host}")
         self._reader.start()
 
@@ -267,6 +278,13 @@ class AgentSession:
             except Exception as error:  # noqa: BLE001 - paramiko, OSError, ValueError: all mean the channel is gone
                 log.debug("%s: cannot send to the agent: %s", self.host, error)
                 return False
+
+    def _write_raw(self, data: bytes) -> None:
+        with self._write_lock:
+            try:
+                self._channel.write(data)
+            except Exception as error:  # noqa: BLE001 - the channel is gone: its end is reported by the reader
+                log.debug("%s: cannot send the agent's code: %s", self.host, error)
 
     def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> None:
         """Wait for the agent's `ready`; HostError naming the host and what it said otherwise."""
@@ -368,6 +386,10 @@ class AgentSession:
             for line in iter(readline, b""):
                 self.last_heard = time.monotonic()
                 frame = frames.parse_frame(line)
+                if frame is None and self._code is not None and line.strip() == NEEDS_CODE:
+                    code, self._code = self._code, None  # once: the agent reads it as its next line
+                    self._write_raw(code)
+                    continue
                 if frame is None:
                     self._raw.append(line.decode("utf-8", "replace").strip())
                     continue
