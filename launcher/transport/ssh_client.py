@@ -22,6 +22,7 @@ import functools
 import logging
 import os
 import socket
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -118,16 +119,33 @@ def _local_user() -> str:
 
 
 def _read_config(address: str, ssh_config_path: str) -> tuple[Any, str]:
-    """The parsed ~/.ssh/config (None when there is none) and its path as messages name it."""
+    """The parsed ~/.ssh/config (None when there is none) and its path as messages name it. Parsed once per
+    version of the file (its size and times), not once per host: a fleet's hosts all read the same one."""
     import paramiko
 
     path = Path(os.path.expanduser(ssh_config_path))
+    try:
+        info = path.stat()
+    except OSError:
+        return None, str(path)
     if not path.is_file():
         return None, str(path)
+    version = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+    with _CONFIG_LOCK:
+        known = _configs.get(str(path))
+    if known is not None and known[0] == version:
+        return known[1], str(path)
     try:
-        return paramiko.SSHConfig.from_path(str(path)), str(path)
+        parsed = paramiko.SSHConfig.from_path(str(path))
     except (paramiko.ConfigParseError, OSError) as error:
         raise HostError(address, f"cannot read {path}: {error}") from None
+    with _CONFIG_LOCK:
+        _configs[str(path)] = (version, parsed)
+    return parsed, str(path)
+
+
+_CONFIG_LOCK = threading.Lock()
+_configs: dict[str, tuple[tuple[int, ...], Any]] = {}  # path -> (the version read, its parse)
 
 
 def resolve_target(host: HostSpec, ssh_config_path: str = DEFAULT_SSH_CONFIG) -> SshTarget:

@@ -84,3 +84,15 @@ def test_paramiko_loads_invoke_only_for_a_match_exec(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split()[:3] == ["[]", "127.0.0.9", "2222"], "invoke was loaded before a Match exec needed it"
     assert proc.stdout.split()[3] != "[]", "the Match exec did not load invoke"
+
+
+def test_the_ssh_config_is_parsed_once_per_version_not_once_per_host(tmp_path: Path) -> None:
+    from launcher.transport.ssh_client import _read_config
+
+    config = tmp_path / "config"
+    config.write_text("Host a\n  Port 2201\n")
+    first, _ = _read_config("a", str(config))
+    assert _read_config("b", str(config))[0] is first  # a fleet's hosts share one parse
+    config.write_text("Host a\n  Port 2202\n  User u\n")  # changed: read again
+    again, _ = _read_config("a", str(config))
+    assert again is not first and again.lookup("a")["port"] == "2202"
