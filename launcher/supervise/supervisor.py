@@ -458,15 +458,18 @@ class Supervisor:
         self._record(self._as_rehearsed(decision))
 
     def _as_rehearsed(self, decision: Decision) -> Decision:
-        """A preemption restarted for a peer of the task given a `launch --inject term` fault (both save and
-        leave with the preemption code, the peer first): recorded as that task's, once every exit is in."""
-        if decision.kind is not FailureKind.PREEMPTED or decision.action is not Action.RESTART:
+        """An attempt ended for a peer of the task given a `launch --inject` fault (a preemption both save and
+        leave from, the peer first; a kill whose peer's error came in before the kill's own exit, which its
+        agent drains for a moment): recorded as that task's, once every exit is in."""
+        if decision.kind not in (FailureKind.PREEMPTED, FailureKind.RETRYABLE) or decision.action is Action.SUCCEED:
             return decision
         faulted = [t for t in self._tasks.values() if t.exit is not None and t.exit.injected is not None]
         if not faulted or faulted[0].launch.name == decision.cause:
             return decision
-        task = faulted[0]
-        return replace(decision, cause=task.launch.name, reason=f"{ended(self._task_status(task))} ({PREEMPTED_SAYS})")
+        said = ended(self._task_status(faulted[0]))  # a crash's: what happened, then the restart's count as said
+        preempted = decision.kind is FailureKind.PREEMPTED
+        reason = f"{said} ({PREEMPTED_SAYS})" if preempted else decision.reason.replace(decision.what, said, 1)
+        return replace(decision, cause=faulted[0].launch.name, reason=reason)
 
     def stop_all(self, grace_s: float, send_term: bool = True) -> None:
         """SIGTERM every live group, wait out one deadline, SIGKILL, wait until all are gone."""

@@ -611,3 +611,28 @@ def test_a_rehearsed_term_is_recorded_as_the_preemptions_cause_when_a_peer_left_
     attempt = sup.result.attempts[0]
     assert attempt.kind == "preempted" and attempt.cause == "worker:1", attempt
     assert "exit code 42 (the injected fault: term at step 10)" in attempt.reason, attempt.reason
+
+
+def test_a_rehearsed_kill_is_recorded_as_the_cause_when_its_peer_s_error_came_in_first(tmp_path: Path) -> None:
+    """`--inject kill:worker:0@...`: worker:1 fails at once on losing its peer, and its exit can reach the
+    launcher before the killed task's own (its agent drains its pipes for a moment): the kill is the cause."""
+    from launcher.plan import LaunchPlan, PlanInputs, build_plan
+
+    spec = fake_spec(2, max_restarts=2)
+    transport, ticks = FakeTransport(), iter(range(1000, 100000))
+
+    def planner(attempt: int) -> LaunchPlan:
+        faults = {"worker:0": "kill:10:1"} if attempt == 0 else {}
+        return build_plan(spec, PlanInputs(str(tmp_path), attempt, "/py", "/work", faults=faults))
+
+    sup = Supervisor(planner, transport, RestartPolicy(spec.restart), True, clock=lambda: float(next(ticks)))
+    sup.start()
+    join_all(transport, 2)
+    transport.started[1].exit(1, at=2.0)  # the peer's error, in first
+    transport.started[0].signal = lambda signum: transport.started[0].exit(None, signal.SIGKILL, at=1.0)  # type: ignore[method-assign]
+    sup.step(0)
+    assert sup.result is not None
+    attempt = sup.result.attempts[0]
+    assert attempt.kind == "retryable" and attempt.cause == "worker:0", attempt
+    assert attempt.reason.startswith("worker:0 on localhost killed by SIGKILL (the injected fault: kill at step 10)")
+    assert attempt.reason.endswith("; restart 1 of 2"), attempt.reason
