@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 DEFAULT_TIMEOUT_S = 90.0  # the agents bound their own stack taking well under this
 ANSWER_KEPT_S = 300.0
 _POLL_S = 0.5
+_FRESH_S = 2.0  # the supervisor publishes the running tasks at least every _POLL_S; never waited for longer
 _REQUEST = "request-"
 _MOST_TASKS = 100_000  # named in one request
 
@@ -135,6 +136,9 @@ class StackRequests:
         if not isinstance(request, dict) or not _task_names(wanted):
             self._write(ident, {"error": "a malformed request (not written by `launch stacks`)"})
             return
+        asked_at = time.monotonic()  # the tasks as they are once the request came: the next view published
+        while self._published < asked_at and time.monotonic() - asked_at < _FRESH_S and not self._closed.is_set():
+            time.sleep(0.02)
         with self._lock:
             launches, statuses, now = self._running
         chosen = [t for t in launches if not wanted or t.name in wanted]

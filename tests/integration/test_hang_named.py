@@ -23,7 +23,7 @@ pytestmark = pytest.mark.tf
 
 SCRIPT = HELPERS / "hang_in_step" / "train.py"
 DATA = HELPERS / "hang_in_step" / "data.py"
-STALL_S = 20
+STALL_S = 45  # long enough for every look at the running gang below, on a loaded machine
 
 
 def hang_line() -> int:
@@ -59,14 +59,6 @@ def run_to_its_hang(work: Path, spec: dict[str, Any]) -> None:
         )
         try:
             wait_for_text(out, "stuck in read_shard", 180, lambda: proc.poll() is None)
-            wait_for(
-                lambda: sampled(run_dir),
-                60,
-                "every task's memory in status.json",
-                while_alive=lambda: proc.poll() is None,
-            )
-            shown_status = run_launch(["status", str(run_dir)], work)
-            assert " MiB " in shown_status.stdout and "mem" in shown_status.stdout, shown_status.stdout
             shown = run_launch(["stacks", str(run_dir)], work, timeout=120)
             assert shown.returncode == 0, shown.stdout + shown.stderr
             assert proc.poll() is None, "`launch stacks` stopped nothing"
@@ -79,6 +71,11 @@ def run_to_its_hang(work: Path, spec: dict[str, Any]) -> None:
             assert "worker:1" not in only.stdout, "neither worker:1's stack nor a behind line over one task"
             unknown = run_launch(["stacks", str(run_dir), "--task", "worker:7"], work, timeout=120)
             assert unknown.returncode == 2 and "no running task named worker:7" in unknown.stderr, unknown.stderr
+            alive = lambda: proc.poll() is None  # noqa: E731
+            wait_for(lambda: sampled(run_dir), 30, "every task's memory in status.json", while_alive=alive)
+            shown_status = run_launch(["status", str(run_dir)], work)
+            assert " MiB " in shown_status.stdout and "mem" in shown_status.stdout, shown_status.stdout
+            assert proc.poll() is None, f"the stall came before every look at the running gang (STALL_S={STALL_S})"
             assert proc.wait(timeout=STALL_S + 120) == 1
         finally:
             if proc.poll() is None:
@@ -86,7 +83,7 @@ def run_to_its_hang(work: Path, spec: dict[str, Any]) -> None:
                 proc.wait()
     console = out.read_text()
     assert not launcher_traceback(console), console
-    named = f"worker:1 at step {4} since"
+    named = "worker:1 at step 4 since"
     assert named in console and f"in data.py:{hang_line()} read_shard" in console, console
     assert "the others wait in TensorFlow (a collective): worker:0 at step 4" in console, console
     summary = json.loads((run_dir / "summary.json").read_text())
