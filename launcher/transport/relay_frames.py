@@ -1,0 +1,58 @@
+"""The frames between the launcher and its SSH relays (launcher/transport/ssh_relay.py): one pipe each
+way, many hosts' channels on it.
+
+A frame is a kind (one byte), a number (the channel's, or for OPEN and LOST the host's index) and a
+payload, length first. Both ends are this launcher's own processes, started together from the same
+installation, so a payload that carries Python objects is a pickle.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+from typing import BinaryIO
+
+_HEADER = struct.Struct("!cII")
+
+# launcher -> relay
+OPEN = b"o"  # number: the channel id; payload: pickle of (host index, SshTarget, command, first line)
+DATA = b"d"  # bytes for the channel's standard input
+CLOSE = b"c"  # end the channel once what was sent before it is written
+PAUSE = b"p"  # stop reading the channel: the launcher holds enough of its output
+RESUME = b"r"
+LOST = b"l"  # number: the host's index; its connection is dropped, the next open connects afresh
+
+# relay -> launcher
+OPENED = b"O"
+FAILED = b"F"  # payload: pickle of (address, cause), a HostError's parts
+OUTPUT = b"D"  # what the channel's agent printed
+ENDED = b"E"  # the channel ended; payload: why (utf-8), or empty when the far side gave no status
+LOG = b"L"  # number: a logging level; payload: the message (utf-8)
+
+
+class FrameWriter:
+    """Whole frames onto one stream, from any thread."""
+
+    def __init__(self, stream: BinaryIO) -> None:
+        self._stream = stream
+        self._lock = threading.Lock()
+
+    def send(self, kind: bytes, number: int, payload: bytes = b"") -> None:
+        """OSError or ValueError when the stream is closed."""
+        with self._lock:
+            self._stream.write(_HEADER.pack(kind, number, len(payload)))
+            if payload:
+                self._stream.write(payload)
+            self._stream.flush()
+
+
+def read_frame(stream: BinaryIO) -> tuple[bytes, int, bytes] | None:
+    """The next frame, or None at the end of the stream (a frame cut short is an end too)."""
+    header = stream.read(_HEADER.size)
+    if len(header) < _HEADER.size:
+        return None
+    kind, number, length = _HEADER.unpack(header)
+    payload = stream.read(length) if length else b""
+    if len(payload) < length:
+        return None
+    return kind, number, payload

@@ -1,0 +1,217 @@
+"""An SSH relay: a process of the launcher's that owns the SSH connections of a share of the hosts.
+
+One paramiko handshake costs ~7-9 ms of CPU and every Python thread shares one interpreter lock, so
+a thousand hosts handshaken in the launcher's own process would take seconds one after another,
+whatever the cores. Relays (launcher/transport/relays.py starts them) spread the handshakes, and
+later the ciphering of every host's traffic, over processes: each connects its hosts, a window of
+them at once, opens the agent's session on each and carries its bytes over one pipe pair to the
+launcher (launcher/transport/relay_frames.py).
+
+Per channel, a reader thread forwards what the agent prints (paused while the launcher holds enough
+of it) and a writer thread sends what the launcher wrote, in order, so a host whose network is gone
+holds up only its own channel. The relay ignores the terminal's and a job's signals (the launcher
+decides how its hosts stop, through it) and ends at the end of its standard input, closing every
+connection, which makes every agent stop its tasks.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import queue
+import signal
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from launcher.common.errors import HostError
+from launcher.transport import relay_frames as rf
+from launcher.transport.malloc_arenas import limit_malloc_arenas
+from launcher.transport.ssh_client import SshTarget, connect
+
+_SESSION_TIMEOUT_S = 10.0
+_CHUNK = 1 << 16
+_STATUS_WAIT_S = 1.0  # after the end of a channel's output, how long its exit status may take to come
+_CLOSE_WAIT_S = 5.0  # at the end, how long closing every connection may take
+
+
+def _channel_errors() -> tuple[type[BaseException], ...]:
+    import paramiko
+
+    return (paramiko.SSHException, OSError, EOFError)
+
+
+@dataclass
+class _Channel:
+    """One agent's session: what to write to it, and whether its output may be read now."""
+
+    session: Any
+    writes: queue.SimpleQueue[bytes | None] = field(default_factory=queue.SimpleQueue)
+    flowing: threading.Event = field(default_factory=threading.Event)
+
+
+class Relay:
+    """Obeys the launcher's frames (`obey`), one at a time from its standard input; never blocks on a host."""
+
+    def __init__(self, out: rf.FrameWriter, window: int) -> None:
+        self._out = out
+        self._lock = threading.Lock()
+        self._clients: dict[int, Any] = {}  # host index -> its connection, reused by the next open
+        self._connecting: dict[int, threading.Lock] = {}
+        self._channels: dict[int, _Channel] = {}
+        self._handshakes = ThreadPoolExecutor(max_workers=window, thread_name_prefix="handshake")
+
+    def obey(self, kind: bytes, number: int, payload: bytes) -> None:
+        if kind == rf.OPEN:
+            index, target, command, first_line = pickle.loads(payload)
+            self._handshakes.submit(self._open, number, index, target, command, first_line)
+            return
+        if kind == rf.LOST:
+            with self._lock:
+                client = self._clients.pop(number, None)
+            if client is not None:  # closing a connection to a host that is gone may block
+                threading.Thread(target=client.close, daemon=True).start()
+            return
+        with self._lock:
+            channel = self._channels.get(number)
+        if channel is None:  # it ended meanwhile
+            return
+        if kind == rf.DATA:
+            channel.writes.put(payload)
+        elif kind == rf.CLOSE:
+            channel.writes.put(None)
+        elif kind == rf.PAUSE:
+            channel.flowing.clear()
+        elif kind == rf.RESUME:
+            channel.flowing.set()
+
+    # ---- opening -----------------------------------------------------------------------------
+
+    def _client(self, index: int, target: SshTarget) -> Any:
+        with self._lock:
+            gate = self._connecting.setdefault(index, threading.Lock())
+        with gate:
+            with self._lock:
+                client = self._clients.get(index)
+            transport = client.get_transport() if client is not None else None
+            if transport is None or not transport.is_active():
+                client = connect(target)
+                with self._lock:
+                    self._clients[index] = client
+            return client
+
+    def _open(self, ident: int, index: int, target: SshTarget, command: str, first_line: bytes) -> None:
+        try:
+            session = self._session(index, target, command)
+        except HostError as error:
+            self._send(rf.FAILED, ident, pickle.dumps((error.host, error.cause)))
+            return
+        except Exception as error:  # noqa: BLE001 - a bug here must fail this host, not the relay
+            self._send(rf.FAILED, ident, pickle.dumps((target.address, f"SSH relay: {type(error).__name__}: {error}")))
+            return
+        try:
+            session.sendall(memoryview(first_line))  # sendall slices what is left: a view is not copied
+        except _channel_errors():  # the command ended at once (a python that is not there): its output says why
+            pass
+        channel = _Channel(session)
+        channel.flowing.set()
+        with self._lock:
+            self._channels[ident] = channel
+        threading.Thread(target=self._write, args=(channel,), daemon=True, name=f"to-{ident}").start()
+        threading.Thread(target=self._read, args=(ident, channel), daemon=True, name=f"from-{ident}").start()
+        self._send(rf.OPENED, ident)
+
+    def _session(self, index: int, target: SshTarget, command: str) -> Any:
+        client = self._client(index, target)
+        try:
+            session = client.get_transport().open_session(timeout=_SESSION_TIMEOUT_S)
+            session.set_combine_stderr(True)
+            session.exec_command(command)
+        except _channel_errors() as error:
+            raise HostError(target.address, f"cannot open an SSH session ({error or type(error).__name__})") from None
+        return session
+
+    # ---- a channel's two directions ----------------------------------------------------------
+
+    def _write(self, channel: _Channel) -> None:
+        while (data := channel.writes.get()) is not None:
+            try:
+                channel.session.sendall(data)
+            except _channel_errors():  # the session is gone: its reader reports the end
+                break
+        try:
+            channel.session.close()
+        except _channel_errors():  # a dead connection: closed as far as we are concerned
+            pass
+
+    def _read(self, ident: int, channel: _Channel) -> None:
+        session = channel.session
+        try:
+            while channel.flowing.wait() and (data := session.recv(_CHUNK)):
+                self._send(rf.OUTPUT, ident, data)
+        except _channel_errors():  # a broken connection ends the channel like EOF
+            pass
+        session.status_event.wait(_STATUS_WAIT_S)
+        reason = ""
+        if session.exit_status_ready():
+            status = session.recv_exit_status()
+            reason = "the SSH session closed" if status < 0 else f"the agent exited with code {status}"
+        with self._lock:
+            self._channels.pop(ident, None)
+        channel.writes.put(None)
+        self._send(rf.ENDED, ident, reason.encode())
+
+    def _send(self, kind: bytes, number: int, payload: bytes = b"") -> None:
+        try:
+            self._out.send(kind, number, payload)
+        except (OSError, ValueError):  # the launcher is gone: the end of the input ends this relay
+            pass
+
+    def close(self) -> None:
+        """Close every connection (each agent then stops its tasks), a bounded wait for all."""
+        with self._lock:
+            clients = list(self._clients.values())
+            self._clients.clear()
+            for channel in self._channels.values():
+                channel.flowing.set()
+        closers = [threading.Thread(target=client.close, daemon=True) for client in clients]
+        for closer in closers:
+            closer.start()
+        for closer in closers:
+            closer.join(_CLOSE_WAIT_S / max(1, len(closers)) + 0.05)
+
+
+class _Forward(logging.Handler):
+    """This relay's log records, as the launcher's own (it prints them as it prints its own)."""
+
+    def __init__(self, out: rf.FrameWriter) -> None:
+        super().__init__()
+        self._out = out
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self._out.send(rf.LOG, record.levelno, f"{record.name}: {record.getMessage()}".encode())
+        except (OSError, ValueError):  # the launcher is gone
+            pass
+
+
+def main(window: int, root_level: int, paramiko_level: int) -> None:
+    """Serve the launcher on standard input and output until the input ends."""
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_IGN)
+    limit_malloc_arenas()  # before the transports' threads start
+    out = rf.FrameWriter(sys.stdout.buffer)
+    logging.getLogger().addHandler(_Forward(out))
+    logging.getLogger().setLevel(root_level)
+    logging.getLogger("paramiko").setLevel(paramiko_level)
+    relay = Relay(out, window)
+    stdin = sys.stdin.buffer
+    try:
+        while (frame := rf.read_frame(stdin)) is not None:
+            relay.obey(*frame)
+    finally:
+        relay.close()
+        os._exit(0)  # the threads still blocked on dead hosts are not waited for

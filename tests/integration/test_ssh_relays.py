@@ -1,0 +1,103 @@
+"""SSH relays against a real OpenSSH sshd (stock settings) on loopback aliases: hosts spread over relay
+processes, each channel carried in order both ways, a reader that falls behind holds up only its own
+channel, a relay that dies ends only its own channels (the next open starts another), and closing leaves
+no relay and no remote command behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import psutil
+import pytest
+
+from launcher.common.errors import HostError
+from launcher.spec.hosts import HostSpec
+from launcher.transport import relays as relays_module
+from launcher.transport.channel import Channel
+from launcher.transport.relay_inbox import HIGH
+from launcher.transport.relays import Relays, relay_count
+from launcher.transport.ssh_client import SshTarget, resolve_target
+from tests.labs.sshd import ADDRESSES, SshServer
+from tests.labs.waiting import wait_for
+
+BIG = 24 << 20
+
+
+def target(sshd: SshServer, address: str) -> SshTarget:
+    return resolve_target(HostSpec.model_validate({"address": address, "ssh": sshd.ssh_settings()}))
+
+
+def relay_processes() -> list[psutil.Process]:
+    return [p for p in psutil.Process().children() if "ssh_relay" in " ".join(p.cmdline())]
+
+
+def opened(channel: Channel | HostError) -> Channel:
+    assert isinstance(channel, Channel), channel
+    return channel
+
+
+def echoes(channel: Channel, text: bytes) -> bool:
+    channel.write(text + b"\n")
+    return bool(channel.reader.readline() == text + b"\n")
+
+
+def test_relay_counts_follow_hosts_and_cores() -> None:
+    assert [relay_count(n, 2) for n in (1, 64, 65, 256, 1024)] == [1, 1, 2, 2, 2]
+    assert [relay_count(n, 16) for n in (64, 256, 1024, 4096)] == [1, 4, 16, 16]
+
+
+def test_hosts_spread_over_relays_and_a_dead_relay_ends_only_its_own(
+    sshd: SshServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(relays_module, "RELAY_HOSTS", 2)
+    relays = Relays(len(ADDRESSES), cores=2)
+    try:
+        targets = {i: (target(sshd, address), "cat") for i, address in enumerate(ADDRESSES)}
+        channels = {i: opened(c) for i, c in relays.open(targets, b"first\n").items()}
+        assert len(relay_processes()) == 2
+        for index, channel in channels.items():
+            assert channel.reader.readline() == b"first\n"
+            assert echoes(channel, f"host {index}".encode())
+        dead = relays._relays[0]
+        os.kill(dead._proc.pid, signal.SIGKILL)
+        for index in (0, 2):  # served by the relay killed
+            assert channels[index].reader.readline() == b""
+            assert channels[index].ended() == "the SSH relay process ended (exit code -9)"
+            with pytest.raises(OSError):
+                channels[index].write(b"more\n")
+        assert echoes(channels[1], b"still here"), "the other relay's channel goes on"
+        again = opened(relays.open({0: targets[0]}, b"again\n")[0])
+        assert again.reader.readline() == b"again\n"
+        assert len(relay_processes()) == 2
+    finally:
+        relays.close()
+    assert relay_processes() == []
+    wait_for(lambda: not sshd.sessions(), 10, "every remote command to end with its connection")
+
+
+def test_a_reader_behind_holds_up_only_its_own_channel(sshd: SshServer) -> None:
+    relays = Relays(2, cores=1)
+    flood = f"python3 -c \"import sys; sys.stdout.buffer.write(b'z' * {BIG} + b'\\n')\""
+    try:
+        both = relays.open({0: (target(sshd, ADDRESSES[0]), flood), 1: (target(sshd, ADDRESSES[1]), "cat")}, b"\n")
+        slow, quick = opened(both[0]), opened(both[1])
+        assert quick.reader.readline() == b"\n"
+        inbox = slow.reader
+        wait_for(lambda: inbox._paused, 30, "the flooding channel to be paused")
+        started = time.monotonic()
+        for number in range(20):
+            assert echoes(quick, f"line {number}".encode())
+        assert time.monotonic() - started < 5
+        assert inbox._held() < HIGH + (4 << 20), "a paused channel stops being read"
+        got = bytearray()
+        reader = threading.Thread(target=lambda: got.extend(slow.reader.readline(BIG + 1)))
+        reader.start()
+        reader.join(60)
+        assert bytes(got) == b"z" * BIG + b"\n"
+    finally:
+        relays.close()
+    assert relay_processes() == []
+    wait_for(lambda: not sshd.sessions(), 10, "every remote command to end with its connection")
