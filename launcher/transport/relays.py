@@ -24,7 +24,7 @@ from launcher.common.errors import HostError
 from launcher.transport import relay_frames as rf
 from launcher.transport.channel import Channel
 from launcher.transport.relay_inbox import Inbox
-from launcher.transport.ssh_client import SshTarget
+from launcher.transport.ssh_client import SshHost
 
 log = logging.getLogger(__name__)
 
@@ -80,15 +80,15 @@ class RelayProcess:
         self._demux = threading.Thread(target=self._read, daemon=True, name=f"relay-{self._proc.pid}")
         self._demux.start()
 
-    def begin(self, ident: int, index: int, target: SshTarget, command: str, first_line: bytes) -> Opening:
+    def begin(self, ident: int, index: int, host: SshHost, command: str, first_line: bytes) -> Opening:
         """Ask for the agent's channel on host `index` (connected, `command` started, `first_line` sent)."""
         inbox = Inbox(lambda: self._tell(rf.PAUSE, ident), lambda: self._tell(rf.RESUME, ident))
-        opening = Opening(ident, target.address, inbox, threading.Event())
+        opening = Opening(ident, host.address, inbox, threading.Event())
         with self._lock:
             self._inboxes[ident] = inbox
             self._openings[ident] = opening
-        if not self._try(rf.OPEN, ident, pickle.dumps((index, target, command, first_line))):
-            opening.failed = HostError(target.address, "the SSH relay process is gone")
+        if not self._try(rf.OPEN, ident, pickle.dumps((index, host, command, first_line))):
+            opening.failed = HostError(host.address, "the SSH relay process is gone")
             opening.done.set()
         return opening
 
@@ -198,16 +198,16 @@ class Relays:
         for index in indices:
             self._relay(index)
 
-    def open(self, targets: dict[int, tuple[SshTarget, str]], first_line: bytes) -> dict[int, Channel | HostError]:
-        """Every host's agent channel (`targets`: index -> where, and the command to run there), all asked for
+    def open(self, hosts: dict[int, tuple[SshHost, str]], first_line: bytes) -> dict[int, Channel | HostError]:
+        """Every host's agent channel (`hosts`: index -> the host, and the command to run there), all asked for
         at once: the relays' windows bound how many handshakes run side by side."""
         begun = []
-        for index, (target, command) in targets.items():
+        for index, (host, command) in hosts.items():
             with self._lock:
                 self._ids += 1
                 ident = self._ids
             relay = self._relay(index)
-            begun.append((index, relay, relay.begin(ident, index, target, command, first_line)))
+            begun.append((index, relay, relay.begin(ident, index, host, command, first_line)))
         return {index: relay.finish(opening) for index, relay, opening in begun}
 
     def lost(self, index: int) -> None:

@@ -5,8 +5,8 @@ command and the host's part of the plan, go over its standard input, never a com
 standard error is joined to its output, so a login shell's "command not found" reaches the
 message. A stock sshd allows 10 sessions per connection (MaxSessions): one is all a host needs,
 however many tasks and warm spares it runs. The connections are made and carried by relay
-processes (launcher/transport/relays.py), a window of handshakes at once; the SSH config is read
-here, once per launch.
+processes (launcher/transport/relays.py), a window of handshakes at once; each reads the SSH config
+and the known_hosts files once, so the launcher itself never imports paramiko.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from launcher.common.errors import HostError
 from launcher.spec.hosts import HostSpec
 from launcher.transport.relays import Relays
 from launcher.transport.session import Channel
-from launcher.transport.ssh_client import SshTarget, resolve_target
+from launcher.transport.ssh_client import SshHost
 
 log = logging.getLogger(__name__)
 
@@ -34,15 +34,8 @@ class SshMedium:
         self._relays.start(remote)  # their start-up overlaps the launcher's own
 
     def open(self, indices: list[int], first_line: bytes) -> dict[int, Channel | HostError]:
-        opened: dict[int, Channel | HostError] = {}
-        targets: dict[int, tuple[SshTarget, str]] = {}
-        for index in indices:
-            try:
-                targets[index] = (resolve_target(self._hosts[index]), remote_command(self._pythons[index]))
-            except HostError as error:
-                opened[index] = error
-        opened.update(self._relays.open(targets, first_line))
-        return opened
+        hosts = {index: (SshHost.of(self._hosts[index]), remote_command(self._pythons[index])) for index in indices}
+        return self._relays.open(hosts, first_line)
 
     def lost(self, index: int) -> None:
         self._relays.lost(index)  # the next open connects afresh

@@ -26,10 +26,9 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from launcher.common.errors import HostError
-from launcher.spec.hosts import HostSpec, SshSpec
 from launcher.transport.deferred_invoke import defer_invoke
 from launcher.transport.host_keys import (
     HostKeyAction,
@@ -51,7 +50,10 @@ from launcher.transport.known_hosts import (
 )
 from launcher.transport.ssh_options import JumpHop, expand_path, parse_proxy_jump, path_list, yes_no
 
-__all__ = ["DEFAULT_SSH_CONFIG", "HostKeyRefused", "SshTarget", "connect", "resolve_target"]
+if TYPE_CHECKING:
+    from launcher.spec.hosts import HostSpec
+
+__all__ = ["DEFAULT_SSH_CONFIG", "HostKeyRefused", "SshHost", "SshSettings", "SshTarget", "connect", "resolve_target"]
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +69,44 @@ _REFUSED_OPTIONS = {
     "proxycommand": "ProxyCommand is not supported (it would run a local command); use ProxyJump",
     "knownhostscommand": "KnownHostsCommand is not supported; list the keys in a known_hosts file",
 }
+
+
+@dataclass(frozen=True)
+class SshSettings:
+    """A spec host's ssh settings as plain values (launcher/spec/hosts.py SshSpec), which a relay process
+    reads without the spec's models."""
+
+    user: str | None = None
+    port: int | None = None
+    identity_file: str | None = None
+    known_hosts: str | None = None
+    connect_timeout_s: float = 10.0
+    accept_unknown_host_keys: bool = False
+
+
+@dataclass(frozen=True)
+class SshHost:
+    """What connecting to a spec host needs of it: its address, and its ssh settings if it has any."""
+
+    address: str
+    ssh: SshSettings | None = None
+
+    @classmethod
+    def of(cls, host: HostSpec) -> SshHost:
+        ssh = host.ssh
+        if ssh is None:
+            return cls(host.address)
+        return cls(
+            host.address,
+            SshSettings(
+                ssh.user,
+                ssh.port,
+                ssh.identity_file,
+                ssh.known_hosts,
+                ssh.connect_timeout_s,
+                ssh.accept_unknown_host_keys,
+            ),
+        )
 
 
 @dataclass(frozen=True)
@@ -148,7 +188,7 @@ _CONFIG_LOCK = threading.Lock()
 _configs: dict[str, tuple[tuple[int, ...], Any]] = {}  # path -> (the version read, its parse)
 
 
-def resolve_target(host: HostSpec, ssh_config_path: str = DEFAULT_SSH_CONFIG) -> SshTarget:
+def resolve_target(host: SshHost, ssh_config_path: str = DEFAULT_SSH_CONFIG) -> SshTarget:
     """The spec's ssh settings, then ~/.ssh/config, then OpenSSH's defaults; HostError when the
     config asks for something this launcher refuses or cannot read."""
     config, config_path = _read_config(host.address, ssh_config_path)
@@ -165,7 +205,7 @@ def _resolve(
     config_path: str,
     timeout_s: float,
     *,
-    settings: SshSpec | None = None,
+    settings: SshSettings | None = None,
     hop: JumpHop | None = None,
     chain: tuple[str, ...],
     follow_jumps: bool = True,

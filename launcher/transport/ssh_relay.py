@@ -1,5 +1,8 @@
 """An SSH relay: a process of the launcher's that owns the SSH connections of a share of the hosts.
 
+It reads the SSH config and the known_hosts files (once each, then again only when they change),
+checks every host key, and connects.
+
 One paramiko handshake costs ~7-9 ms of CPU and every Python thread shares one interpreter lock, so
 a thousand hosts handshaken in the launcher's own process would take seconds one after another,
 whatever the cores. Relays (launcher/transport/relays.py starts them) spread the handshakes, and
@@ -30,7 +33,7 @@ from typing import Any
 from launcher.common.errors import HostError
 from launcher.transport import relay_frames as rf
 from launcher.transport.malloc_arenas import limit_malloc_arenas
-from launcher.transport.ssh_client import SshTarget, connect
+from launcher.transport.ssh_client import SshHost, SshTarget, connect, resolve_target
 
 _SESSION_TIMEOUT_S = 10.0
 _CHUNK = 1 << 16
@@ -66,8 +69,8 @@ class Relay:
 
     def obey(self, kind: bytes, number: int, payload: bytes) -> None:
         if kind == rf.OPEN:
-            index, target, command, first_line = pickle.loads(payload)
-            self._handshakes.submit(self._open, number, index, target, command, first_line)
+            index, host, command, first_line = pickle.loads(payload)
+            self._handshakes.submit(self._open, number, index, host, command, first_line)
             return
         if kind == rf.LOST:
             with self._lock:
@@ -103,14 +106,14 @@ class Relay:
                     self._clients[index] = client
             return client
 
-    def _open(self, ident: int, index: int, target: SshTarget, command: str, first_line: bytes) -> None:
+    def _open(self, ident: int, index: int, host: SshHost, command: str, first_line: bytes) -> None:
         try:
-            session = self._session(index, target, command)
+            session = self._session(index, resolve_target(host), command)
         except HostError as error:
             self._send(rf.FAILED, ident, pickle.dumps((error.host, error.cause)))
             return
         except Exception as error:  # noqa: BLE001 - a bug here must fail this host, not the relay
-            self._send(rf.FAILED, ident, pickle.dumps((target.address, f"SSH relay: {type(error).__name__}: {error}")))
+            self._send(rf.FAILED, ident, pickle.dumps((host.address, f"SSH relay: {type(error).__name__}: {error}")))
             return
         try:
             session.sendall(memoryview(first_line))  # sendall slices what is left: a view is not copied

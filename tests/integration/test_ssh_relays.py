@@ -14,20 +14,19 @@ import psutil
 import pytest
 
 from launcher.common.errors import HostError
-from launcher.spec.hosts import HostSpec
 from launcher.transport import relays as relays_module
 from launcher.transport.channel import Channel
 from launcher.transport.relay_inbox import HIGH
 from launcher.transport.relays import Relays, relay_count
-from launcher.transport.ssh_client import SshTarget, resolve_target
+from launcher.transport.ssh_client import SshHost, SshSettings
 from tests.labs.sshd import ADDRESSES, SshServer
 from tests.labs.waiting import wait_for
 
 BIG = 24 << 20
 
 
-def target(sshd: SshServer, address: str) -> SshTarget:
-    return resolve_target(HostSpec.model_validate({"address": address, "ssh": sshd.ssh_settings()}))
+def target(sshd: SshServer, address: str) -> SshHost:
+    return SshHost(address, SshSettings(**sshd.ssh_settings()))  # type: ignore[arg-type]
 
 
 def relay_processes() -> list[psutil.Process]:
