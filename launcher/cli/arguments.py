@@ -132,7 +132,7 @@ def _run_flags(parser: argparse.ArgumentParser) -> None:
         "--check",
         action="store_true",
         help="run the preflight checks on every host (SSH, python, "
-        "tensorflow, directories, shared checkpoints, ports, full mesh) and on the run directory "
+        "tensorflow, directories, shared checkpoints, ports, reachability) and on the run directory "
         "(ours, not running, no other training's checkpoints) and start nothing",
     )
     parser.add_argument(

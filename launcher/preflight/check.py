@@ -7,8 +7,10 @@ launcher.preflight.gpus), the working directory and the checkpoint directory pre
 directory really shared (a marker written on one host is read on all), each task's port free, the
 script of a `python script.py` command and the modules of the spec's `module:function` targets
 present (found, never run), and every host able to open a TCP connection to
-every other host's task ports while they are bound (full mesh; two hosts the local transport runs
-under loopback addresses are not checked against each other). Starts no task; leaves no file behind.
+the other hosts' task ports while they are bound (every other host's up to 16 hosts, a sample of
+about log2(N) past that: launcher/preflight/mesh.py; two hosts the local transport runs under
+loopback addresses are not checked against each other). Every host is asked at once and its answer
+waited for after. Starts no task; leaves no file behind.
 """
 
 from __future__ import annotations
@@ -19,17 +21,17 @@ import logging
 import os
 import secrets
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
 from launcher.agent.probe import RUNTIME_PACKAGES, creatable, package_digest
-from launcher.agent.protocol import InfoRequest
+from launcher.agent.protocol import Answer, InfoRequest, ProbeRequest
 from launcher.common.errors import HostError
 from launcher.common.masking import redact, redacted
 from launcher.plan import LaunchPlan, TaskLaunch, machines
 from launcher.preflight.gpus import GpuHost, fleet_problems, inventory
 from launcher.preflight.host_checks import Seen, host_problems, version_problems
+from launcher.preflight.mesh import peers_to_check
 from launcher.spec.addresses import machine_key
 from launcher.spec.models import ClusterSpec
 from launcher.spec.python_script import module_of, script_of
@@ -41,6 +43,7 @@ log = logging.getLogger(__name__)
 # What the spec's env may set that decides whether a python starts at all: checked by starting one with them.
 STARTUP_VARIABLES = frozenset({"PYTHONHOME", "PYTHONPLATLIBDIR", "LD_PRELOAD", "LD_LIBRARY_PATH"})
 T = TypeVar("T")
+PROBE_TIMEOUT_S = 30.0  # for every host's answer to one round of probes, all asked at once
 
 
 @dataclass
@@ -67,16 +70,29 @@ class PreflightReport:
         return not self.problems
 
 
-def _parallel(hosts: list[_Host], work: Callable[[_Host], T]) -> list[tuple[_Host, T | BaseException]]:
-    with ThreadPoolExecutor(max_workers=min(32, max(1, len(hosts)))) as pool:
-        futures = [(host, pool.submit(work, host)) for host in hosts]
-        results: list[tuple[_Host, T | BaseException]] = []
-        for host, future in futures:
-            try:
-                results.append((host, future.result()))
-            except Exception as error:  # noqa: BLE001 - reported per host, never raised across hosts
-                results.append((host, error))
-        return results
+def _asked(
+    hosts: list[_Host], request_of: Callable[[_Host], ProbeRequest], timeout: float = PROBE_TIMEOUT_S
+) -> list[tuple[_Host, Answer | BaseException]]:
+    """Every host's answer to its probe: all are sent first, so a fleet waits once for its slowest host."""
+    import time
+
+    asked: list[tuple[_Host, Callable[[float], Answer] | BaseException]] = []
+    for host in hosts:
+        assert host.session is not None
+        try:
+            asked.append((host, host.session.ask(request_of(host))))
+        except Exception as error:  # noqa: BLE001 - reported per host, never raised across hosts
+            asked.append((host, error))
+    deadline = time.monotonic() + timeout
+    results: list[tuple[_Host, Answer | BaseException]] = []
+    for host, answer in asked:
+        try:
+            if isinstance(answer, BaseException):
+                raise answer
+            results.append((host, answer(max(0.0, deadline - time.monotonic()))))
+        except Exception as error:  # noqa: BLE001 - reported per host, never raised across hosts
+            results.append((host, error))
+    return results
 
 
 def run_preflight(spec: ClusterSpec, plan: LaunchPlan, transport: Transport) -> PreflightReport:
@@ -106,16 +122,20 @@ def run_preflight(spec: ClusterSpec, plan: LaunchPlan, transport: Transport) -> 
 
     transport.connect([host.index for host in hosts])
 
-    def open_session(host: _Host) -> None:
-        host.session = transport.agent(host.index)
-        host.info = host.session.probe(_info_request(spec, plan, host, need_worker, targets))
-
-    for host, outcome in _parallel(hosts, open_session):
-        if isinstance(outcome, HostError):
-            report.problems.append(str(outcome))
-        elif isinstance(outcome, BaseException):
+    reached = []
+    for host in hosts:
+        try:
+            host.session = transport.agent(host.index)  # connected above: this session, or why there is none
+        except HostError as error:
+            report.problems.append(str(error))
+            continue
+        reached.append(host)
+    for host, answer in _asked(reached, lambda h: _info_request(spec, plan, h, need_worker, targets)):
+        if isinstance(answer, dict):
+            host.info = answer
+        else:
             report.problems.append(
-                f"{host.address}: cannot run {host.python!r} there ({outcome}); set python for this host"
+                f"{host.address}: cannot run {host.python!r} there ({answer}); set python for this host"
             )
     live = [h for h in hosts if h.info]
     _check_info(live, plan, need_worker, report)
@@ -291,7 +311,7 @@ def _check_shared_checkpoints(hosts: list[_Host], plan: LaunchPlan, report: Pref
     assert writer.session is not None
     writer.session.probe({"op": "write_marker", "path": path, "token": token})
     try:
-        for host, outcome in _parallel(hosts[1:], lambda h: h.session.probe({"op": "read_marker", "path": path})):  # type: ignore[union-attr]
+        for host, outcome in _asked(hosts[1:], lambda h: {"op": "read_marker", "path": path}):
             seen = outcome.get("token") if isinstance(outcome, dict) else None
             if seen != token:
                 report.problems.append(
@@ -324,7 +344,7 @@ def _loopback_local(host: _Host) -> bool:
 
 
 def _check_ports_and_mesh(hosts: list[_Host], report: PreflightReport) -> None:
-    bound = _parallel(hosts, lambda h: h.session.probe({"op": "bind", "ports": [t.port for t in h.tasks]}))  # type: ignore[union-attr]
+    bound = _asked(hosts, lambda h: {"op": "bind", "ports": [t.port for t in h.tasks]})
     try:
         for host, outcome in bound:
             results = outcome.get("results", {}) if isinstance(outcome, dict) else {}
@@ -336,13 +356,13 @@ def _check_ports_and_mesh(hosts: list[_Host], report: PreflightReport) -> None:
                         "free it or choose another port"
                     )
 
-        def reach(host: _Host) -> dict[str, Any]:
-            targets = [[t.host, t.port] for other in hosts if _apart(host, other) for t in other.tasks]
-            if not targets:
-                return {"results": {}}
-            return host.session.probe({"op": "connect", "addresses": targets, "timeout": 3})  # type: ignore[union-attr]
+        def reach(position: int, host: _Host) -> list[list[Any]]:
+            others = [hosts[i] for i in peers_to_check(len(hosts), position)]
+            return [[t.host, t.port] for other in others if _apart(host, other) for t in other.tasks]
 
-        for host, outcome in _parallel(hosts, reach):
+        checks = {id(host): reach(position, host) for position, host in enumerate(hosts)}
+        reaching = [host for host in hosts if checks[id(host)]]
+        for host, outcome in _asked(reaching, lambda h: {"op": "connect", "addresses": checks[id(h)], "timeout": 3}):
             results = outcome.get("results", {}) if isinstance(outcome, dict) else {"*": str(outcome)}
             for address, status in results.items():
                 if status != "ok":
@@ -351,4 +371,4 @@ def _check_ports_and_mesh(hosts: list[_Host], report: PreflightReport) -> None:
                         "check firewalls and that the address resolves from this host"
                     )
     finally:
-        _parallel(hosts, lambda h: h.session.probe({"op": "release"}))  # type: ignore[union-attr]
+        _asked(hosts, lambda h: {"op": "release"})

@@ -160,6 +160,10 @@ class Agent(Protocol):
 
     def probe(self, request: ProbeRequest, timeout: float = 30.0) -> Answer: ...
 
+    def ask(self, request: ProbeRequest) -> Callable[[float], Answer]:
+        """Send the probe now; the answer is waited for by calling what it returns (with a timeout)."""
+        ...
+
 
 StartRequest = tuple[TaskLaunch, EventSink]
 Started = Union[TaskProcess, HostError]  # a HostError: the task's host could not be reached

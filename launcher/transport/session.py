@@ -307,25 +307,35 @@ class AgentSession:
         return " | ".join(line for line in self._raw if line)[-1000:]
 
     def probe(self, request: ProbeRequest, timeout: float = PROBE_TIMEOUT_S) -> Answer:
+        return self.ask(request)(timeout)
+
+    def ask(self, request: ProbeRequest) -> Callable[[float], Answer]:
+        """Send a probe now; what it returns waits for the answer (RuntimeError: none came, or an error did).
+        A fleet's probes all go out before any answer is waited for."""
         with self._lock:
             self._next_request += 1
             ident = self._next_request
             answers: queue.Queue[dict[str, Any] | None] = queue.Queue()
             self._answers[ident] = answers
-        try:
-            if not self.send({"op": "probe", "id": ident, "request": request}):
-                raise RuntimeError(f"the agent is gone ({self._end_reason()})")
+        sent = self.send({"op": "probe", "id": ident, "request": request})
+
+        def answer(timeout: float = PROBE_TIMEOUT_S) -> Answer:
             try:
-                answer = answers.get(timeout=timeout)
-            except queue.Empty:
-                raise RuntimeError(f"no answer to {request.get('op')} within {timeout:g}s") from None
-        finally:
-            with self._lock:
-                self._answers.pop(ident, None)
-        if answer is None:
-            raise RuntimeError(f"the agent is gone ({self._end_reason()})")
-        if "error" in answer and request.get("op") != "read_marker":
-            raise RuntimeError(str(answer["error"]))
+                if not sent:
+                    raise RuntimeError(f"the agent is gone ({self._end_reason()})")
+                try:
+                    got = answers.get(timeout=timeout)
+                except queue.Empty:
+                    raise RuntimeError(f"no answer to {request.get('op')} within {timeout:g}s") from None
+            finally:
+                with self._lock:
+                    self._answers.pop(ident, None)
+            if got is None:
+                raise RuntimeError(f"the agent is gone ({self._end_reason()})")
+            if "error" in got and request.get("op") != "read_marker":
+                raise RuntimeError(str(got["error"]))
+            return got
+
         return answer
 
     def track(self, ident: int, launch: TaskLaunch, sink: EventSink) -> AgentTask:
