@@ -39,6 +39,10 @@ _SESSION_TIMEOUT_S = 10.0
 _CHUNK = 1 << 16
 _STATUS_WAIT_S = 1.0  # after the end of a channel's output, how long its exit status may take to come
 _CLOSE_WAIT_S = 5.0  # at the end, how long closing every connection may take
+# paramiko's transport thread wakes every 0.1 s (its socket timeout) to see whether it was closed: 2,560
+# wakeups a second, each for the interpreter lock, at 256 hosts. Once connected, every second is enough:
+# keepalives (every 5 s) and rekeying are checked at the same wakeups, and closing it is not waited for.
+_IDLE_CHECK_S = 1.0
 
 
 def _channel_errors() -> tuple[type[BaseException], ...]:
@@ -102,6 +106,7 @@ class Relay:
             transport = client.get_transport() if client is not None else None
             if transport is None or not transport.is_active():
                 client = connect(target)
+                client.get_transport().sock.settimeout(_IDLE_CHECK_S)
                 with self._lock:
                     self._clients[index] = client
             return client

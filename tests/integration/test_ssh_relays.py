@@ -44,15 +44,16 @@ def echoes(channel: Channel, text: bytes) -> bool:
 
 
 def test_relay_counts_follow_hosts_and_cores() -> None:
-    assert [relay_count(n, 2) for n in (1, 64, 65, 256, 1024)] == [1, 1, 2, 2, 2]
-    assert [relay_count(n, 16) for n in (64, 256, 1024, 4096)] == [1, 4, 16, 16]
+    assert [relay_count(n, 1) for n in (1, 64, 65, 1024)] == [1, 1, 1, 1]
+    assert [relay_count(n, 2) for n in (1, 64, 65, 256, 1024)] == [1, 1, 1, 1, 1], "the launcher keeps a core"
+    assert [relay_count(n, 16) for n in (64, 65, 256, 1024, 4096)] == [1, 2, 4, 15, 15]
 
 
 def test_hosts_spread_over_relays_and_a_dead_relay_ends_only_its_own(
     sshd: SshServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(relays_module, "RELAY_HOSTS", 2)
-    relays = Relays(len(ADDRESSES), cores=2)
+    relays = Relays(len(ADDRESSES), cores=3)
     try:
         targets = {i: (target(sshd, address), "cat") for i, address in enumerate(ADDRESSES)}
         channels = {i: opened(c) for i, c in relays.open(targets, b"first\n").items()}
