@@ -1,8 +1,8 @@
 """Hosts that are real hosts: network namespaces on a bridge, each with its own address and sshd.
 
 A `NetnsLab` makes a bridge in this machine's namespace (the launcher's side, address .1) and,
-per host, a network namespace joined to it by a veth pair with an address of its own in a /24
-of the benchmarking range 198.18.0.0/15 that no interface here uses yet. Each host runs its own
+per host, a network namespace joined to it by a veth pair with an address of its own in a /23
+of the benchmarking range 198.18.0.0/15 that no interface here uses yet (room for 500 hosts). Each host runs its own
 OpenSSH sshd on port 22 of its own namespace (nothing else listens there). A partition is an
 iptables rule inside one namespace; `close()` kills every process in every namespace, removes
 the namespaces and the bridge, and restores the kernel's neighbour-table limits it raised for a
@@ -50,10 +50,20 @@ def _in(namespace: str, *argv: str, check: bool = True) -> subprocess.CompletedP
     return _run("nsenter", f"--net=/run/netns/{namespace}", *argv, check=check)
 
 
+PREFIX = 23  # two /24s: 198.18.N.0 to 198.18.N+1.255, N even
+
+
 def _unused_subnet() -> int:
     used = _run("ip", "-o", "-4", "addr", "show").stdout
-    choices = [n for n in range(1, 255) if f" 198.18.{n}." not in used]
+    choices = [n for n in range(2, 254, 2) if f" 198.18.{n}." not in used and f" 198.18.{n + 1}." not in used]
     return random.choice(choices)
+
+
+def host_address(subnet: int, index: int) -> str:
+    """Host `index`'s address (1, 2, ...): from .11 of the first /24 on, into the second one past .255."""
+    offset = 10 + index
+    assert offset < 510, "a lab holds at most 499 hosts"
+    return f"198.18.{subnet + offset // 256}.{offset % 256}"
 
 
 @dataclass
@@ -132,13 +142,13 @@ class NetnsLab:
         """A namespace host on the bridge; with `host_key`, also its sshd."""
         namespace = f"{self.tag}-{index}"
         outside, inside = f"{self.tag}v{index}", f"{self.tag}p{index}"
-        host = NetnsHost(namespace, f"198.18.{self.subnet}.{10 + index}", outside)
+        host = NetnsHost(namespace, host_address(self.subnet, index), outside)
         _run("ip", "netns", "add", namespace)
         self.hosts.append(host)
         _run("ip", "link", "add", outside, "type", "veth", "peer", "name", inside)
         _run("ip", "link", "set", inside, "netns", namespace)
         _run("ip", "-n", namespace, "link", "set", inside, "name", "eth0")
-        _run("ip", "-n", namespace, "addr", "add", f"{host.address}/24", "dev", "eth0")
+        _run("ip", "-n", namespace, "addr", "add", f"{host.address}/{PREFIX}", "dev", "eth0")
         _run("ip", "-n", namespace, "link", "set", "eth0", "up")
         _run("ip", "-n", namespace, "link", "set", "lo", "up")
         _run("ip", "link", "set", outside, "master", self.bridge, "up")
@@ -221,7 +231,7 @@ def make_lab(directory: Path, count: int, sshd: bool = True) -> NetnsLab:
     try:
         _room_for_neighbours(lab, count)
         _run("ip", "link", "add", lab.bridge, "type", "bridge", "nf_call_iptables", "0", "nf_call_arptables", "0")
-        _run("ip", "addr", "add", f"{lab.launcher_address}/24", "dev", lab.bridge)
+        _run("ip", "addr", "add", f"{lab.launcher_address}/{PREFIX}", "dev", lab.bridge)
         _run("ip", "link", "set", lab.bridge, "up")
         host_key = directory / "host_ed25519"
         user_key = directory / "user_ed25519"
