@@ -10,10 +10,14 @@ ready to write, output and events to write). `fork_after_import` then reports `s
 TensorFlow and forks twice; the middle process exits at once and is reaped, so the spare is
 orphaned straight away and adopted by the agent (a child subreaper), whose child it is from then
 on. The task goes on as if nothing happened. The spare takes a process group of its own, moves its
-output onto its pipe, says it is ready (with its pid), imports the runtime's modules and waits for
-its one order: the next attempt's environment and working directory. It acknowledges it, and runs
-`python -m worker` again as that task (which forks no spare: no pipes can be handed to a running
-process). The end of the orders pipe without an order (the agent is gone, or dropped it) ends it.
+output onto its pipe, says its pid (the agent adopts it: an order may come from then on) and waits
+for its one order: the next attempt's environment and working directory. Its task starts meanwhile
+(joins, restores, traces) and needs the host's cores: only after PRELOAD_AFTER_S without an order does
+the spare import the runtime's modules (a fifth of a second of CPU, a tenth of a short job's time on
+a 2-core host when it competed) and say it is ready; an order that comes first skips that import.
+It acknowledges its order, and runs `python -m worker` again as that task (which forks no spare: no
+pipes can be handed to a running process). The end of the orders pipe without an order (the agent
+is gone, or dropped it) ends it.
 
 It must never build a TF op or touch a device before its order, nor has it: the fork comes before
 the runtime reads TF_CONFIG, and TensorFlow starts no runtime at import. The import leaves one idle
@@ -35,6 +39,7 @@ import warnings
 from worker.contract import EVENT_FD_VAR, SPARE_FDS_VAR, STARTING
 
 ADOPTION_WAIT_S = 5.0
+PRELOAD_AFTER_S = 3.0  # the task's own start-up after its import: a join, a restore, a first step's tracing
 RUNTIME_PRELOAD = ("worker.runtime", "worker.loop")  # what the built-in task imports next: the spare too
 
 
@@ -89,8 +94,10 @@ def _serve(orders: int, ready: int, out: int, events: int) -> None:
                 os.close(fd)
             except OSError:  # closed meanwhile (the listing's own descriptor)
                 pass
-    _say(ready, {"ready": True, "import_s": 0.0, "failed": [], "pid": os.getpid(), "forked": True})
-    _preload()  # an order that comes meanwhile waits in its pipe
+    _say(ready, {"pid": os.getpid(), "forked": True})
+    if not _order_within(orders, PRELOAD_AFTER_S):
+        _preload()  # an order that comes meanwhile waits in its pipe
+        _say(ready, {"ready": True, "import_s": 0.0, "failed": [], "pid": os.getpid(), "forked": True})
     with os.fdopen(orders, "r", encoding="utf-8") as stream:
         line = stream.readline()
     if not line:  # the agent is gone, or it dropped this spare
@@ -104,6 +111,16 @@ def _serve(orders: int, ready: int, out: int, events: int) -> None:
         os.chdir(os.path.expanduser(order["cwd"]))
     sys.argv = ["-m"]  # as `python -m worker` starts; run_module puts the module's file in argv[0]
     runpy.run_module("worker", run_name="__main__", alter_sys=True)
+
+
+def _order_within(orders: int, seconds: float) -> bool:
+    """Whether the orders pipe has something to read (an order, or its end) within `seconds`."""
+    import select
+
+    try:
+        return bool(select.select([orders], [], [], seconds)[0])
+    except (OSError, ValueError):  # a closed descriptor: its read says so
+        return True
 
 
 def _preload() -> None:

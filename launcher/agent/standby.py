@@ -130,7 +130,12 @@ class Standby:
                     self.took.set()
                 elif said.get("ready"):
                     self._heard_ready(said)
+                elif said.get("pid") is not None:
+                    self._heard_pid(said)
         self._tell({"ready": False, "error": self._silent()})
+
+    def _heard_pid(self, said: dict[str, Any]) -> None:
+        """A forked spare's first word, before it is ready (an imported spare's pid is known from its start)."""
 
     def _heard_ready(self, said: dict[str, Any]) -> None:
         self.ready = True
@@ -200,7 +205,7 @@ class ForkedSpare(Standby):
         self._out_w, self._ev_w, self._orders_r, self._ready_r, self._ready_w = self._pipes(
             0, python, env, _unsent, keeper
         )
-        self._said_ready = threading.Event()
+        self._said_ready = threading.Event()  # it said its pid (adopted), or why it will not
         self._closed = False  # closed (not taken): a spare that says ready after that is killed
 
     def handed(self) -> tuple[tuple[int, ...], str]:
@@ -217,8 +222,9 @@ class ForkedSpare(Standby):
             return
         threading.Thread(target=self._listen, args=(self._ready_r,), daemon=True, name="forked-spare").start()
 
-    def _heard_ready(self, said: dict[str, Any]) -> None:
-        if not isinstance(said.get("pid"), int) or said["pid"] <= 0:
+    def _heard_pid(self, said: dict[str, Any]) -> None:
+        """Adopt it: an order may be handed to it from now on, preloaded or not (worker/forked_spare.py)."""
+        if self.proc is not None or not isinstance(said.get("pid"), int) or said["pid"] <= 0:
             return
         if self._closed:  # closed before it said so: it must not outlive that
             kill_group(said["pid"])
@@ -234,8 +240,13 @@ class ForkedSpare(Standby):
             self._said_ready.set()
             self._tell({"ready": False, "error": self.error})
             return
-        self.ready = True
         self._said_ready.set()
+
+    def _heard_ready(self, said: dict[str, Any]) -> None:
+        self._heard_pid(said)  # said at once by a spare that preloads before its first word
+        if self.proc is None or self.error is not None:
+            return
+        self.ready = True
         self._tell(self._READY)
 
     def close(self) -> None:
@@ -267,8 +278,8 @@ class ForkedSpare(Standby):
         super()._tell(info)
 
     def take(self, argv: list[str], env: dict[str, str], cwd: str | None) -> bool:
-        if not self.ready and self.error is None:
-            self._said_ready.wait(TAKE_TIMEOUT_S)  # forked at the task's import: ready long since, as a rule
+        if self.proc is None and self.error is None:
+            self._said_ready.wait(TAKE_TIMEOUT_S)  # forked at the task's import: adopted long since, as a rule
         if self.proc is None and self.error is None:
             self.error = "the forked spare was not ready"
         return super().take(argv, env, cwd)
