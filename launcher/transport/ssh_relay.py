@@ -10,11 +10,11 @@ later the ciphering of every host's traffic, over processes: each connects its h
 them at once, opens the agent's session on each and carries its bytes over one pipe pair to the
 launcher (launcher/transport/relay_frames.py).
 
-Per channel, a reader thread forwards what the agent prints (paused while the launcher holds enough
-of it) and a writer thread sends what the launcher wrote, in order, so a host whose network is gone
-holds up only its own channel. The relay ignores the terminal's and a job's signals (the launcher
-decides how its hosts stop, through it) and ends at the end of its standard input, closing every
-connection, which makes every agent stop its tasks.
+One thread reads every channel (launcher/transport/relay_pump.py), leaving out a channel while the
+launcher holds enough of its output; per channel, a writer thread sends what the launcher wrote, in
+order, so a host whose network is gone holds up only its own channel. The relay ignores the
+terminal's and a job's signals (the launcher decides how its hosts stop, through it) and ends at the
+end of its standard input, closing every connection, which makes every agent stop its tasks.
 """
 
 from __future__ import annotations
@@ -33,10 +33,10 @@ from typing import Any
 from launcher.common.errors import HostError
 from launcher.transport import relay_frames as rf
 from launcher.transport.malloc_arenas import limit_malloc_arenas
+from launcher.transport.relay_pump import Pump
 from launcher.transport.ssh_client import SshHost, SshTarget, connect, resolve_target
 
 _SESSION_TIMEOUT_S = 10.0
-_CHUNK = 1 << 16
 _STATUS_WAIT_S = 1.0  # after the end of a channel's output, how long its exit status may take to come
 _CLOSE_WAIT_S = 5.0  # at the end, how long closing every connection may take
 # paramiko's transport thread wakes every 0.1 s (its socket timeout) to see whether it was closed: 2,560
@@ -53,11 +53,11 @@ def _channel_errors() -> tuple[type[BaseException], ...]:
 
 @dataclass
 class _Channel:
-    """One agent's session: what to write to it, and whether its output may be read now."""
+    """One agent's session, and what to write to it."""
 
     session: Any
     writes: queue.SimpleQueue[bytes | None] = field(default_factory=queue.SimpleQueue)
-    flowing: threading.Event = field(default_factory=threading.Event)
+    closing: bool = False  # the launcher closed it (not its far side)
 
 
 class Relay:
@@ -70,6 +70,7 @@ class Relay:
         self._connecting: dict[int, threading.Lock] = {}
         self._channels: dict[int, _Channel] = {}
         self._handshakes = ThreadPoolExecutor(max_workers=window, thread_name_prefix="handshake")
+        self._pump = Pump(lambda ident, data: self._send(rf.OUTPUT, ident, data), self._ended)
 
     def obey(self, kind: bytes, number: int, payload: bytes) -> None:
         if kind == rf.OPEN:
@@ -89,11 +90,12 @@ class Relay:
         if kind == rf.DATA:
             channel.writes.put(payload)
         elif kind == rf.CLOSE:
+            channel.closing = True
             channel.writes.put(None)
         elif kind == rf.PAUSE:
-            channel.flowing.clear()
+            self._pump.pause(number)
         elif kind == rf.RESUME:
-            channel.flowing.set()
+            self._pump.resume(number)
 
     # ---- opening -----------------------------------------------------------------------------
 
@@ -125,11 +127,11 @@ class Relay:
         except _channel_errors():  # the command ended at once (a python that is not there): its output says why
             pass
         channel = _Channel(session)
-        channel.flowing.set()
+        session.fileno()  # made here, once: the pump watches it
         with self._lock:
             self._channels[ident] = channel
-        threading.Thread(target=self._write, args=(channel,), daemon=True, name=f"to-{ident}").start()
-        threading.Thread(target=self._read, args=(ident, channel), daemon=True, name=f"from-{ident}").start()
+        threading.Thread(target=self._write, args=(ident, channel), daemon=True, name=f"to-{ident}").start()
+        self._pump.add(ident, session)
         self._send(rf.OPENED, ident)
 
     def _session(self, index: int, target: SshTarget, command: str) -> Any:
@@ -144,33 +146,41 @@ class Relay:
 
     # ---- a channel's two directions ----------------------------------------------------------
 
-    def _write(self, channel: _Channel) -> None:
+    def _write(self, ident: int, channel: _Channel) -> None:
         while (data := channel.writes.get()) is not None:
             try:
                 channel.session.sendall(data)
-            except _channel_errors():  # the session is gone: its reader reports the end
+            except _channel_errors():  # the session is gone: the pump hears its end
                 break
-        try:
-            channel.session.close()
-        except _channel_errors():  # a dead connection: closed as far as we are concerned
-            pass
+        self._pump.drop(ident)  # closed by the launcher, or ended: the pump lets go of it, then `_ended`
 
-    def _read(self, ident: int, channel: _Channel) -> None:
+    def _ended(self, ident: int) -> None:
+        """The pump let go of the channel: it ended, or the launcher closed it (on the pump's thread)."""
+        threading.Thread(target=self._finish, args=(ident,), daemon=True, name=f"end-{ident}").start()
+
+    def _finish(self, ident: int) -> None:
+        with self._lock:
+            channel = self._channels.pop(ident, None)
+        if channel is None:
+            return
         session = channel.session
-        try:
-            while channel.flowing.wait() and (data := session.recv(_CHUNK)):
-                self._send(rf.OUTPUT, ident, data)
-        except _channel_errors():  # a broken connection ends the channel like EOF
-            pass
+        channel.writes.put(None)
+        if channel.closing:  # the agent reads the end of its input now; its status is not waited for
+            self._close(session)
         session.status_event.wait(_STATUS_WAIT_S)
         reason = ""
         if session.exit_status_ready():
             status = session.recv_exit_status()
             reason = "the SSH session closed" if status < 0 else f"the agent exited with code {status}"
-        with self._lock:
-            self._channels.pop(ident, None)
-        channel.writes.put(None)
+        self._close(session)
         self._send(rf.ENDED, ident, reason.encode())
+
+    @staticmethod
+    def _close(session: Any) -> None:
+        try:
+            session.close()
+        except _channel_errors():  # a dead connection: closed as far as we are concerned
+            pass
 
     def _send(self, kind: bytes, number: int, payload: bytes = b"") -> None:
         try:
@@ -183,8 +193,6 @@ class Relay:
         with self._lock:
             clients = list(self._clients.values())
             self._clients.clear()
-            for channel in self._channels.values():
-                channel.flowing.set()
         closers = [threading.Thread(target=client.close, daemon=True) for client in clients]
         for closer in closers:
             closer.start()

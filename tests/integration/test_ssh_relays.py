@@ -101,3 +101,18 @@ def test_a_reader_behind_holds_up_only_its_own_channel(sshd: SshServer) -> None:
         relays.close()
     assert relay_processes() == []
     wait_for(lambda: not sshd.sessions(), 10, "every remote command to end with its connection")
+
+
+def test_a_relay_of_idle_channels_uses_no_cpu(sshd: SshServer) -> None:
+    relays = Relays(len(ADDRESSES), cores=1)
+    try:
+        channels = relays.open({i: (target(sshd, a), "cat") for i, a in enumerate(ADDRESSES)}, b"\n")
+        for channel in channels.values():
+            assert opened(channel).reader.readline() == b"\n"
+        (relay,) = relay_processes()
+        before = sum(relay.cpu_times()[:2])
+        time.sleep(2)
+        assert sum(relay.cpu_times()[:2]) - before < 0.1, "an idle relay spins"
+    finally:
+        relays.close()
+    assert relay_processes() == []
