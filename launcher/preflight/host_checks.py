@@ -28,11 +28,17 @@ class Seen:
     shared: bool  # more than one host: the checkpoint directory must be shared storage
     startup_env: tuple[str, ...] = ()  # the spec's variables that decide whether that python starts
 
+    @property
+    def where(self) -> str:
+        """The working directory as the spec gives it, and where that is on the host when it says more."""
+        path = self.info.get("workdir_path")
+        return self.workdir if not path or path == self.workdir else f"{self.workdir} ({path})"
+
     def fields(self) -> Fields:
         return {
             "address": self.address,
             "executable": self.info.get("executable"),
-            "workdir": self.workdir,
+            "workdir": self.where,
             "python": self.python,
             "checkpoint_dir": self.checkpoint_dir,
         }
@@ -62,9 +68,8 @@ def _older_than(version: object, least: tuple[int, int]) -> bool:
 def _workdir(seen: Seen) -> list[Fields]:
     if seen.info["workdir_ok"]:
         return []
-    path = seen.info.get("workdir_path")
-    shown = seen.workdir if not path or path == seen.workdir else f"{seen.workdir} ({path})"
-    return [{"shown": shown, "what": "is not a directory" if seen.info.get("workdir_exists") else "does not exist"}]
+    what = "is not a directory" if seen.info.get("workdir_exists") else "does not exist"
+    return [{"shown": seen.where, "what": what}]
 
 
 def _program_fix(seen: Seen, program: str, why: str) -> str:
@@ -74,7 +79,7 @@ def _program_fix(seen: Seen, program: str, why: str) -> str:
         first = "add one" if "no #! line" in why else "fix it"
         return f"{first}, or run it with its interpreter (-- sh {program} ...)"
     if "/" in program:
-        return f"a relative path starts from the working directory {seen.workdir}"
+        return f"a relative path starts from the working directory {seen.where}"
     return "give its full path, install it there, or set PATH in the spec's env"
 
 

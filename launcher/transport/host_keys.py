@@ -134,8 +134,15 @@ class HostKeySubject:
 
     @property
     def keyscan(self) -> str:
+        """The command that records the key, its file's folder made first where it is missing (a new account)."""
+        import os
+        import shlex
+
         port = f"-p {self.port} " if self.port != 22 else ""
-        return f"ssh-keyscan {port}{self.hostname} >> {self.record_file or '~/.ssh/known_hosts'}"
+        record = self.record_file or "~/.ssh/known_hosts"
+        folder = os.path.dirname(os.path.expanduser(record))
+        made = "" if os.path.isdir(folder) else f"mkdir -p -m 700 {shlex.quote(folder)} && "
+        return f"{made}ssh-keyscan {port}{self.hostname} >> {record}"
 
 
 def _by_file(lines: Sequence[KnownHostLine]) -> dict[str, str]:

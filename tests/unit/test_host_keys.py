@@ -3,6 +3,8 @@ that name the file and line that decided."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from launcher.transport.host_keys import (
@@ -135,3 +137,15 @@ def test_an_unknown_key_says_what_was_read_and_which_setting_refused() -> None:
     assert "set ssh.accept_unknown_host_keys: true for this host" in message
     hop = refusal(check_host_key((), [NAME], A), subject(in_spec=False))
     assert "accept_unknown_host_keys" not in hop and f"StrictHostKeyChecking accept-new for {NAME}" in hop
+
+
+def test_the_keyscan_fix_makes_a_missing_ssh_folder_first(tmp_path: Path) -> None:
+    from launcher.transport.host_keys import HostKeySubject, host_key_policy
+
+    def subject(record: str) -> HostKeySubject:
+        policy = host_key_policy(False, None, "~/.ssh/config")
+        return HostKeySubject("h", "h", 22, "ssh-ed25519", b"k", (record,), record, policy, True)
+
+    missing = tmp_path / "none" / ".ssh" / "known_hosts"
+    assert subject(str(missing)).keyscan == f"mkdir -p -m 700 {missing.parent} && ssh-keyscan h >> {missing}"
+    assert subject(str(tmp_path / "known_hosts")).keyscan == f"ssh-keyscan h >> {tmp_path / 'known_hosts'}"

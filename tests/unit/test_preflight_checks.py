@@ -68,3 +68,11 @@ def test_versions_that_differ_across_hosts_are_named_with_their_hosts() -> None:
         "python versions differ across hosts (3.11 on a, c; 3.12 on b); install the same version everywhere"
     ]
     assert version_problems([("a", HEALTHY), ("b", {**HEALTHY, "python": "3.11.9"})]) == []
+
+
+def test_a_relative_working_directory_is_named_with_where_it_is_on_the_host() -> None:
+    from launcher.preflight.host_checks import Seen
+
+    seen = Seen("h", {"workdir_ok": True, "workdir_path": "/home/u"}, ".", "python3", "/c", False, False)
+    assert seen.fields()["workdir"] == ". (/home/u)"
+    assert Seen("h", {"workdir_path": "/w"}, "/w", "python3", "/c", False, False).fields()["workdir"] == "/w"
