@@ -3,7 +3,8 @@ way, many hosts' channels on it.
 
 A frame is a kind (one byte), a number (the channel's, or for OPEN and LOST the host's index) and a
 payload, length first. Both ends are this launcher's own processes, started together from the same
-installation, so a payload that carries Python objects is a pickle.
+installation: what the launcher sends a relay may be a pickle; what a relay sends back, which can
+quote what a host said, never is.
 """
 
 from __future__ import annotations
@@ -24,10 +25,10 @@ LOST = b"l"  # number: the host's index; its connection is dropped, the next ope
 
 # relay -> launcher
 OPENED = b"O"
-FAILED = b"F"  # payload: pickle of (address, cause), a HostError's parts
+FAILED = b"F"  # payload: JSON [address, cause], a HostError's parts
 OUTPUT = b"D"  # what the channel's agent printed
 ENDED = b"E"  # the channel ended; payload: why (utf-8), or empty when the far side gave no status
-LOG = b"L"  # number: a logging level; payload: the message (utf-8)
+LOG = b"L"  # number: a logging level; payload: JSON [logger name, message]
 
 
 class FrameWriter:

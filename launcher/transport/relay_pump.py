@@ -10,11 +10,14 @@ applies itself; a channel's pipe is closed only after the pump let go of it.
 
 from __future__ import annotations
 
+import logging
 import os
 import selectors
 import threading
 from collections.abc import Callable
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 CHUNK = 1 << 16
 ROUND = 4  # chunks read from one channel before the others (and the changes asked for) get their turn
@@ -60,10 +63,15 @@ class Pump:
     def _run(self) -> None:
         while True:
             for key, _ in self._selector.select():
-                if key.data is None:
-                    self._apply()
-                else:
-                    self._drain(key.data)
+                try:
+                    if key.data is None:
+                        self._apply()
+                    else:
+                        self._drain(key.data)
+                except Exception:  # a bug must not stop every other channel: this one ends, the rest go on
+                    log.exception("the SSH relay's reader")
+                    if key.data is not None and key.data in self._channels:
+                        self._end(key.data)
 
     def _apply(self) -> None:
         try:

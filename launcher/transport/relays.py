@@ -11,6 +11,7 @@ it takes its hosts' channels with it and their sessions see why; the next open s
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -144,7 +145,8 @@ class RelayProcess:
 
     def _route(self, kind: bytes, number: int, payload: bytes) -> None:
         if kind == rf.LOG:
-            log.log(number, "%s", payload.decode("utf-8", "replace"))
+            name, message = json.loads(payload)
+            logging.getLogger(str(name)).log(number, "%s", message)
             return
         with self._lock:
             inbox = self._inboxes.get(number)
@@ -157,8 +159,8 @@ class RelayProcess:
             inbox.end(payload.decode("utf-8", "replace") or None)
         elif kind in (rf.OPENED, rf.FAILED) and opening is not None:
             if kind == rf.FAILED:
-                host, cause = pickle.loads(payload)
-                opening.failed = HostError(host, cause)
+                host, cause = json.loads(payload)
+                opening.failed = HostError(str(host), str(cause))
             opening.done.set()
 
     def stop(self) -> None:

@@ -19,6 +19,7 @@ end of its standard input, closing every connection, which makes every agent sto
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import pickle
@@ -117,10 +118,11 @@ class Relay:
         try:
             session = self._session(index, resolve_target(host), command)
         except HostError as error:
-            self._send(rf.FAILED, ident, pickle.dumps((error.host, error.cause)))
+            self._send(rf.FAILED, ident, json.dumps([error.host, error.cause]).encode())
             return
         except Exception as error:  # noqa: BLE001 - a bug here must fail this host, not the relay
-            self._send(rf.FAILED, ident, pickle.dumps((host.address, f"SSH relay: {type(error).__name__}: {error}")))
+            cause = f"SSH relay: {type(error).__name__}: {error}"
+            self._send(rf.FAILED, ident, json.dumps([host.address, cause]).encode())
             return
         try:
             session.sendall(memoryview(first_line))  # sendall slices what is left: a view is not copied
@@ -209,7 +211,7 @@ class _Forward(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            self._out.send(rf.LOG, record.levelno, f"{record.name}: {record.getMessage()}".encode())
+            self._out.send(rf.LOG, record.levelno, json.dumps([record.name, record.getMessage()]).encode())
         except (OSError, ValueError):  # the launcher is gone
             pass
 
