@@ -216,7 +216,8 @@ def _python_fails_with(env: dict[str, str], workdir: str) -> str | None:
 
     try:
         done = subprocess.run(
-            [sys.executable, "-c", "import encodings, json"],
+            # not from the working directory: a json.py there is the user's, and the preflight runs none of it
+            [sys.executable, "-c", "import sys; sys.path = [p for p in sys.path if p]; import encodings, json"],
             env={**os.environ, **env},
             cwd=workdir if os.path.isdir(workdir) else None,
             capture_output=True,

@@ -29,6 +29,9 @@ FAILED = b"F"  # payload: JSON [address, cause], a HostError's parts
 OUTPUT = b"D"  # what the channel's agent printed
 ENDED = b"E"  # the channel ended; payload: why (utf-8), or empty when the far side gave no status
 LOG = b"L"  # number: a logging level; payload: JSON [logger name, message]
+LAUNCHER_KINDS = frozenset({OPEN, DATA, CLOSE, PAUSE, RESUME, LOST})
+RELAY_KINDS = frozenset({OPENED, FAILED, OUTPUT, ENDED, LOG})
+MAX_RELAY_PAYLOAD = 1 << 20  # a relay's frames: output in chunks of 64 KiB, a message, a log record
 
 
 class FrameWriter:
@@ -47,12 +50,19 @@ class FrameWriter:
             self._stream.flush()
 
 
-def read_frame(stream: BinaryIO) -> tuple[bytes, int, bytes] | None:
-    """The next frame, or None at the end of the stream (a frame cut short is an end too)."""
+def read_frame(
+    stream: BinaryIO, kinds: frozenset[bytes] | None = None, most: int | None = None
+) -> tuple[bytes, int, bytes] | str | None:
+    """The next frame, or None at the end of the stream (a frame cut short is an end too); with `kinds` and
+    `most`, a header of another kind or a longer payload is not waited for: what was wrong with it."""
     header = stream.read(_HEADER.size)
     if len(header) < _HEADER.size:
         return None
     kind, number, length = _HEADER.unpack(header)
+    if kinds is not None and kind not in kinds:
+        return f"sent what is not a frame ({header!r})"
+    if most is not None and length > most:
+        return f"sent a frame of {length} bytes (at most {most})"
     payload = stream.read(length) if length else b""
     if len(payload) < length:
         return None

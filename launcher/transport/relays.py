@@ -70,8 +70,8 @@ class RelayProcess:
             f"import sys; sys.path.insert(0, {_SOURCE_ROOT!r}); from launcher.transport.ssh_relay import main; "
             f"main({window}, {levels[0]}, {levels[1]})"
         )
-        self._proc = subprocess.Popen(
-            [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+        self._proc = subprocess.Popen(  # -P: never a module of the working directory's (a random.py there)
+            [sys.executable, "-P", "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
         )
         assert self._proc.stdin is not None and self._proc.stdout is not None
         self._out = rf.FrameWriter(self._proc.stdin)  # type: ignore[arg-type]
@@ -129,11 +129,18 @@ class RelayProcess:
     def _read(self) -> None:
         stream = self._proc.stdout
         assert stream is not None
-        while (frame := rf.read_frame(stream)) is not None:  # type: ignore[arg-type]
+        garbled = None
+        while (frame := rf.read_frame(stream, rf.RELAY_KINDS, rf.MAX_RELAY_PAYLOAD)) is not None:  # type: ignore[arg-type]
+            if isinstance(frame, str):
+                garbled = frame
+                log.error("the SSH relay (pid %s) %s: stopped, its hosts' channels end", self._proc.pid, frame)
+                self._proc.kill()
+                break
             self._route(*frame)
         code = self._proc.wait()
         self.dead.set()
         why = f"the SSH relay process ended (exit code {code})" if code else "the SSH relay process ended"
+        why = f"the SSH relay {garbled}" if garbled else why
         with self._lock:
             inboxes, self._inboxes = list(self._inboxes.values()), {}
             openings = list(self._openings.values())

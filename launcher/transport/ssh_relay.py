@@ -25,7 +25,6 @@ import os
 import pickle
 import queue
 import signal
-import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -216,19 +215,30 @@ class _Forward(logging.Handler):
             pass
 
 
+def _frame_streams() -> tuple[Any, Any]:
+    """The launcher's pipes, on descriptors of their own: standard input and output become /dev/null, so
+    that nothing else in this process (a library's print, a prompt) reads or writes a frame's bytes."""
+    frames_in, frames_out = os.fdopen(os.dup(0), "rb"), os.fdopen(os.dup(1), "wb")
+    null = os.open(os.devnull, os.O_RDWR)
+    os.dup2(null, 0)
+    os.dup2(null, 1)
+    os.close(null)
+    return frames_in, frames_out
+
+
 def main(window: int, root_level: int, paramiko_level: int) -> None:
     """Serve the launcher on standard input and output until the input ends."""
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, signal.SIG_IGN)
     limit_malloc_arenas()  # before the transports' threads start
-    out = rf.FrameWriter(sys.stdout.buffer)
+    stdin, stdout = _frame_streams()
+    out = rf.FrameWriter(stdout)
     logging.getLogger().addHandler(_Forward(out))
     logging.getLogger().setLevel(root_level)
     logging.getLogger("paramiko").setLevel(paramiko_level)
     relay = Relay(out, window)
-    stdin = sys.stdin.buffer
     try:
-        while (frame := rf.read_frame(stdin)) is not None:
+        while isinstance(frame := rf.read_frame(stdin, rf.LAUNCHER_KINDS), tuple):  # an end, or not a frame: done
             relay.obey(*frame)
     finally:
         relay.close()

@@ -9,6 +9,7 @@ import os
 import signal
 import threading
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -116,3 +117,34 @@ def test_a_relay_of_idle_channels_uses_no_cpu(sshd: SshServer) -> None:
     finally:
         relays.close()
     assert relay_processes() == []
+
+
+def test_a_module_in_the_working_directory_is_never_imported_by_a_relay(
+    sshd: SshServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A relay is a python started in the launch's working directory: a `random.py` there (which printed onto
+    the frames' pipe and ran the user's code in the launcher's relay) must not be imported."""
+    (tmp_path / "random.py").write_text(f"print('shadowed'); open({str(tmp_path / 'ran')!r}, 'w').close()\n")
+    monkeypatch.chdir(tmp_path)
+    relays = Relays(1, cores=1)
+    try:
+        channel = opened(relays.open({0: (target(sshd, ADDRESSES[0]), "cat")}, b"first\n")[0])
+        assert channel.reader.readline() == b"first\n"
+        assert echoes(channel, b"still framed")
+    finally:
+        relays.close()
+    assert not (tmp_path / "ran").exists()
+
+
+def test_a_relay_that_sends_what_is_not_a_frame_is_stopped_and_its_channels_say_why() -> None:
+    import io
+
+    from launcher.transport import relay_frames as rf
+
+    garbage = io.BytesIO(b"my random helpers\n")
+    assert rf.read_frame(garbage, rf.RELAY_KINDS, rf.MAX_RELAY_PAYLOAD) == "sent what is not a frame (b'my random')"
+    huge = io.BytesIO(rf._HEADER.pack(rf.OUTPUT, 1, 1 << 30))
+    assert (
+        rf.read_frame(huge, rf.RELAY_KINDS, rf.MAX_RELAY_PAYLOAD)
+        == "sent a frame of 1073741824 bytes (at most 1048576)"
+    )
