@@ -199,8 +199,13 @@ def _memory(data: Results) -> list[Row]:
     ]
 
 
+def _fanout_sizes(data: Results) -> list[int]:
+    """The target sizes this run measured (an older run measured fewer)."""
+    return [size for size in fanout.TARGET_SIZES if str(size) in data]
+
+
 def _fanout_medians(data: Results, key: str) -> dict[int, float]:
-    return {size: _median(data[str(size)][key]) for size in fanout.TARGET_SIZES}
+    return {size: _median(data[str(size)][key]) for size in _fanout_sizes(data) if key in data[str(size)]}
 
 
 def _at_sizes(values: dict[int, float], show: Callable[[float], str]) -> str:
@@ -208,17 +213,19 @@ def _at_sizes(values: dict[int, float], show: Callable[[float], str]) -> str:
 
 
 def _fanout(data: Results) -> list[Row]:
-    sizes = " and ".join(str(size) for size in fanout.TARGET_SIZES)
+    sizes = ", ".join(str(size) for size in _fanout_sizes(data))
     up, down = _fanout_medians(data, "ratios"), _fanout_medians(data, "launch_down")
-    rss, threads = _fanout_medians(data, "rss_mib"), _fanout_medians(data, "threads")
-    largest = fanout.TARGET_SIZES[-1]
+    rss = _fanout_medians(data, "rss_mib")
+    threads = _fanout_medians(data, "threads")
+    largest = _fanout_sizes(data)[-1]
     left = _median(data[str(largest)]["plain_leftovers"])
     # "plus a constant": the threads beyond THREADS_PER_HOST a host may grow from one size to the next
     # by no more than one host's worth
     over = {size: count - fanout.THREADS_PER_HOST * size for size, count in threads.items()}
     constants = ", + ".join(f"{value:.0f}" for value in over.values())
     steady = all(b - a <= fanout.THREADS_PER_HOST for a, b in itertools.pairwise(over.values()))
-    return [
+    limits = ", ".join(f"< {mib:g} MiB at {size}" for size, mib in fanout.RSS_MIB.items() if size in rss)
+    rows = [
         Row(
             f"start-up <= {fanout.START_RATIO:g}x plain ssh, {sizes} hosts",
             _at_sizes(up, _x),
@@ -230,9 +237,9 @@ def _fanout(data: Results) -> list[Row]:
             max(down.values()) < fanout.TEARDOWN_S,
         ),
         Row(
-            f"launcher peak RSS < {fanout.RSS_MIB:g} MiB",
+            f"launcher peak RSS {limits}",
             _at_sizes(rss, lambda v: f"{v:.1f} MiB"),
-            max(rss.values()) < fanout.RSS_MIB,
+            all(value < fanout.RSS_MIB[size] for size, value in rss.items()),
         ),
         Row(
             f"launcher threads <= {fanout.THREADS_PER_HOST} per host plus a constant",
@@ -240,6 +247,31 @@ def _fanout(data: Results) -> list[Row]:
             steady,
         ),
     ]
+    total = _fanout_medians(data, "total_threads")
+    if total:
+        relays = {size: data[str(size)]["relays"] for size in total}
+        rows.append(
+            Row(
+                "threads of the launcher and its SSH relays together (reported)",
+                _at_sizes(total, lambda v: f"{v:.0f}")
+                + " (relays: "
+                + ", ".join(f"{count:.0f} at {size}" for size, count in relays.items())
+                + ")",
+                None,
+            )
+        )
+    projected = data.get("projection")
+    if projected:
+        per_host = ", ".join(f"{name.replace('_', ' ')} {ms:.1f} ms" for name, ms in projected["per_host_ms"].items())
+        rows.append(
+            Row(
+                f"{projected['hosts']:,} hosts, projected from the measured CPU per host (reported)",
+                f"<= {fanout.START_RATIO:g}x plain ssh on launching machines of up to {projected['holds_up_to_cores']} "
+                f"cores ({per_host})",
+                None,
+            )
+        )
+    return rows
 
 
 def _scale(data: Results) -> list[Row]:
@@ -514,7 +546,7 @@ def _recovery_words(data: dict[str, Results]) -> list[str]:
 def _size_words(data: dict[str, Results]) -> list[str]:
     mem, lines, far = data["memory"], data["scale"]["line_peak_rss_mib"], data["fanout"]
     peaks = [mem["training"]["launcher_mb"], mem["flood"]["launcher_mb"], *lines.values()]
-    hosts = fanout.TARGET_SIZES[-1]
+    hosts = _fanout_sizes(far)[-1]
     shape = max(fleet.FLEETS)
     name = fleet.fleet_name(*shape)
     plan_s = fleet.planning_medians(data["fleet"]["planning"][name])[0]
