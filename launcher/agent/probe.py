@@ -206,7 +206,7 @@ def runtime_shadows(pythonpath: str, workdir: str, marks: dict[str, str]) -> dic
     return {name: where for name, where in found.items() if where}
 
 
-STARTUP_CHECK_TIMEOUT_S = 30.0
+STARTUP_CHECK_TIMEOUT_S = 20.0  # within the launcher's 30 s for an answer, so that its words reach it
 
 
 def _python_fails_with(env: dict[str, str], workdir: str) -> str | None:

@@ -36,6 +36,7 @@ from launcher.spec.addresses import machine_key
 from launcher.spec.models import ClusterSpec
 from launcher.spec.python_script import module_of, script_of
 from launcher.transport.base import Agent, Transport
+from launcher.transport.session import NoAnswer
 from worker.contract import is_url
 from worker.training_spec import BuiltinTraining, CommandTraining, FunctionTraining
 
@@ -90,6 +91,8 @@ def _asked(
             if isinstance(answer, BaseException):
                 raise answer
             results.append((host, answer(max(0.0, deadline - time.monotonic()))))
+        except NoAnswer as error:  # the round's time, not what was left of it for this host
+            results.append((host, RuntimeError(f"no answer to {error.op} within {timeout:g}s")))
         except Exception as error:  # noqa: BLE001 - reported per host, never raised across hosts
             results.append((host, error))
     return results
@@ -309,7 +312,14 @@ def _check_shared_checkpoints(hosts: list[_Host], plan: LaunchPlan, report: Pref
     path = f"{plan.checkpoint_dir.rstrip('/')}/.tflaunch-preflight-{token}"
     writer = hosts[0]
     assert writer.session is not None
-    writer.session.probe({"op": "write_marker", "path": path, "token": token})
+    try:
+        writer.session.probe({"op": "write_marker", "path": path, "token": token})
+    except RuntimeError as error:  # a full disk, a read-only mount, the agent gone meanwhile
+        report.problems.append(
+            f"{writer.address}: cannot write in checkpoint_dir {plan.checkpoint_dir} ({error}); checkpoints are "
+            "written there: free space, or choose another checkpoint_dir"
+        )
+        return
     try:
         for host, outcome in _asked(hosts[1:], lambda h: {"op": "read_marker", "path": path}):
             seen = outcome.get("token") if isinstance(outcome, dict) else None
@@ -319,7 +329,10 @@ def _check_shared_checkpoints(hosts: list[_Host], plan: LaunchPlan, report: Pref
                     f"(a marker written there is not visible here); workers must see each other's checkpoints"
                 )
     finally:
-        writer.session.probe({"op": "remove", "path": path})
+        try:
+            writer.session.probe({"op": "remove", "path": path})
+        except RuntimeError as error:  # the marker is left: say where, it is the launcher's own
+            log.warning("%s: cannot remove the preflight's marker %s: %s", writer.address, path, error)
 
 
 def _apart(host: _Host, other: _Host) -> bool:

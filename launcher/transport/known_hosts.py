@@ -271,22 +271,52 @@ def known_host_line(name: str, key_blob: bytes, hashed: bool) -> str:
     return f"{host} {key_type} {base64.b64encode(key_blob).decode()}\n"
 
 
+MAX_FILE_BYTES = 64 << 20  # a known_hosts of a million hosts is about 100 MB of RSA keys; 64 MiB is plenty
+
+
+def _open_regular(path: str) -> int | None:
+    """A descriptor of `path` when it is a regular file of at most MAX_FILE_BYTES; None for /dev/null
+    (UserKnownHostsFile /dev/null: no keys). Opened without waiting (a FIFO would hold the launch)
+    and never read when it is anything else: KnownHostsUnusable says what it is."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    info = os.fstat(fd)
+    if stat.S_ISREG(info.st_mode) and info.st_size <= MAX_FILE_BYTES:
+        return fd
+    os.close(fd)
+    if stat.S_ISCHR(info.st_mode) and os.path.realpath(path) == os.devnull:
+        return None
+    why = f"larger than {MAX_FILE_BYTES >> 20} MiB" if stat.S_ISREG(info.st_mode) else "not a regular file"
+    raise KnownHostsUnusable(path, why)
+
+
+def _read_whole(fd: int) -> bytes:
+    with os.fdopen(fd, "rb") as handle:
+        data = handle.read(MAX_FILE_BYTES + 1)
+    if len(data) > MAX_FILE_BYTES:  # it grew meanwhile
+        raise OSError(f"larger than {MAX_FILE_BYTES >> 20} MiB")
+    return data
+
+
 def read_known_hosts(paths: Iterable[str]) -> tuple[KnownHostLine, ...]:
-    """The lines of every file that exists. A file that exists but cannot be read raises
-    KnownHostsUnusable: a revocation in it must not be skipped without a word."""
+    """The lines of every file that exists. A file that exists but cannot be read (or is no regular file,
+    or is huge) raises KnownHostsUnusable: a revocation in it must not be skipped without a word."""
     lines: list[KnownHostLine] = []
     for path in paths:
         try:
-            with open(path, "rb") as handle:
-                info = os.fstat(handle.fileno())
-                version = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+            fd = _open_regular(path)
+            if fd is None:
+                continue
+            info = os.fstat(fd)
+            version = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+            with _PARSED_LOCK:
+                parsed = _parsed.get(path)
+            if parsed is None or parsed[0] != version:
+                text = _read_whole(fd).decode("utf-8", errors="replace")
+                parsed = (version, parse_known_hosts(text, path).lines)
                 with _PARSED_LOCK:
-                    parsed = _parsed.get(path)
-                if parsed is None or parsed[0] != version:
-                    text = handle.read().decode("utf-8", errors="replace")
-                    parsed = (version, parse_known_hosts(text, path).lines)
-                    with _PARSED_LOCK:
-                        _parsed[path] = parsed
+                    _parsed[path] = parsed
+            else:
+                os.close(fd)
         except FileNotFoundError:  # absent files are normal (OpenSSH lists files that rarely exist)
             continue
         except OSError as error:
@@ -306,7 +336,8 @@ def read_revoked_keys(path: str) -> tuple[KnownHostLine, ...]:
     """The keys of a RevokedHostKeys file of public keys. A binary KRL is refused (not supported);
     a missing file too, since OpenSSH then refuses every host key."""
     try:
-        data = Path(path).read_bytes()
+        fd = _open_regular(path)
+        data = b"" if fd is None else _read_whole(fd)
     except OSError as error:
         raise KnownHostsUnusable(path, error.strerror or str(error)) from None
     if data.startswith(_KRL_MAGIC):

@@ -19,6 +19,7 @@ import pickle
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,7 +33,10 @@ log = logging.getLogger(__name__)
 
 WINDOW = 64  # handshakes under way at once, in all relays
 RELAY_HOSTS = 64  # hosts a relay serves, at most, while there are cores for another
-_OPEN_TIMEOUT_S = 600.0  # a bound on waiting for a relay's answer to an open; each step of it has its own timeout
+# A bound on waiting for the relays' answers to one open of many hosts, in all: each step of a handshake has
+# its own timeout (ssh.connect_timeout_s), and a window of them runs at once. A relay that does not answer
+# within it (stopped, wedged) is killed, and the next open starts another.
+OPEN_TIMEOUT_S = 120.0
 _STOP_WAIT_S = 5.0
 _SOURCE_ROOT = str(Path(__file__).resolve().parents[2])  # where this `launcher` package is imported from
 
@@ -94,10 +98,15 @@ class RelayProcess:
             opening.done.set()
         return opening
 
-    def finish(self, opening: Opening) -> Channel | HostError:
-        """The channel `begin` asked for, once the relay answered; or why there is none."""
-        if not opening.done.wait(_OPEN_TIMEOUT_S):
-            opening.failed = HostError(opening.address, "the SSH relay did not answer")
+    def finish(self, opening: Opening, deadline: float) -> Channel | HostError:
+        """The channel `begin` asked for, once the relay answered (by `deadline`, monotonic); or why there is none."""
+        if not opening.done.wait(max(0.0, deadline - time.monotonic())):
+            opening.failed = HostError(
+                opening.address,
+                f"the SSH relay (pid {self._proc.pid}) did not answer within {OPEN_TIMEOUT_S:g}s: it is stopped, "
+                "and the next try starts another",
+            )
+            self._proc.kill()  # its reader then ends every channel it carried
         ident, inbox = opening.ident, opening.inbox
         with self._lock:
             self._openings.pop(ident, None)
@@ -212,13 +221,14 @@ class Relays:
         """Every host's agent channel (`hosts`: index -> the host, and the command to run there), all asked for
         at once: the relays' windows bound how many handshakes run side by side."""
         begun = []
+        deadline = time.monotonic() + OPEN_TIMEOUT_S
         for index, (host, command) in hosts.items():
             with self._lock:
                 self._ids += 1
                 ident = self._ids
             relay = self._relay(index)
             begun.append((index, relay, relay.begin(ident, index, host, command, first_line)))
-        return {index: relay.finish(opening) for index, relay, opening in begun}
+        return {index: relay.finish(opening, deadline) for index, relay, opening in begun}
 
     def lost(self, index: int) -> None:
         with self._lock:

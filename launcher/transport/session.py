@@ -218,6 +218,14 @@ class AgentTask:
         """Nothing of its own to release: the host's session closes with the transport."""
 
 
+class NoAnswer(RuntimeError):
+    """A probe's answer did not come in time."""
+
+    def __init__(self, op: str, timeout: float) -> None:
+        self.op = op
+        super().__init__(f"no answer to {op} within {timeout:g}s")
+
+
 class AgentSession:
     """One host's agent. Lifecycle: made on a channel whose agent was just sent its first line ->
     `wait_ready()` -> probes, starts, standbys, signals -> `close()` or `lose()`. Invariant: once
@@ -326,7 +334,7 @@ class AgentSession:
                 try:
                     got = answers.get(timeout=timeout)
                 except queue.Empty:
-                    raise RuntimeError(f"no answer to {request.get('op')} within {timeout:g}s") from None
+                    raise NoAnswer(str(request.get("op")), timeout) from None
             finally:
                 with self._lock:
                     self._answers.pop(ident, None)

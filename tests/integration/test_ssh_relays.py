@@ -148,3 +148,26 @@ def test_a_relay_that_sends_what_is_not_a_frame_is_stopped_and_its_channels_say_
         rf.read_frame(huge, rf.RELAY_KINDS, rf.MAX_RELAY_PAYLOAD)
         == "sent a frame of 1073741824 bytes (at most 1048576)"
     )
+
+
+def test_a_stopped_relay_fails_its_opens_by_the_deadline_and_is_replaced(
+    sshd: SshServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(relays_module, "OPEN_TIMEOUT_S", 2.0)
+    relays = Relays(len(ADDRESSES), cores=1)
+    try:
+        first = opened(relays.open({0: (target(sshd, ADDRESSES[0]), "cat")}, b"\n")[0])
+        assert first.reader.readline() == b"\n"
+        (stopped,) = relay_processes()
+        os.kill(stopped.pid, signal.SIGSTOP)
+        started = time.monotonic()
+        failed = relays.open({i: (target(sshd, a), "cat") for i, a in enumerate(ADDRESSES[1:], 1)}, b"\n")
+        assert time.monotonic() - started < 10, "one deadline for every host, not one each"
+        for outcome in failed.values():
+            assert isinstance(outcome, HostError) and "did not answer within 2s" in outcome.cause, outcome
+        assert first.reader.readline() == b"", "the stopped relay's channels end with it"
+        again = opened(relays.open({1: (target(sshd, ADDRESSES[1]), "cat")}, b"back\n")[1])
+        assert again.reader.readline() == b"back\n"
+    finally:
+        relays.close()
+    assert relay_processes() == []

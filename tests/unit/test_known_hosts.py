@@ -228,3 +228,21 @@ def _umask() -> int:
     current = os.umask(0)
     os.umask(current)
     return current
+
+
+def test_a_known_hosts_that_is_no_regular_file_is_refused_without_reading_it(tmp_path: Path) -> None:
+    """An endless device would take all the memory, a FIFO would hold the launch; /dev/null is no keys."""
+    import os
+
+    from launcher.transport.known_hosts import KnownHostsUnusable, read_known_hosts, read_revoked_keys
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for path in ("/dev/zero", str(fifo), str(tmp_path)):
+        with pytest.raises(KnownHostsUnusable) as raised:
+            read_known_hosts([path])
+        assert raised.value.reason == "not a regular file"
+        with pytest.raises(KnownHostsUnusable):
+            read_revoked_keys(path)
+    assert read_known_hosts(["/dev/null"]) == ()
+    assert read_revoked_keys("/dev/null") == ()

@@ -53,3 +53,42 @@ def test_every_probe_is_sent_before_any_answer_is_awaited() -> None:
     answers = check._asked(hosts, lambda h: {"op": "release"})
     assert [kind for kind, _ in log] == ["ask"] * 40 + ["wait"] * 40
     assert all(isinstance(answer, dict) and answer["timeout"] <= check.PROBE_TIMEOUT_S for _, answer in answers)
+
+
+class _FullDisk:
+    def probe(self, request: dict[str, Any], timeout: float = 30.0) -> dict[str, Any]:
+        if request["op"] == "write_marker":
+            raise RuntimeError("OSError: [Errno 28] No space left on device")
+        return {}
+
+
+def test_a_checkpoint_dir_that_cannot_be_written_is_a_problem_not_a_traceback() -> None:
+    from types import SimpleNamespace
+
+    hosts = [check._Host(i, f"10.0.0.{i + 1}", False, "python3", "/", []) for i in range(2)]
+    for host in hosts:
+        host.session = _FullDisk()  # type: ignore[assignment]
+    report = check.PreflightReport()
+    check._check_shared_checkpoints(hosts, SimpleNamespace(checkpoint_dir="/ckpt"), report)  # type: ignore[arg-type]
+    assert report.problems == [
+        "10.0.0.1: cannot write in checkpoint_dir /ckpt (OSError: [Errno 28] No space left on device); checkpoints "
+        "are written there: free space, or choose another checkpoint_dir"
+    ]
+
+
+class _Silent:
+    def ask(self, request: dict[str, Any]) -> Any:
+        from launcher.transport.session import NoAnswer
+
+        def answer(timeout: float) -> dict[str, Any]:
+            raise NoAnswer(request["op"], timeout)
+
+        return answer
+
+
+def test_a_host_that_does_not_answer_is_said_to_have_had_the_whole_round() -> None:
+    hosts = [check._Host(i, f"h{i}", False, "python3", "/", []) for i in range(3)]
+    for host in hosts:
+        host.session = _Silent()  # type: ignore[assignment]
+    said = [str(outcome) for _, outcome in check._asked(hosts, lambda h: {"op": "info"}, timeout=7.0)]  # type: ignore[arg-type, return-value]
+    assert said == ["no answer to info within 7s"] * 3
