@@ -35,7 +35,8 @@ def pytest_configure(config: pytest.Config) -> None:
 def _no_agent_scratch_left() -> Iterator[None]:
     """A test that SIGKILLs an agent leaves its scratch directory for the next agent to remove, as a
     user's next launch would; the last such directory of the session is removed here, by the agents'
-    own rule (never one whose agent still holds its lock)."""
+    own rule (never one whose agent still holds its lock). An agent of the last test may still be on its
+    way out (its launcher ended, its own exit follows): its directory is waited for, 30 s at most."""
     import tempfile
 
     from launcher.agent.scratch import PREFIX, remove_if_left
@@ -46,8 +47,11 @@ def _no_agent_scratch_left() -> Iterator[None]:
         left = [
             e.path for e in entries if e.name.startswith(PREFIX) and e.stat(follow_symlinks=False).st_mtime >= started
         ]
-    for path in left:
-        remove_if_left(path)
+    deadline = time.monotonic() + 30
+    while left and time.monotonic() < deadline:
+        left = [path for path in left if os.path.exists(path) and not remove_if_left(path)]
+        if left:
+            time.sleep(0.2)
 
 
 def processes_mentioning(marker: str) -> list[psutil.Process]:
