@@ -169,6 +169,21 @@ def _at(task: TaskStatus, now: float) -> str:
     return f"not joined ({said}, {_ago(task, now)} ago)"
 
 
+STEPPING_S = 2.0  # steps are reported at most every half second: tasks a report or two apart are all stepping
+
+
+def all_stepping(statuses: list[TaskStatus], now: float) -> str | None:
+    """When every task reported a step in the last STEPPING_S, what to say instead of naming one behind
+    (the lowest step then only trails by its last report); None otherwise."""
+    if not statuses or any(
+        not t.joined or t.step is None or t.stopped_since is not None or now - t.last_progress > STEPPING_S
+        for t in statuses
+    ):
+        return None
+    steps = ", ".join(f"{t.name} at step {t.step}" for t in statuses[:4]) + (" ..." if len(statuses) > 4 else "")
+    return f"none: every task reported a step in the last {STEPPING_S:g} s ({steps})"
+
+
 def laggards(statuses: list[TaskStatus], stacks: dict[str, TaskStacks]) -> list[TaskStatus]:
     """The tasks behind: one held stopped (SIGSTOP) first; in start-up, those that got least far (the others
     wait for them, as the start-up deadline judges); in training, those whose main thread is not in TensorFlow

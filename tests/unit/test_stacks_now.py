@@ -45,10 +45,10 @@ class Agents:
         }
 
 
-def requests_in(tmp_path: Path) -> tuple[StackRequests, Agents, Path]:
+def requests_in(tmp_path: Path, last_progress: float = 1.0) -> tuple[StackRequests, Agents, Path]:
     agents = Agents()
     requests = StackRequests(str(tmp_path), agents)
-    statuses = [TaskStatus(t.name, "localhost", 1, True, 4, None, 0.0, 1.0) for t in PLAN.tasks]
+    statuses = [TaskStatus(t.name, "localhost", 1, True, 4, None, 0.0, last_progress) for t in PLAN.tasks]
     requests.publish(lambda: (list(PLAN.tasks), statuses, 31.0))
     folder = tmp_path / "stacks"
     folder.mkdir(mode=0o700)
@@ -67,6 +67,15 @@ def test_a_request_is_answered_with_every_stack_and_the_task_behind(tmp_path: Pa
     one = json.loads((folder / "a2.json").read_text())
     assert list(one["tasks"]) == ["worker:1"] and ["worker:1"] in agents.asked
     assert not list(folder.glob("request-*"))
+
+
+def test_a_gang_that_steps_names_no_task_behind(tmp_path: Path) -> None:
+    """Steps are reported at most every half second: the lowest of them trails by its last report, not a fault."""
+    requests, _, folder = requests_in(tmp_path, last_progress=30.5)
+    (folder / "request-b1.json").write_text(json.dumps({"tasks": None}))
+    requests.poll()
+    said = json.loads((folder / "b1.json").read_text())["behind"]
+    assert said == "none: every task reported a step in the last 2 s (worker:0 at step 4, worker:1 at step 4)"
 
 
 @pytest.mark.parametrize(
