@@ -356,6 +356,18 @@ def _loopback_local(host: _Host) -> bool:
         return False
 
 
+def _port_fix(hosts: list[_Host], host: _Host, port: int) -> str:
+    """How to free a port; hosts that share one machine (loopback aliases over SSH, a simulated fleet) also
+    share its ports, and each one's bind takes the port from the others."""
+    same = [other.address for other in hosts if other is not host and any(t.port == port for t in other.tasks)]
+    if not same:
+        return "free it or choose another port"
+    return (
+        f"free it or choose another port; {', '.join(same[:3])} uses port {port} too: hosts that are one machine "
+        "need ports of their own"
+    )
+
+
 def _check_ports_and_mesh(hosts: list[_Host], report: PreflightReport) -> None:
     bound = _asked(hosts, lambda h: {"op": "bind", "ports": [t.port for t in h.tasks]})
     try:
@@ -366,7 +378,7 @@ def _check_ports_and_mesh(hosts: list[_Host], report: PreflightReport) -> None:
                 if status != "ok":
                     report.problems.append(
                         f"{host.address}: port {task.port} for {task.name} is not free ({status}); "
-                        "free it or choose another port"
+                        + _port_fix(hosts, host, task.port)
                     )
 
         def reach(position: int, host: _Host) -> list[list[Any]]:

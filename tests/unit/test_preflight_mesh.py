@@ -92,3 +92,18 @@ def test_a_host_that_does_not_answer_is_said_to_have_had_the_whole_round() -> No
         host.session = _Silent()  # type: ignore[assignment]
     said = [str(outcome) for _, outcome in check._asked(hosts, lambda h: {"op": "info"}, timeout=7.0)]  # type: ignore[arg-type, return-value]
     assert said == ["no answer to info within 7s"] * 3
+
+
+def test_a_port_taken_by_another_host_of_the_same_machine_says_so() -> None:
+    from types import SimpleNamespace
+
+    def host(index: int, port: int) -> check._Host:
+        task = SimpleNamespace(port=port, name=f"worker:{index}", host=f"127.0.0.{index + 2}")
+        return check._Host(index, f"127.0.0.{index + 2}", False, "python3", "/", [task])  # type: ignore[list-item]
+
+    hosts = [host(0, 23456), host(1, 23456), host(2, 23457)]
+    assert check._port_fix(hosts, hosts[1], 23456) == (
+        "free it or choose another port; 127.0.0.2 uses port 23456 too: hosts that are one machine need ports of "
+        "their own"
+    )
+    assert check._port_fix(hosts, hosts[2], 23457) == "free it or choose another port"
