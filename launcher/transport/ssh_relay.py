@@ -237,6 +237,7 @@ def main(window: int, root_level: int, paramiko_level: int) -> None:
     logging.getLogger().setLevel(root_level)
     logging.getLogger("paramiko").setLevel(paramiko_level)
     relay = Relay(out, window)
+    _channel_errors()  # paramiko's import (a tenth of a second), now: the launcher is still planning meanwhile
     try:
         while isinstance(frame := rf.read_frame(stdin, rf.LAUNCHER_KINDS), tuple):  # an end, or not a frame: done
             relay.obey(*frame)
