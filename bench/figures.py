@@ -247,16 +247,14 @@ def _fanout(data: Results) -> list[Row]:
             steady,
         ),
     ]
-    total = _fanout_medians(data, "total_threads")
-    if total:
-        relays = {size: data[str(size)]["relays"] for size in total}
+    total, total_rss = _fanout_medians(data, "total_threads"), _fanout_medians(data, "total_rss_mib")
+    if total and total_rss:
+        relays = ", ".join(f"{data[str(size)]['relays']:.0f} at {size}" for size in total)
+        rss_text = _at_sizes(total_rss, lambda v: f"{v:.1f} MiB")
         rows.append(
             Row(
-                "threads of the launcher and its SSH relays together (reported)",
-                _at_sizes(total, lambda v: f"{v:.0f}")
-                + " (relays: "
-                + ", ".join(f"{count:.0f} at {size}" for size, count in relays.items())
-                + ")",
+                "the launcher and its SSH relays together: peak RSS and threads (reported)",
+                f"{rss_text}; {_at_sizes(total, lambda v: f'{v:.0f} threads')} (relays: {relays})",
                 None,
             )
         )
