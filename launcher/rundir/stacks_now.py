@@ -31,7 +31,7 @@ from launcher.rundir.lock import is_run_dir
 from launcher.rundir.status import launcher_process, no_run_files, read_run, summary_outcome
 from launcher.supervise import hang
 from launcher.supervise.gang import TaskStatus
-from launcher.supervise.stacks import all_stepping, name_the_hang, render
+from launcher.supervise.stacks import name_the_hang, none_behind, render
 from worker.files import write_atomic
 
 log = logging.getLogger(__name__)
@@ -144,7 +144,7 @@ class StackRequests:
         chosen = [t for t in launches if not wanted or t.name in wanted]
         taken = hang.take(self._transport, chosen)
         at = time.time()
-        behind = "" if wanted else (all_stepping(statuses, now) or name_the_hang(statuses, taken, now))  # the gang's
+        behind = "" if wanted else (name_the_hang(statuses, taken, now) or none_behind(statuses))  # the gang's
         self._write(
             ident,
             {

@@ -172,22 +172,24 @@ def _at(task: TaskStatus, now: float) -> str:
 STEPPING_S = 2.0  # steps are reported at most every half second: tasks a report or two apart are all stepping
 
 
-def all_stepping(statuses: list[TaskStatus], now: float) -> str | None:
-    """When every task reported a step in the last STEPPING_S, what to say instead of naming one behind
-    (the lowest step then only trails by its last report); None otherwise."""
-    if not statuses or any(
-        not t.joined or t.step is None or t.stopped_since is not None or now - t.last_progress > STEPPING_S
+def _stepping(statuses: list[TaskStatus], now: float) -> bool:
+    return bool(statuses) and all(
+        t.joined and t.step is not None and t.stopped_since is None and now - t.last_progress <= STEPPING_S
         for t in statuses
-    ):
-        return None
+    )
+
+
+def none_behind(statuses: list[TaskStatus]) -> str:
+    """What `launch stacks` says when no task is behind."""
     steps = ", ".join(f"{t.name} at step {t.step}" for t in statuses[:4]) + (" ..." if len(statuses) > 4 else "")
     return f"none: every task reported a step in the last {STEPPING_S:g} s ({steps})"
 
 
-def laggards(statuses: list[TaskStatus], stacks: dict[str, TaskStacks]) -> list[TaskStatus]:
+def laggards(statuses: list[TaskStatus], stacks: dict[str, TaskStacks], now: float | None = None) -> list[TaskStatus]:
     """The tasks behind: one held stopped (SIGSTOP) first; in start-up, those that got least far (the others
     wait for them, as the start-up deadline judges); in training, those whose main thread is not in TensorFlow
-    while others' are; else the furthest behind (lowest step, then quiet longest)."""
+    while others' are; else the furthest behind (lowest step, then quiet longest), unless (given `now`) every
+    task reported a step in the last STEPPING_S."""
     if not statuses:
         return []
     held = [t for t in statuses if t.stopped_since is not None]
@@ -201,6 +203,8 @@ def laggards(statuses: list[TaskStatus], stacks: dict[str, TaskStacks]) -> list[
     outside = [t for t in taken if not stacks[t.name].waits_in_tensorflow()]
     if outside and len(outside) < len(statuses):
         return outside
+    if now is not None and _stepping(statuses, now):
+        return []  # the lowest step only trails by its last report: no one is behind
     lowest = min((t.step if t.step is not None else -1) for t in statuses)
     behind = [t for t in statuses if (t.step if t.step is not None else -1) == lowest]
     return [min(behind, key=lambda t: t.last_progress)]
@@ -209,7 +213,7 @@ def laggards(statuses: list[TaskStatus], stacks: dict[str, TaskStacks]) -> list[
 def name_the_hang(statuses: list[TaskStatus], stacks: dict[str, TaskStacks], now: float) -> str:
     """ "worker:1 at step 4 since 95 s, in data.py:6 read_shard; the others wait in TensorFlow: worker:0 at
     step 4 (train.py:16 <module>)"."""
-    behind = laggards(statuses, stacks)
+    behind = laggards(statuses, stacks, now)
     if not behind:
         return ""
     parts = []

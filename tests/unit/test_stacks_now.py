@@ -22,17 +22,21 @@ PLAN = build_plan(
 
 
 class Agents:
-    """Answers as the agents would: worker:1 stuck in read_shard, worker:0 in TensorFlow."""
+    """Answers as the agents would: worker:1 stuck in read_shard (or, `in_step`, in TensorFlow), worker:0 in
+    TensorFlow."""
 
-    def __init__(self) -> None:
+    def __init__(self, in_step: bool = False) -> None:
         self.asked: list[list[str]] = []
+        self.in_step = in_step
 
     def stacks(self, launches: list[Any]) -> dict[str, dict[str, Any]]:
         self.asked.append([launch.name for launch in launches])
         site = "/v/lib/python3.11/site-packages/tensorflow/python/eager/execute.py"
         frames = {
             "worker:0": [["quick_execute", site, 53, False]],
-            "worker:1": [["read_shard", "/u/data.py", 8, False]],
+            "worker:1": [
+                ["quick_execute", site, 53, False] if self.in_step else ["read_shard", "/u/data.py", 8, False]
+            ],
         }
         return {
             launch.name: {
@@ -45,8 +49,10 @@ class Agents:
         }
 
 
-def requests_in(tmp_path: Path, last_progress: float = 1.0) -> tuple[StackRequests, Agents, Path]:
-    agents = Agents()
+def requests_in(
+    tmp_path: Path, last_progress: float = 1.0, in_step: bool = False
+) -> tuple[StackRequests, Agents, Path]:
+    agents = Agents(in_step)
     requests = StackRequests(str(tmp_path), agents)
     statuses = [TaskStatus(t.name, "localhost", 1, True, 4, None, 0.0, last_progress) for t in PLAN.tasks]
     requests.publish(lambda: (list(PLAN.tasks), statuses, 31.0))
@@ -70,12 +76,19 @@ def test_a_request_is_answered_with_every_stack_and_the_task_behind(tmp_path: Pa
 
 
 def test_a_gang_that_steps_names_no_task_behind(tmp_path: Path) -> None:
-    """Steps are reported at most every half second: the lowest of them trails by its last report, not a fault."""
-    requests, _, folder = requests_in(tmp_path, last_progress=30.5)
+    """Steps are reported at most every half second: the lowest of them trails by its last report, not a fault;
+    but a task out of TensorFlow while the others wait in it is behind however recent its last step."""
+    requests, _, folder = requests_in(tmp_path, last_progress=30.5, in_step=True)
     (folder / "request-b1.json").write_text(json.dumps({"tasks": None}))
     requests.poll()
     said = json.loads((folder / "b1.json").read_text())["behind"]
     assert said == "none: every task reported a step in the last 2 s (worker:0 at step 4, worker:1 at step 4)"
+    (tmp_path / "stuck").mkdir()
+    requests, _, folder = requests_in(tmp_path / "stuck", last_progress=30.5)
+    (folder / "request-b2.json").write_text(json.dumps({"tasks": None}))
+    requests.poll()
+    said = json.loads((folder / "b2.json").read_text())["behind"]
+    assert said.startswith("worker:1 at step 4 since 0 s, in data.py:8 read_shard"), said
 
 
 @pytest.mark.parametrize(
