@@ -39,9 +39,18 @@ def test_gpu_use_is_summed_per_task_and_takes_its_busiest_gpu() -> None:
     assert gpu_of({1: [1]}, [["x", "y"], ["1", "GPU-a", "[N/A]"]], [["GPU-a", "[N/A]"]]) == {}
 
 
+def started(code: str) -> subprocess.Popen[bytes]:
+    """A python running `code` once it said it runs (a process sampled before its exec has no memory yet)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", f"print('up', flush=True)\n{code}"], process_group=0, stdout=subprocess.PIPE
+    )
+    assert proc.stdout is not None and proc.stdout.readline() == b"up\n"
+    return proc
+
+
 def test_a_busy_task_shows_a_core_and_an_idle_one_none() -> None:
-    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"], process_group=0)
-    idle = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], process_group=0)
+    busy = started("while True: pass")
+    idle = started("import time; time.sleep(60)")
     try:
         sampler = Sampler()
         first = sampler.sample({1: busy.pid, 2: idle.pid})
@@ -54,6 +63,8 @@ def test_a_busy_task_shows_a_core_and_an_idle_one_none() -> None:
         for proc in (busy, idle):
             proc.kill()
             proc.wait()
+            assert proc.stdout is not None
+            proc.stdout.close()
     assert busy.poll() is not None and idle.poll() is not None
     assert Sampler().sample({1: busy.pid}) == {}  # gone: nothing to say
     assert os.getpid()
