@@ -20,6 +20,7 @@ import ipaddress
 import logging
 import os
 import secrets
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
@@ -75,8 +76,6 @@ def _asked(
     hosts: list[_Host], request_of: Callable[[_Host], ProbeRequest], timeout: float = PROBE_TIMEOUT_S
 ) -> list[tuple[_Host, Answer | BaseException]]:
     """Every host's answer to its probe: all are sent first, so a fleet waits once for its slowest host."""
-    import time
-
     asked: list[tuple[_Host, Callable[[float], Answer] | BaseException]] = []
     for host in hosts:
         assert host.session is not None

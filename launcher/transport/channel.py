@@ -3,9 +3,25 @@ open a local one before the rest of the launcher is imported)."""
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+
+def end_by_input(proc: subprocess.Popen[bytes], wait_s: float) -> None:
+    """Close the input of a process that ends at the end of its input (an srun step, an SSH relay); kill it
+    when it has not ended within `wait_s`."""
+    try:
+        assert proc.stdin is not None
+        proc.stdin.close()
+    except OSError:  # already broken
+        pass
+    try:
+        proc.wait(timeout=wait_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 @dataclass

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from launcher.common.errors import HostError
 from launcher.transport import relay_frames as rf
-from launcher.transport.channel import Channel
+from launcher.transport.channel import Channel, end_by_input
 from launcher.transport.relay_inbox import Inbox
 from launcher.transport.ssh_client import SshHost
 
@@ -181,16 +181,7 @@ class RelayProcess:
 
     def stop(self) -> None:
         """Close its input (it closes every connection and exits); kill it if that takes too long."""
-        try:
-            assert self._proc.stdin is not None
-            self._proc.stdin.close()
-        except OSError:  # already gone
-            pass
-        try:
-            self._proc.wait(_STOP_WAIT_S)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            self._proc.wait()
+        end_by_input(self._proc, _STOP_WAIT_S)
         self._demux.join(_STOP_WAIT_S)
 
 

@@ -24,6 +24,7 @@ from launcher.agent import frames
 from launcher.agent.bootstrap import agent_argv
 from launcher.common.errors import HostError
 from launcher.common.private_files import make_private_dir, open_private
+from launcher.transport.channel import end_by_input
 from launcher.transport.session import Channel
 
 log = logging.getLogger(__name__)
@@ -123,16 +124,7 @@ class _Step:
             last = self._open == 0
         if not last:
             return
-        try:
-            assert self.proc.stdin is not None
-            self.proc.stdin.close()
-        except OSError:  # already broken
-            pass
-        try:
-            self.proc.wait(timeout=_CLOSE_WAIT_S)
-        except subprocess.TimeoutExpired:  # agents that never leave: srun's own kill ends the step
-            self.proc.kill()
-            self.proc.wait()
+        end_by_input(self.proc, _CLOSE_WAIT_S)  # agents that never leave: srun's own kill ends the step
 
 
 class SlurmMedium:
