@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import statistics
 import subprocess
 import sys
@@ -178,6 +179,38 @@ def all_gone(processes: Iterable[psutil.Process]) -> bool:
         except psutil.NoSuchProcess:
             continue
     return True
+
+
+class Exits:
+    """Wakes on each exit of these processes (a zombie counts), a pidfd each (Linux 5.3+): polling
+    hundreds of processes would take the CPU the exits it times need. Opened before what ends them."""
+
+    def __init__(self, pids: Iterable[int]) -> None:
+        self._fds = []
+        for pid in pids:
+            try:
+                self._fds.append(os.pidfd_open(pid))
+            except ProcessLookupError:  # gone already
+                continue
+
+    def wait(self, timeout: float, what: str) -> None:
+        """Until every one has exited; closes the pidfds either way."""
+        poller = select.poll()
+        for fd in self._fds:
+            poller.register(fd, select.POLLIN)
+        left, deadline = len(self._fds), time.monotonic() + timeout
+        try:
+            while left:
+                ready = poller.poll(max(0, int(1000 * (deadline - time.monotonic()))))
+                if not ready:
+                    raise TimeoutError(f"timed out after {timeout:g}s waiting for {what} ({left} left)")
+                for fd, _ in ready:
+                    poller.unregister(fd)
+                    left -= 1
+        finally:
+            for fd in self._fds:
+                os.close(fd)
+            self._fds = []
 
 
 def kill_all(processes: Iterable[psutil.Process]) -> None:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import psutil
 
-from bench.common import interleaved, save, summarize, table, wait_for, workdir
+from bench.common import Exits, interleaved, save, summarize, table, wait_for, workdir
 from launcher.transport.relays import relay_count
 
 if TYPE_CHECKING:  # the lab is imported where it is made (run), so that reading the targets does not need it
@@ -54,29 +54,18 @@ def _spec(lab: NetnsLab, hosts: list[NetnsHost], run_root: Path) -> dict[str, An
     }
 
 
-def _host_processes(hosts: list[NetnsHost]) -> list[psutil.Process]:
+def _host_processes(hosts: list[NetnsHost]) -> list[int]:
     """Every process on these hosts but sshd's: agents, their keepers, tasks (read once: a listing runs
     `ip netns pids` per host, far too slow to poll at fleet size)."""
     found = []
     for host in hosts:
         for pid in host.task_pids():
             try:
-                proc = psutil.Process(pid)
-                if proc.name() != "sshd":
-                    found.append(proc)
+                if psutil.Process(pid).name() != "sshd":
+                    found.append(pid)
             except psutil.NoSuchProcess:  # exited meanwhile
                 continue
     return found
-
-
-def _gone(processes: list[psutil.Process]) -> bool:
-    for proc in processes:
-        try:
-            if proc.status() != psutil.STATUS_ZOMBIE:
-                return False
-        except psutil.NoSuchProcess:
-            continue
-    return True
 
 
 def _all_gone(hosts: list[NetnsHost]) -> bool:
@@ -162,10 +151,10 @@ def launch_once(
     sample["launcher_cpu_s"] = _cpu([launcher])
     sample["relays_cpu_s"] = _cpu(relays)
     sample["relays"] = float(len(relays))
-    running = _host_processes(hosts)
+    exits = Exits(_host_processes(hosts))
     stop = time.monotonic()
     proc.send_signal(signal.SIGTERM)
-    wait_for(lambda: _gone(running), 30, "every task to stop", poll=0.005)
+    exits.wait(30, "every process on the hosts to stop")
     down = time.monotonic() - stop
     wait_for(lambda: _all_gone(hosts), 30, "nothing else to be left on the hosts")
     proc.wait(timeout=30)

@@ -34,7 +34,7 @@ TARGET_S = 0.5  # a crash under launch, median
 QUICK_CAP_S = 8.0
 
 
-def _measure(run_dir: Path, signum: int, cleanup: Callable[[], None], cap: float = CAP_S) -> float:
+def _measure(run_dir: Path, signum: int, cleanup: Callable[[], object], cap: float = CAP_S) -> float:
     wait_step(run_dir, 20)
     victim = worker_processes(run_dir, "worker:1")
     others = [p for p in worker_processes(run_dir) if p not in victim]
