@@ -64,13 +64,18 @@ for n,s in b['modules']:
  m=types.ModuleType(n);m.__file__='<tflaunch>/'+n.replace('.','/')+'.py';sys.modules[n]=m
  if len(q)>1:setattr(sys.modules['.'.join(q[:-1])],q[-1],m)
  exec(marshal.loads(c[n]) if c and n in c else compile(s,m.__file__,'exec'),m.__dict__)
-sys.exit(sys.modules[b['main']].main(b['settings']))
+ if n==b.get('first'):b['settings']['keeper']=m.start()
+g=b['settings'];n=b['main'];b=c=l=z=s=0
+sys.exit(sys.modules[n].main(g))
 """
 REMOTE_LEVEL = 6  # zlib's level for a line that crosses a network
 NEEDS_CODE = b"#tflaunch-agent-needs-its-code"  # what the bootstrap says when its cache has not the code asked
 MAIN = "launcher.agent.main"
+# Run first, and its `start()` called at once (the keeper's fork): launcher/agent/keeper.py says why.
+FIRST = "launcher.agent.keeper"
 # In dependency order: each module is run once the ones it imports are registered.
 MODULES = (
+    FIRST,
     "worker.contract",
     "launcher.agent.frames",
     "launcher.agent.cluster",
@@ -82,7 +87,6 @@ MODULES = (
     "launcher.agent.host_python",
     "launcher.agent.network",
     "launcher.agent.probe",
-    "launcher.agent.keeper",
     "launcher.agent.scratch",
     "launcher.agent.oom",
     "launcher.agent.adoption",
@@ -183,6 +187,7 @@ def _payload(level: int, settings: dict[str, Any] | None = None) -> bytes:
             "code": _codes(),
             "magic": importlib.util.MAGIC_NUMBER,
             "main": MAIN,
+            "first": FIRST,
             "settings": {"spare": _spare_code(), **(settings or {})},
         },
         4,

@@ -22,6 +22,7 @@ host removes what it left (launcher/agent/scratch.py).
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import queue
@@ -292,7 +293,9 @@ ORDERS: dict[str, Callable[[Agent, Any], None]] = {
 
 
 def main(settings: dict[str, Any]) -> int:
-    agent = Agent(settings, start_keeper())  # forked first: before this process has any thread
+    keeper = settings.pop("keeper") if "keeper" in settings else start_keeper()  # the bootstrap forks it first
+    gc.freeze()  # the code loaded so far is never traversed by a collection again
+    agent = Agent(settings, keeper)
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, _ignore)
     signal.signal(signal.SIGHUP, lambda signum, frame: threading.Thread(target=agent.leave).start())
