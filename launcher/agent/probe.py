@@ -26,6 +26,7 @@ from launcher.agent.host_python import (
     not_runnable,
     worker_fact,
 )
+from launcher.agent.processes import which
 from launcher.agent.protocol import Answer, InfoRequest, MarkerRequest
 from launcher.agent.safe_paths import unsafe_ancestry
 from worker.contract import is_url
@@ -267,9 +268,7 @@ def _nvidia_smi() -> dict[str, Any]:
     """What nvidia-smi says about this host's GPUs, unparsed: the GPU list as CSV and the plain
     header (the only place it prints the CUDA version). In a Slurm step the spec's GPU ids are
     slots of the step's CUDA_VISIBLE_DEVICES, so that is reported too."""
-    import shutil
-
-    path = shutil.which("nvidia-smi")
+    path = which("nvidia-smi")
     answer: dict[str, Any] = {"path": path}
     if os.environ.get("SLURM_STEP_ID") is not None:
         answer["slurm_step_devices"] = os.environ.get("CUDA_VISIBLE_DEVICES")

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import stat
 import subprocess
 import sys
@@ -30,6 +29,7 @@ import time
 from typing import Any
 
 from launcher.agent.keeper import proc_stat
+from launcher.agent.processes import which
 from worker.contract import STACK_SIGNAL
 
 PY_SPY_TIMEOUT_S = 20.0  # its native unwinding loads the symbols of TensorFlow's libraries: ~2 s a process
@@ -43,7 +43,7 @@ MOST_FRAMES = 128  # of one thread, innermost first
 
 def py_spy() -> str | None:
     """py-spy on the agent's PATH, else beside its python (a virtual environment's bin, not on PATH)."""
-    found = shutil.which("py-spy")
+    found = which("py-spy")
     beside = os.path.join(os.path.dirname(sys.executable), "py-spy")
     return found or (beside if os.access(beside, os.X_OK) else None)
 

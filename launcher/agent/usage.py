@@ -13,12 +13,12 @@ nothing. Standard library only.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import time
 from typing import Any
 
 from launcher.agent.keeper import proc_stat
+from launcher.agent.processes import which
 
 USAGE_S = 15.0  # between samples
 NVIDIA_SMI_TIMEOUT_S = 5.0
@@ -53,7 +53,7 @@ def by_group(pgids: set[int]) -> dict[int, tuple[int, int, list[int]]]:
 
 
 def _smi(query: str, fields: str) -> list[list[str]]:
-    tool = shutil.which("nvidia-smi")
+    tool = which("nvidia-smi")
     if tool is None:
         return []
     try:
@@ -95,7 +95,7 @@ class Sampler:
 
     def __init__(self) -> None:
         self._last: dict[int, tuple[float, int]] = {}  # pgid -> (monotonic time, ticks)
-        self._gpus = shutil.which("nvidia-smi") is not None
+        self._gpus = which("nvidia-smi") is not None
 
     def sample(self, tasks: dict[int, int]) -> dict[str, dict[str, Any]]:
         """{ident: {"cpu": percent of one core or None at the first sample, "rss": bytes, ...}} for tasks
