@@ -44,12 +44,15 @@ RELAY = "launcher.transport.ssh_relay"
 
 
 def _spec(lab: NetnsLab, hosts: list[NetnsHost], run_root: Path) -> dict[str, Any]:
+    # the stock ssh.connect_timeout_s (10 s), not the lab's 3 s for its partition tests: 64 handshakes at
+    # once on 2 cores may take longer than 3 s to see a banner
+    ssh = {key: value for key, value in lab.ssh_settings().items() if key != "connect_timeout_s"}
     return {
         "name": "fanout",
         "run_root": str(run_root),
         "python": sys.executable,
         # each host is a namespace of its own: any port is free there
-        "hosts": [{"address": h.address, "ports": [TASK_PORT], "ssh": lab.ssh_settings()} for h in hosts],
+        "hosts": [{"address": h.address, "ports": [TASK_PORT], "ssh": ssh} for h in hosts],
         "restart": {"max_restarts": 0, "grace_period_s": 5},
     }
 
