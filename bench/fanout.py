@@ -2,7 +2,8 @@
 
 Measures, under `launch` and for N plain OpenSSH clients started in parallel (`ssh host cmd`, the
 baseline): time from the start until every task printed its first line, and time from the stop
-until no task process is left on any host. For the launcher also its peak RSS and threads, alone
+until no process the launch started is left on any host (tasks, agents, keepers; plain ssh's clients
+leave their remote commands running). For the launcher also its peak RSS and threads, alone
 and with its SSH relays (launcher/transport/relays.py), and the CPU the launcher, its relays and the
 plain ssh clients had used once every task was up: the per-host cost that projects to a fleet of
 PROJECTED hosts on a machine of more cores. Needs root (network namespaces); see
@@ -36,7 +37,7 @@ TASK_PORT = 29500
 # The targets hold at these sizes: below them, the launcher's own start weighs more than the hosts.
 TARGET_SIZES = (32, 64, 128, 256)
 START_RATIO = 1.2  # launch / plain ssh, start to every task up, median
-TEARDOWN_S = 1.0  # stop to every task gone, median
+TEARDOWN_S = 1.0  # stop to every process the launch started on the hosts gone (tasks, agents, keepers), median
 RSS_MIB = {32: 60.0, 64: 60.0, 128: 100.0, 256: 100.0}  # the launcher's peak RSS, median (its relays reported)
 THREADS_PER_HOST = 2  # the launcher's peak threads: this many per host, plus a constant
 PROJECTED = 1024  # hosts the measured per-host CPU is projected to
@@ -236,7 +237,7 @@ def _measure(
         (f"N={size}: launch, start to every task up", summarize(launch_ups), "s"),
         (f"N={size}: plain ssh, start to every command up", summarize(plain_ups), "s"),
         (f"N={size}: ratio launch / plain ssh", summarize(ratios), "x"),
-        (f"N={size}: launch, stop to every task gone", summarize(downs), "s"),
+        (f"N={size}: launch, stop to every process on the hosts gone", summarize(downs), "s"),
         (f"N={size}: plain ssh, clients stopped (remote commands left running)", summarize(plain_downs), "s"),
         (f"N={size}: plain ssh, remote commands left after the clients stopped", summarize(left), "processes"),
         (f"N={size}: launcher peak RSS", summarize(rss), "MiB"),

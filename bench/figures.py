@@ -222,7 +222,7 @@ def _fanout(data: Results) -> list[Row]:
     # "plus a constant": the threads beyond THREADS_PER_HOST a host may grow from one size to the next
     # by no more than one host's worth
     over = {size: count - fanout.THREADS_PER_HOST * size for size, count in threads.items()}
-    constants = ", + ".join(f"{value:.0f}" for value in over.values())
+    per_host = max(count / size for size, count in threads.items())
     steady = all(b - a <= fanout.THREADS_PER_HOST for a, b in itertools.pairwise(over.values()))
     limits = ", ".join(f"< {mib:g} MiB at {size}" for size, mib in fanout.RSS_MIB.items() if size in rss)
     rows = [
@@ -232,7 +232,7 @@ def _fanout(data: Results) -> list[Row]:
             max(up.values()) <= fanout.START_RATIO,
         ),
         Row(
-            f"stop to every task gone < {fanout.TEARDOWN_S:g} s",
+            f"stop to every process on the hosts gone (tasks, agents, keepers) < {fanout.TEARDOWN_S:g} s",
             f"{_at_sizes(down, _s)} (plain ssh left {left:.0f} of {largest} remote commands running)",
             max(down.values()) < fanout.TEARDOWN_S,
         ),
@@ -243,7 +243,7 @@ def _fanout(data: Results) -> list[Row]:
         ),
         Row(
             f"launcher threads <= {fanout.THREADS_PER_HOST} per host plus a constant",
-            f"{_at_sizes(threads, lambda v: f'{v:.0f}')}: {fanout.THREADS_PER_HOST} per host + {constants}",
+            f"{_at_sizes(threads, lambda v: f'{v:.0f}')}: {per_host:.2f} per host at most",
             steady,
         ),
     ]
@@ -553,7 +553,8 @@ def _size_words(data: dict[str, Results]) -> list[str]:
         f"printed ({mem['flood']['lines_per_task']:,} lines each, or one {scale.LINE_BYTES >> 20} MiB line); one "
         f"TensorFlow worker takes {mem['training']['task_mb']:.0f} MiB.",
         f"Over SSH, `launch` had a task up on each of {hosts} hosts in {_s(_median(far[str(hosts)]['launch_up']))} "
-        f"({_x(_median(far[str(hosts)]['ratios']))} plain `ssh host cmd` started in parallel) and every task gone "
+        f"({_x(_median(far[str(hosts)]['ratios']))} plain `ssh host cmd` started in parallel) and every process it "
+        f"started there gone "
         f"{_s(_median(far[str(hosts)]['launch_down']))} after its stop; plain ssh leaves the remote commands "
         f"running. Planning {shape[0]:,} hosts takes {_s(plan_s)}.",
     ]
