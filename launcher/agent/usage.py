@@ -4,10 +4,10 @@ nvidia-smi answers. A task that pins a core while its peers idle in the all-redu
 A task is its whole process group (a shell leading python, the runtime's children): one pass over /proc
 per sample sums every member's CPU time (utime + stime) and resident set. Only members' stat files are
 read (a process's group is one system call): a machine simulating a fleet runs an agent per host, and
-every agent reading every process's stat made the passes grow with the square of the hosts. CPU is the share of one core
-since the last sample (200 for two cores' worth). GPU: nvidia-smi's compute processes (their memory, and
-the utilization of the GPUs they run on), by pid; inside a container whose pids nvidia-smi does not see,
-nothing. Standard library only.
+every agent reading every process's stat made the passes grow with the square of the hosts. CPU is
+the share of one core since the last sample (200 for two cores' worth). GPU: nvidia-smi's compute
+processes (their memory, and the utilization of the GPUs they run on), by pid; inside a container whose
+pids nvidia-smi does not see, nothing. Standard library only.
 """
 
 from __future__ import annotations
