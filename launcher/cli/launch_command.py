@@ -38,7 +38,8 @@ from launcher.common.printable import printable
 from launcher.rundir.place import RunPlace, place_of
 from launcher.rundir.refusals import NOT_ANOTHER_DIRECTORY, refuse_run_dir
 from launcher.supervise.faults import Fault, parse_fault, unfired
-from launcher.transport.local import LOCAL_BEAT_S, start_early
+from launcher.transport.local import LOCAL_BEAT_S, close_early, start_early
+from launcher.transport.private_network import close_early as close_early_network
 from launcher.transport.private_network import start_early as start_early_network
 from worker.contract import TF_CONFIG
 
@@ -295,6 +296,16 @@ def run(args: argparse.Namespace, command: list[str]) -> int:
     fresh_refused = args.fresh and (args.dry_run or args.check)  # refused below, naming the run directory
     if not args.dry_run and not fresh_refused and allocation is None:
         start_agents_early(args)
+    try:
+        return _run_spec(args, request, allocation, fresh_refused)
+    finally:  # what no transport took (a spec error, --check): closed now, not at this process's exit
+        close_early()
+        close_early_network()
+
+
+def _run_spec(
+    args: argparse.Namespace, request: LaunchRequest, allocation: Allocation | None, fresh_refused: bool
+) -> int:
     notes: list[str] = []
     spec = request_spec(request, allocation.hosts if allocation is not None else None, notes)
     if fresh_refused:

@@ -793,3 +793,16 @@ def test_an_env_value_too_long_for_linux_is_refused_before_anything_starts() -> 
     with pytest.raises(SpecError, match=r"\$\.env\.BLOB: is 195 KiB; Linux takes at most 128 KiB"):
         parse_spec(big)
     parse_spec({**big, "env": {"BLOB": "x" * 100_000}})
+
+
+def test_a_spec_error_leaves_no_agent_that_was_started_early(tmp_path: Path) -> None:
+    """Local agents start while the spec is read; a spec error closes them, not the caller's exit."""
+    import psutil
+
+    file = tmp_path / "cluster.json"
+    file.write_text(json.dumps({"name": "t", "hosts": [{"address": "localhost", "ports": [41000], "bogus": 1}]}))
+    assert main(["--cluster", str(file)]) == 2
+    agents = [p for p in psutil.Process().children() if "#tflaunch host agent" in " ".join(p.cmdline())]
+    _, alive = psutil.wait_procs(agents, timeout=10)
+    assert not alive
+    assert not [p for p in psutil.Process().children() if "#tflaunch host agent" in " ".join(p.cmdline())]
