@@ -7,17 +7,17 @@ shares the import's memory until either writes it.
 
 The host's agent asks for one by handing the task four pipe ends (`SPARE_FDS_VAR`: orders to read,
 ready to write, output and events to write). `fork_after_import` then reports `starting`, imports
-TensorFlow and forks twice; the middle process exits at once and is reaped, so the spare is
+TensorFlow and the runtime's own modules (what the task imports next in any case: the spare gets
+them for nothing) and forks twice; the middle process exits at once and is reaped, so the spare is
 orphaned straight away and adopted by the agent (a child subreaper), whose child it is from then
 on. The task goes on as if nothing happened. The spare takes a process group of its own, moves its
-output onto its pipe, says its pid (the agent adopts it: an order may come from then on) and waits
-for its one order: the next attempt's environment and working directory. Its task starts meanwhile
-(joins, restores, traces) and needs the host's cores: only after PRELOAD_AFTER_S without an order does
-the spare import the runtime's modules (a fifth of a second of CPU, a tenth of a short job's time on
-a 2-core host when it competed) and say it is ready; an order that comes first skips that import.
-It acknowledges its order, and runs `python -m worker` again as that task (which forks no spare: no
-pipes can be handed to a running process). The end of the orders pipe without an order (the agent
-is gone, or dropped it) ends it.
+output onto its pipe, says its pid and that it is ready (the agent adopts it: an order may come
+from then on) and waits for its one order: the next attempt's environment and working directory.
+It spends no CPU from its fork to its order: an import there (tried, after a wait of 3 s) took a
+fifth of a second per spare from the workers' steady training on a 2-core host. It acknowledges its
+order, and runs `python -m worker` again as that task (which forks no spare: no pipes can be handed
+to a running process). The end of the orders pipe without an order (the agent is gone, or dropped
+it) ends it.
 
 It must never build a TF op or touch a device before its order, nor has it: the fork comes before
 the runtime reads TF_CONFIG, and TensorFlow starts no runtime at import. The import leaves one idle
@@ -39,8 +39,7 @@ import warnings
 from worker.contract import EVENT_FD_VAR, SPARE_FDS_VAR, STARTING
 
 ADOPTION_WAIT_S = 5.0
-PRELOAD_AFTER_S = 3.0  # the task's own start-up after its import: a join, a restore, a first step's tracing
-RUNTIME_PRELOAD = ("worker.runtime", "worker.loop")  # what the built-in task imports next: the spare too
+RUNTIME_PRELOAD = ("worker.runtime", "worker.loop")  # what the built-in task imports next: before the fork
 
 
 def fork_after_import() -> None:
@@ -56,6 +55,7 @@ def fork_after_import() -> None:
     report(STARTING)  # the runtime is up before the import, as the runtime says it without a spare
     import tensorflow  # noqa: F401 - what the spare shares
 
+    _preload()
     sys.stdout.flush()  # nothing the task printed may be left in a buffer the spare would inherit
     sys.stderr.flush()
     with warnings.catch_warnings():  # Python 3.12+ warns of a fork with threads; the import's is idle (see above)
@@ -94,10 +94,8 @@ def _serve(orders: int, ready: int, out: int, events: int) -> None:
                 os.close(fd)
             except OSError:  # closed meanwhile (the listing's own descriptor)
                 pass
-    _say(ready, {"pid": os.getpid(), "forked": True})
-    if not _order_within(orders, PRELOAD_AFTER_S):
-        _preload()  # an order that comes meanwhile waits in its pipe
-        _say(ready, {"ready": True, "import_s": 0.0, "failed": [], "pid": os.getpid(), "forked": True})
+    gc.freeze()  # its heap out of the collector's way, without a collection: that would copy every page it shares
+    _say(ready, {"ready": True, "import_s": 0.0, "failed": [], "pid": os.getpid(), "forked": True})
     with os.fdopen(orders, "r", encoding="utf-8") as stream:
         line = stream.readline()
     if not line:  # the agent is gone, or it dropped this spare
@@ -113,27 +111,13 @@ def _serve(orders: int, ready: int, out: int, events: int) -> None:
     runpy.run_module("worker", run_name="__main__", alter_sys=True)
 
 
-def _order_within(orders: int, seconds: float) -> bool:
-    """Whether the orders pipe has something to read (an order, or its end) within `seconds`."""
-    import select
-
-    try:
-        return bool(select.select([orders], [], [], seconds)[0])
-    except (OSError, ValueError):  # a closed descriptor: its read says so
-        return True
-
-
 def _preload() -> None:
-    """The runtime's own modules (a fifth of a second), then the heap frozen out of the collector's way
-    (as a spare that imported freezes it), without a collection, which would copy every page the
-    spare still shares with its task. On the main thread at the usual priority: a thread at idle
-    priority holding the interpreter's lock on a busy host kept the main thread from answering."""
+    """The runtime's own modules, in the task before its fork: the task imports them next all the same."""
     for name in RUNTIME_PRELOAD:
         try:
             __import__(name)
         except Exception:  # noqa: BLE001 - the task imports it again, and says what is wrong
             pass
-    gc.freeze()
 
 
 def _say(fd: int, message: dict[str, object]) -> None:

@@ -223,7 +223,7 @@ class ForkedSpare(Standby):
         threading.Thread(target=self._listen, args=(self._ready_r,), daemon=True, name="forked-spare").start()
 
     def _heard_pid(self, said: dict[str, Any]) -> None:
-        """Adopt it: an order may be handed to it from now on, preloaded or not (worker/forked_spare.py)."""
+        """Adopt it: an order may be handed to it from now on (worker/forked_spare.py)."""
         if self.proc is not None or not isinstance(said.get("pid"), int) or said["pid"] <= 0:
             return
         if self._closed:  # closed before it said so: it must not outlive that
@@ -243,7 +243,7 @@ class ForkedSpare(Standby):
         self._said_ready.set()
 
     def _heard_ready(self, said: dict[str, Any]) -> None:
-        self._heard_pid(said)  # said at once by a spare that preloads before its first word
+        self._heard_pid(said)  # a forked spare says its pid and that it is ready in one word
         if self.proc is None or self.error is not None:
             return
         self.ready = True
