@@ -224,10 +224,16 @@ def kill_all(processes: Iterable[psutil.Process]) -> None:
 def interleaved(
     a: Callable[[], float], b: Callable[[], float], pairs: int
 ) -> tuple[list[float], list[float], list[float]]:
-    """Run A B A B ... and return the A values, the B values and the A/B ratio of each pair."""
+    """Run A B, B A, A B ... and return the A values, the B values and the A/B ratio of each pair. The
+    order turns each pair, so that whatever the run just before leaves (or a machine that slows or
+    speeds up over minutes) weighs on both sides alike."""
     first, second, ratios = [], [], []
-    for _ in range(pairs):
-        x, y = a(), b()
+    for index in range(pairs):
+        if index % 2 == 0:
+            x, y = a(), b()
+        else:
+            y = b()
+            x = a()
         first.append(x)
         second.append(y)
         ratios.append(x / y)

@@ -389,7 +389,7 @@ BASELINES = {
         "a host gone for good should cost what a warm restart costs, not the rest of the run",
     ),
     "throughput": (
-        "the same job started by hand",
+        "the same job (the example with a 512-unit model) started by hand",
         "streaming logs, supervising and standing by must not slow the workers",
     ),
     "checkpoint": ("one training step", "how long a save holds training up, and its size on disk"),

@@ -5,12 +5,14 @@ that sets TF_CONFIG and starts both workers. Both sides pay one interpreter star
 validates the spec, plans, and supervises. The launch runs twice per round, side by side: as users
 get it (its tasks in a private network, launcher/transport/local_network.py) and with
 `local_network: "host"` (the machine's network, as by hand), so the isolation's own cost shows.
+Each of the three goes first in turn, round by round.
 """
 
 from __future__ import annotations
 
 import shutil
 import time
+from collections.abc import Callable
 
 from bench.common import (
     builtin_spec,
@@ -53,12 +55,18 @@ def _by_hand(steps: int) -> float:
 
 
 def run(quick: bool) -> str:
-    pairs, steps = (1, 10) if quick else (7, 30)
-    launch, open_, hand = [], [], []
-    for _ in range(pairs):  # private, host network, by hand: side by side in every round
-        launch.append(_under_launch(steps))
-        open_.append(_under_launch(steps, "host"))
-        hand.append(_by_hand(steps))
+    pairs, steps = (1, 10) if quick else (9, 30)
+    sides: dict[str, Callable[[], float]] = {
+        "private": lambda: _under_launch(steps),
+        "host": lambda: _under_launch(steps, "host"),
+        "hand": lambda: _by_hand(steps),
+    }
+    took: dict[str, list[float]] = {side: [] for side in sides}
+    order = list(sides)
+    for round_ in range(pairs):  # private, host network, by hand side by side, each first in turn
+        for side in order[round_ % 3 :] + order[: round_ % 3]:
+            took[side].append(sides[side]())
+    launch, open_, hand = took["private"], took["host"], took["hand"]
     ratios = [private / by_hand for private, by_hand in zip(launch, hand, strict=True)]
     open_ratios = [host / by_hand for host, by_hand in zip(open_, hand, strict=True)]
     isolation = [private / host for private, host in zip(launch, open_, strict=True)]
