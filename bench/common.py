@@ -1,7 +1,7 @@
 """Shared pieces of the benchmarks: jobs under `launch` and the same workers by hand, timing,
 interleaved pairs, markdown tables and raw JSON results.
 
-Benchmarks compare side by side in one script (A B A B ...) because absolute times drift on a
+Benchmarks compare side by side in one script (A B, B A, A B ...) because absolute times drift on a
 shared 2-core machine; ratios are what the targets are about.
 """
 

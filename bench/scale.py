@@ -6,7 +6,7 @@
   launcher's own peak RSS (VmHWM of the `launch` process, not of the task). Target: < 100 MiB.
 - fixed: a trivial 2-task local launch against the same 2 processes started by hand. Target:
   <= +0.2 s.
-All side by side, A B A B ...
+All side by side, each first in turn (A B, B A, ...).
 """
 
 from __future__ import annotations
