@@ -4,11 +4,14 @@ line of plain values is written by the C encoder.
 
 `json.dumps(..., indent=2)` runs Python's own encoder, 3-4 times slower than the C one: about 7 ms for
 a thousand tasks' status, which the supervisor's thread spent at every rewrite. The text still reads
-line by line, and parses as the same data."""
+line by line, and parses as the same data. A number that is not finite (a loss of NaN: training
+that diverged) is written as the string "NaN", "Infinity" or "-Infinity": strict JSON parsers refuse
+Python's bare NaN, and null would hide that training diverged."""
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -17,7 +20,26 @@ __all__ = ["dumps"]
 
 def dumps(data: Any, default: Any = None) -> str:
     """`data` as JSON text: a dict a key per line, a list of objects an object per line."""
-    return _text(data, 0, json.JSONEncoder(default=default).encode, top=True)
+    try:
+        return _text(data, 0, json.JSONEncoder(default=default, allow_nan=False).encode, top=True)
+    except ValueError:  # NaN or an infinity somewhere: rare, so looked for only then
+        return _text(_finite(data), 0, json.JSONEncoder(default=default, allow_nan=False).encode, top=True)
+
+
+NOT_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+
+
+def _finite(value: Any) -> Any:
+    """`value` with every float that is not finite replaced by its name (NOT_FINITE)."""
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return value
+        return "NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity"
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    return value
 
 
 def _key(key: Any) -> str:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from launcher.common import exit_codes, task_states
 from launcher.common.durations import duration_text
 from launcher.common.errors import UsageError
+from launcher.common.json_lines import NOT_FINITE
 from launcher.common.log_reading import LoggedException
 from launcher.common.masking import redact
 from launcher.common.printable import escaped, printable
@@ -191,8 +192,10 @@ _LATEST_TIME = 1e11  # seconds since 1970: the year 5138; a file saying later is
 
 
 def _float_of(value: object) -> float | None:
-    """A number of status.json as a float; None for a string, a boolean, or a number too large for a
-    float (which a forged file may hold)."""
+    """A number of status.json as a float (a loss of "NaN" too: launcher/common/json_lines.py); None for
+    any other string, a boolean, or a number too large for a float (which a forged file may hold)."""
+    if isinstance(value, str):
+        return NOT_FINITE.get(value)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     try:
@@ -281,12 +284,8 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
 def _task_rows(tasks: tuple[dict[str, Any], ...]) -> list[str]:
-    with_loss = any(_is_number(task.get("loss")) for task in tasks)
+    with_loss = any(_float_of(task.get("loss")) is not None for task in tasks)
     loss_head = f" {'loss':>9}" if with_loss else ""
     with_eta = any(_eta_text(task.get("eta_s")) for task in tasks)
     eta_head = f" {'ETA':>7}" if with_eta else ""

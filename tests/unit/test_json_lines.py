@@ -35,3 +35,14 @@ def test_keys_that_are_not_strings_are_written_as_json_writes_them() -> None:
 
 def test_what_json_cannot_write_goes_through_default() -> None:
     assert json.loads(dumps({"when": object()}, default=lambda value: "obj")) == {"when": "obj"}
+
+
+def test_a_number_that_is_not_finite_is_written_by_name_for_strict_parsers() -> None:
+    data = {"attempts": [{"tasks": [{"result": {"loss": float("nan"), "first_loss": 4.5}}]}], "peak": -float("inf")}
+    text = dumps(data)
+
+    def strict(constant: str) -> None:
+        raise AssertionError(f"{constant} is not JSON")
+
+    parsed = json.loads(text, parse_constant=strict)
+    assert parsed == {"attempts": [{"tasks": [{"result": {"loss": "NaN", "first_loss": 4.5}}]}], "peak": "-Infinity"}

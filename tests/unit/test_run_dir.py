@@ -179,6 +179,8 @@ def test_a_running_run_exits_3_and_shows_step_of_total_and_loss(tmp_path: Path) 
         shown_text = describe_run(layout.run_dir).text
         assert "12/60" in shown_text and "ETA" not in shown_text  # no ETA to show, and no traceback
     assert "worker:1" in second and "None" not in second
+    _write(layout.status_file, _own_status(tasks=[{**tasks[0], "loss": "NaN"}]))  # a diverged loss (json_lines)
+    assert " nan " in describe_run(layout.run_dir).text.splitlines()[2]
 
 
 def test_a_running_run_without_total_or_loss_shows_the_step_alone(tmp_path: Path) -> None:
