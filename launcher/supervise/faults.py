@@ -66,9 +66,14 @@ def unfired(faults: Iterable[Fault], first_attempt: Iterable[TaskResult]) -> lis
     said = []
     for fault in faults:
         task = tasks.get(fault.task)
-        if task is None or task.exit_code != 0 or (task.step is not None and task.step >= fault.step):
+        if task is None or task.exit_code != 0 or task.injected:
             continue
-        reached = "it reported no step" if task.step is None else f"the last step it reported was {task.step}"
+        if task.step is None:
+            reached = "it reported no step"
+        elif task.step < fault.step:
+            reached = f"the last step it reported was {task.step}"
+        else:  # a step it started or ended at (a run resumed past the fault's step), not one it trained
+            reached = f"it trained no step from {fault.step} on (it was at step {task.step}: resumed past it?)"
         said.append(
             f"--inject {fault.text} did not fire: {fault.task} exited 0 and {reached} (a script of your own "
             f'fires it by calling tflaunch\'s report("step", step=n) at step {fault.step} or later)'
