@@ -292,4 +292,21 @@ def success_text(result: RunResult) -> str:
         text += f"; every replica has weights {prints.pop()}"
     elif len(prints) > 1:
         text += f"; WARNING: replicas disagree on final weights ({', '.join(sorted(str(p) for p in prints))})"
-    return text
+    return "\n".join([text, *recovery_lines(result)])
+
+
+def recovery_lines(result: RunResult) -> list[str]:
+    """A line per restarted attempt: how long the gang took back to its first step, and how many of its
+    tasks ran in a warm spare (summary.json's `recovery` has the phases)."""
+    lines = []
+    for attempt in result.attempts[1:]:
+        recovery = attempt.recovery or {}
+        total, warm, tasks = recovery.get("total_s"), recovery.get("warm_tasks"), recovery.get("tasks")
+        if not isinstance(total, (int, float)) or not isinstance(tasks, int) or not tasks:
+            continue
+        phases = recovery.get("phases_s")
+        # a hang has no moment of failure: counted from the decision to restart (launcher/supervise/recovery.py)
+        since = "failure" if isinstance(phases, dict) and phases.get("detect") is not None else "decision to restart"
+        spares = f"{warm} of {tasks} task(s) in warm spares" if warm else "every task started cold"
+        lines.append(f"  attempt {attempt.attempt}: first step {total:.2f} s after the {since}; {spares}")
+    return lines

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from launcher.agent.oom import oom_kills
 from launcher.rundir.known_failures import known_failure
-from launcher.rundir.report import failure_text, failures, final_step, summary
+from launcher.rundir.report import failure_text, failures, final_step, success_text, summary
 from launcher.supervise.gang import AttemptResult, LaunchState, RunResult, TaskResult
 from launcher.transport.base import exit_status_of
 
@@ -115,3 +115,18 @@ def test_a_root_cause_that_printed_nothing_says_so(tmp_path: Path) -> None:
     assert "no output" not in said and "    | a line" in said
     written = summary(result)
     assert written["first_failure"]["log"] == written["attempts"][0]["tasks"][0]["log_path"] == task.log_path
+
+
+def test_a_restarted_run_says_how_long_each_restart_took_and_how_many_tasks_were_warm() -> None:
+    first = AttemptResult(
+        0, "worker:1 exited", "worker:1", "retryable", (ended("worker:1", "h", 5.0, exit_code=1),), 0, 5
+    )
+    warm = {"total_s": 1.754, "warm_tasks": 2, "tasks": 2, "phases_s": {"detect": 0.01}}
+    hang = {"total_s": 3.2, "warm_tasks": 0, "tasks": 2, "phases_s": {"detect": None}}
+    then = [AttemptResult(n, "done", None, "none", (), 5, 9, recovery=r) for n, r in ((1, warm), (2, hang))]
+    text = success_text(RunResult("r", "/tmp/r", LaunchState.SUCCEEDED, [first, *then]))
+    head, one, two = text.splitlines()
+    assert head.startswith("launch succeeded: r finished") and "after 3 attempts" in head
+    assert one == "  attempt 1: first step 1.75 s after the failure; 2 of 2 task(s) in warm spares"
+    assert two == "  attempt 2: first step 3.20 s after the decision to restart; every task started cold"
+    assert success_text(RunResult("r", "/tmp/r", LaunchState.SUCCEEDED, [first])).count("\n") == 0
