@@ -38,3 +38,7 @@ class Channel:
     # that sends a command to all of them, once: what they all need (the cluster, the settings
     # their tasks share) then costs one copy, not one per node.
     shared: Callable[[bytes], None] | None = None
+    # Where the launcher can end the far side itself (a local agent, its own child): an agent given up
+    # for its silence is frozen or wedged, and is killed at once, so that its keeper stops its tasks
+    # before a next attempt starts beside them (launcher/agent/keeper.py).
+    kill: Callable[[], None] | None = None

@@ -112,6 +112,7 @@ def _spawn(address: str, python: str, first_line: bytes) -> tuple[subprocess.Pop
     except OSError as error:
         raise HostError(address, f"cannot run {python!r}: {error.strerror}; set python for this host") from None
     channel = pipe_channel(proc)
+    channel.kill = proc.kill  # given up for its silence: frozen, and ours to end (launcher/transport/channel.py)
     _hold(proc.stdin, len(first_line))
     try:
         channel.write(first_line)

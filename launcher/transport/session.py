@@ -383,6 +383,11 @@ class AgentSession:
         Returns at once: closing a channel whose far side is frozen may take a while."""
         self._lost = why
         self._end()  # the reader may be stuck in a read that no longer returns
+        if self._channel.kill is not None:  # a local agent (launcher/transport/channel.py)
+            try:
+                self._channel.kill()
+            except OSError as error:  # gone already
+                log.debug("%s: killing the agent: %s", self.host, error)
         threading.Thread(target=self.close, daemon=True, name=f"close-{self.host}").start()
 
     def silent_for(self, now: float) -> float:
