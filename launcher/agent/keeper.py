@@ -13,12 +13,6 @@ line each: `+PID START` when a task's group starts (START is the leader's start 
 gone (killed, or leaving after it killed its tasks): every group still listed and still the agent's
 gets SIGKILL, and the keeper exits.
 
-An agent held frozen (SIGSTOP, or wedged) neither writes nor ends its pipe, and its tasks would run
-on after the launcher gave the host up. So an agent that watches for the launcher's silence says
-`~SECONDS` (its liveness timeout) and then beats (`.`) about once a second; silence for that long
-from an agent that is still the keeper's parent gets the agent SIGKILL and its groups as above. A
-keeper that was itself held (its wait overran by more than HELD_S) starts counting again.
-
 A group counts as still the agent's while its leader is the process that was started (same pid,
 same start time); with the leader gone, while a process of that group is in the agent's session
 (tasks never leave it; a daemon that double-forked did) and started no earlier than the leader.
@@ -45,7 +39,6 @@ import time
 
 WRITE_WAIT_S = 5.0  # how long a line waits for a keeper that reads nothing (stopped, or starved of CPU)
 WAIT_S = 2.0  # how long a leaving agent waits for its keeper's last pass
-HELD_S = 1.0  # a wait that overran by this much: the keeper (or the whole machine) was held, not the agent
 
 
 def proc_stat(pid: int | str) -> list[bytes] | None:
@@ -89,7 +82,7 @@ def doomed(listed: dict[int, int], session: int) -> list[int]:
 
 
 def _keep(read_fd: int) -> None:
-    session, agent = os.getsid(0), os.getppid()  # the agent's session, which its tasks share
+    session = os.getsid(0)  # the agent's, which its tasks share
     os.setsid()  # out of the agent's group and session: what stops them does not stop the keeper
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     null = os.open(os.devnull, os.O_RDWR)
@@ -102,33 +95,8 @@ def _keep(read_fd: int) -> None:
             except OSError:  # the listing's own descriptor, closed already
                 pass
     listed: dict[int, int] = {}
-    _follow(read_fd, listed, agent)
-    for pgid in doomed(listed, session):
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except OSError:  # gone meanwhile
-            pass
-
-
-def _follow(read_fd: int, listed: dict[int, int], agent: int) -> None:
-    """Keep `listed` as the agent says, until its pipe ends, or its beats stop for the time it said
-    (then it is killed: module docstring)."""
-    pending, limit, heard = b"", None, time.monotonic()
-    while True:
-        wait = None if limit is None else max(0.0, heard + limit - time.monotonic())
-        waited = time.monotonic()
-        if not select.select([read_fd], [], [], wait)[0]:
-            now = time.monotonic()
-            if wait is not None and now - waited > wait + HELD_S:  # held itself: count again
-                heard = now
-            elif os.getppid() == agent:  # frozen (still our parent: the pid is the agent's)
-                os.kill(agent, signal.SIGKILL)
-                return
-            continue
-        data = os.read(read_fd, 65536)
-        if not data:
-            return
-        heard = time.monotonic()
+    pending = b""
+    while data := os.read(read_fd, 65536):
         *lines, pending = (pending + data).split(b"\n")
         for line in lines:
             words = line[1:].split()
@@ -136,8 +104,11 @@ def _follow(read_fd: int, listed: dict[int, int], agent: int) -> None:
                 listed[int(words[0])] = int(words[1])
             elif line[:1] == b"-" and len(words) == 1:
                 listed.pop(int(words[0]), None)
-            elif line[:1] == b"~" and len(words) == 1:
-                limit = float(words[0])
+    for pgid in doomed(listed, session):
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except OSError:  # gone meanwhile
+            pass
 
 
 class Keeper:
@@ -200,13 +171,6 @@ class Keeper:
     def forget(self, pid: int) -> None:
         """The agent is about to reap that group's leader (killed, or ended): no longer the keeper's."""
         self._write(f"-{pid}\n".encode())
-
-    def expect_beats(self, seconds: float) -> None:
-        """From now on the agent beats (`beat`); silence for `seconds` means it is frozen (module docstring)."""
-        self._write(f"~{seconds:g}\n".encode())
-
-    def beat(self) -> None:
-        self._write(b".\n")
 
     def release(self) -> None:
         """The agent leaves, its tasks killed: the pipe ends, so the keeper kills what is still listed

@@ -12,7 +12,6 @@ import psutil
 import pytest
 
 from launcher.agent import keeper, spawn
-from tests.conftest import REPO
 
 SLEEP = [sys.executable, "-c", "import time; time.sleep(120)"]
 # leads a group, leaves a member in it (in our session, or in a session of its own: a daemon), exits
@@ -129,36 +128,3 @@ def test_a_task_a_stopped_keeper_does_not_take_is_started_again_the_kernels_way(
         task.kill()
         task.wait(timeout=10)
         kept.release()
-
-
-# an agent stand-in: its keeper, one task group, beats every 0.2 s; the limit said is 1 s
-BEATING_AGENT = """
-import subprocess, sys, time
-from launcher.agent import keeper
-kept = keeper.start()
-task = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], process_group=0)
-assert kept is not None and kept.watch(task.pid)
-kept.expect_beats(1.0)
-print(task.pid, kept.pid, flush=True)
-while True:
-    kept.beat()
-    time.sleep(0.2)
-"""
-
-
-def test_a_frozen_agents_keeper_kills_it_and_its_tasks_once_its_beats_stop() -> None:
-    agent = subprocess.Popen([sys.executable, "-c", BEATING_AGENT], cwd=REPO, stdout=subprocess.PIPE, text=True)
-    try:
-        assert agent.stdout is not None
-        task_pid, keeper_pid = map(int, agent.stdout.readline().split())
-        task, kept = psutil.Process(task_pid), psutil.Process(keeper_pid)
-        gone, _ = psutil.wait_procs([task, kept], timeout=3)  # beating: three times the limit later, all run
-        assert not gone and agent.poll() is None
-        os.kill(agent.pid, signal.SIGSTOP)
-        assert agent.wait(timeout=30) == -signal.SIGKILL, "the keeper kills the frozen agent"
-        _, alive = psutil.wait_procs([task, kept], timeout=30)
-        assert not alive, alive
-    finally:
-        if agent.poll() is None:
-            agent.kill()
-            agent.wait()
