@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -318,6 +319,7 @@ def run(quick: bool) -> str:
             rows += size_rows
     finally:
         lab.close()
+        shutil.rmtree(directory, ignore_errors=True)  # the hosts' homes, keys and logs: nothing is kept
     raw["projection"] = project(raw)
     save("fanout", raw, quick)
     limits = ", ".join(f"< {mib:g} MiB at {size}" for size, mib in RSS_MIB.items())
