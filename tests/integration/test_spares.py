@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import HELPERS, REPO, local_spec, run_launch, wait_until_gone, write_spec
+from tests.conftest import HELPERS, local_spec, run_launch, wait_until_gone, write_spec
 from worker.contract import SPARE_FDS_VAR
 
 pytestmark = pytest.mark.tf
@@ -52,7 +52,7 @@ def test_a_forked_spare_is_ready_at_its_fork_with_the_runtime_imported(work: Pat
     env = {**os.environ, SPARE_FDS_VAR: ",".join(map(str, handed)), "TF_CONFIG": "{", "MARK": str(work)}
     task = subprocess.Popen(
         [sys.executable, "-P", "-m", "worker"],
-        cwd=REPO,
+        cwd=work,  # the task writes its error file under its working directory
         env=env,
         pass_fds=handed,
         stdout=subprocess.DEVNULL,
