@@ -20,10 +20,11 @@ __all__ = ["dumps"]
 
 def dumps(data: Any, default: Any = None) -> str:
     """`data` as JSON text: a dict a key per line, a list of objects an object per line."""
+    encode = json.JSONEncoder(default=default, allow_nan=False).encode
     try:
-        return _text(data, 0, json.JSONEncoder(default=default, allow_nan=False).encode, top=True)
+        return _text(data, 0, encode, top=True)
     except ValueError:  # NaN or an infinity somewhere: rare, so looked for only then
-        return _text(_finite(data), 0, json.JSONEncoder(default=default, allow_nan=False).encode, top=True)
+        return _text(_finite(data), 0, encode, top=True)
 
 
 NOT_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
