@@ -130,12 +130,7 @@ class Standby:
                     self.took.set()
                 elif said.get("ready"):
                     self._heard_ready(said)
-                elif said.get("pid") is not None:
-                    self._heard_pid(said)
         self._tell({"ready": False, "error": self._silent()})
-
-    def _heard_pid(self, said: dict[str, Any]) -> None:
-        """A forked spare's first word, before it is ready (an imported spare's pid is known from its start)."""
 
     def _heard_ready(self, said: dict[str, Any]) -> None:
         self.ready = True
